@@ -1,0 +1,191 @@
+//! The config artifact's provenance header: the comment lines haproxy.cfg starts with, which
+//! the apply document on every instance reads back (DESIGN.md, "The config artifact").
+//!
+//! ```text
+//! # autoproxy: generated haproxy.cfg; do not edit, every change is overwritten
+//! # generation: 42
+//! # sha256: <hex sha256 of the body>
+//! # generated-at: 2026-11-23T03:14:02Z
+//! # trigger: schedule
+//! # rules: 12
+//! global
+//! ```
+//! The header is every leading line that starts with `#`; the *body* is everything from the
+//! first line that does not, to the end of the file, byte for byte (on an instance:
+//! `tail -n +N`). The same values are stored as S3 object metadata under [`META_GENERATION`]
+//! and its siblings.
+
+use sha2::{Digest, Sha256};
+
+/// S3 metadata keys (`x-amz-meta-…`) carrying the header's values.
+pub const META_GENERATION: &str = "generation";
+pub const META_SHA256: &str = "sha256";
+pub const META_GENERATED_AT: &str = "generated-at";
+pub const META_TRIGGER: &str = "trigger";
+pub const META_RULES: &str = "rules";
+
+/// The values of the provenance header.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Header {
+    pub generation: u64,
+    /// Hex sha256 of the body.
+    pub sha256: String,
+    pub generated_at: String,
+    pub trigger: String,
+    pub rules: usize,
+}
+
+/// Why a text is not a well-formed autoproxy config.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    #[error("expected a header line '# {field}: …', found none")]
+    Missing { field: &'static str },
+    #[error("expected '# {field}:' to hold {expected}, got {got:?}")]
+    Invalid {
+        field: &'static str,
+        expected: &'static str,
+        got: String,
+    },
+    #[error("expected the body's sha256 to be {header}, the body hashes to {body}")]
+    Mismatch { header: String, body: String },
+}
+
+/// The byte offset where the body starts: the first line not starting with `#`.
+pub fn body_offset(text: &str) -> usize {
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        if !line.starts_with('#') {
+            return offset;
+        }
+        offset += line.len();
+    }
+    offset
+}
+
+/// The body: everything after the header.
+pub fn body(text: &str) -> &str {
+    &text[body_offset(text)..]
+}
+
+/// Hex sha256 of some bytes.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    let mut hex = String::with_capacity(64);
+    for byte in digest {
+        hex.push(char::from(HEX[usize::from(byte >> 4)]));
+        hex.push(char::from(HEX[usize::from(byte & 0xf)]));
+    }
+    hex
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Reads the header back and checks the body against its sha256.
+pub fn parse_header(text: &str) -> Result<Header, HeaderError> {
+    let head = &text[..body_offset(text)];
+    let field = |name: &'static str| -> Result<&str, HeaderError> {
+        let prefix = format!("# {name}: ");
+        head.lines()
+            .find_map(|line| line.strip_prefix(prefix.as_str()))
+            .map(str::trim)
+            .ok_or(HeaderError::Missing { field: name })
+    };
+    let generation = field("generation")?;
+    let generation = generation.parse().map_err(|_| HeaderError::Invalid {
+        field: "generation",
+        expected: "a whole number",
+        got: generation.to_owned(),
+    })?;
+    let sha256 = field("sha256")?;
+    if sha256.len() != 64 || !sha256.bytes().all(|b| HEX.contains(&b)) {
+        return Err(HeaderError::Invalid {
+            field: "sha256",
+            expected: "64 lower-case hex digits",
+            got: sha256.to_owned(),
+        });
+    }
+    let rules = field("rules")?;
+    let rules = rules.parse().map_err(|_| HeaderError::Invalid {
+        field: "rules",
+        expected: "a whole number",
+        got: rules.to_owned(),
+    })?;
+    let header = Header {
+        generation,
+        sha256: sha256.to_owned(),
+        generated_at: field("generated-at")?.to_owned(),
+        trigger: field("trigger")?.to_owned(),
+        rules,
+    };
+    let actual = sha256_hex(body(text).as_bytes());
+    if actual != header.sha256 {
+        return Err(HeaderError::Mismatch {
+            header: header.sha256,
+            body: actual,
+        });
+    }
+    Ok(header)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(body: &str, sum: &str) -> String {
+        format!(
+            "# autoproxy: generated\n# generation: 7\n# sha256: {sum}\n\
+             # generated-at: 2026-01-01T00:00:00Z\n# trigger: schedule\n# rules: 2\n{body}"
+        )
+    }
+
+    #[test]
+    fn round_trip() {
+        let body = "global\n    master-worker\n# a comment in the body\n";
+        let text = config(body, &sha256_hex(body.as_bytes()));
+        assert_eq!(super::body(&text), body);
+        let header = parse_header(&text).unwrap();
+        assert_eq!(header.generation, 7);
+        assert_eq!(header.rules, 2);
+        assert_eq!(header.trigger, "schedule");
+    }
+
+    #[test]
+    fn sha256_matches_the_coreutils_value() {
+        // printf abc | sha256sum
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn a_tampered_body_is_rejected() {
+        let text = config("global\n", &sha256_hex(b"global\n")) + "    extra\n";
+        assert!(matches!(
+            parse_header(&text),
+            Err(HeaderError::Mismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn missing_and_malformed_fields_are_named() {
+        let err = parse_header("global\n").unwrap_err();
+        assert_eq!(
+            err,
+            HeaderError::Missing {
+                field: "generation"
+            }
+        );
+        let text = config("global\n", "abc");
+        assert!(err_mentions(&text, "64 lower-case hex"));
+        let text = "# generation: x\n# sha256: 00\nglobal\n";
+        assert!(err_mentions(text, "a whole number"));
+    }
+
+    fn err_mentions(text: &str, fragment: &str) -> bool {
+        parse_header(text)
+            .unwrap_err()
+            .to_string()
+            .contains(fragment)
+    }
+}

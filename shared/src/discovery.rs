@@ -1,0 +1,279 @@
+//! Discovery: which private zones exist in every configured account and what routes they give,
+//! merged with the manifest so a failed account or zone keeps its last known routes.
+//!
+//! Accounts are swept concurrently, each paced by its own limiter; within an account a few
+//! zones are read at once so the pace, not the latency, sets the speed.
+
+use std::collections::BTreeSet;
+
+use futures_util::{StreamExt, stream};
+use tracing::{info, warn};
+
+use crate::manifest::{Manifest, ZoneEntry, zone_key};
+use crate::model::{Zone, ZoneKey, ZoneRecords};
+use crate::names::{HostName, normalize};
+use crate::route53::{AccountRoute53, ScanError};
+use crate::rules::{Rule, zone_routes};
+
+/// Zones read at once within one account (the limiter still paces the calls).
+const ZONES_IN_FLIGHT: usize = 4;
+
+/// What to read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// Every private zone of every account.
+    Full,
+    /// Only these zones (an event's hint); the rest comes from the manifest.
+    Zones(Vec<ZoneKey>),
+}
+
+/// What the matcher needs besides the records.
+#[derive(Debug, Clone, Copy)]
+pub struct Matching<'a> {
+    pub rules: &'a [Rule],
+    pub proxies: &'a [HostName],
+    /// Normalised zone names to skip.
+    pub ignore: &'a BTreeSet<String>,
+}
+
+impl Matching<'_> {
+    fn ignores(&self, zone: &Zone) -> bool {
+        normalize(&zone.name)
+            .to_host()
+            .is_ok_and(|name| self.ignore.contains(name.as_str()))
+    }
+
+    fn entry(&self, zone: &Zone, records: Vec<crate::model::RecordSet>) -> ZoneEntry {
+        let zone_records = ZoneRecords {
+            zone: zone.clone(),
+            records,
+        };
+        let outcome = zone_routes(self.rules, &zone_records, self.proxies);
+        let warnings = outcome.warnings.iter().map(ToString::to_string).collect();
+        ZoneEntry::new(zone, outcome.routes, warnings)
+    }
+}
+
+/// The result of a sweep: the merged manifest and what happened on the way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Swept {
+    pub manifest: Manifest,
+    /// Zones whose records were read in this run.
+    pub zones_scanned: usize,
+    /// Sources (accounts or zones) that failed and kept their last known routes.
+    pub failures: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+/// A sweep that cannot be trusted: something failed and there is no manifest to fall back on.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{} source(s) failed and there is no manifest to keep their routes from, so nothing is \
+     published (a config missing a whole account would go live): {}",
+    failures.len(),
+    failures.join("; ")
+)]
+pub struct SweepError {
+    pub failures: Vec<String>,
+}
+
+/// Reads what `scope` asks for and merges it into `previous`.
+pub async fn sweep(
+    accounts: &[AccountRoute53],
+    previous: Option<&Manifest>,
+    scope: &Scope,
+    matching: Matching<'_>,
+) -> Result<Swept, SweepError> {
+    let empty = Manifest::default();
+    let base = previous.unwrap_or(&empty);
+    let mut swept = Swept {
+        manifest: Manifest {
+            generation: base.generation,
+            ..Manifest::default()
+        },
+        zones_scanned: 0,
+        failures: Vec::new(),
+        warnings: Vec::new(),
+    };
+    match scope {
+        Scope::Full => {
+            let results = futures_util::future::join_all(
+                accounts
+                    .iter()
+                    .map(|account| sweep_account(account, matching)),
+            )
+            .await;
+            for (account, result) in accounts.iter().zip(results) {
+                merge_account(&mut swept, base, &account.account, result);
+            }
+        }
+        Scope::Zones(keys) => {
+            swept.manifest.zones = base.zones.clone();
+            for key in keys {
+                let Some(account) = accounts.iter().find(|a| a.account == key.account) else {
+                    swept.warnings.push(format!(
+                        "event for zone {key}: that account is not configured (ACCOUNT_ROLE_ARNS); \
+                         ignored"
+                    ));
+                    continue;
+                };
+                read_one_zone(&mut swept, account, key, matching).await;
+            }
+        }
+    }
+    for entry in swept.manifest.zones.values() {
+        swept.warnings.extend(entry.warnings.iter().cloned());
+    }
+    if !swept.failures.is_empty() && previous.is_none() {
+        return Err(SweepError {
+            failures: swept.failures,
+        });
+    }
+    Ok(swept)
+}
+
+enum AccountSweep {
+    Failed(ScanError),
+    Listed(Vec<(Zone, Result<Option<ZoneEntry>, ScanError>)>),
+}
+
+async fn sweep_account(account: &AccountRoute53, matching: Matching<'_>) -> AccountSweep {
+    let started = std::time::Instant::now();
+    let (zones, pages) = match account.list_zones().await {
+        Ok(listed) => listed,
+        Err(err) => return AccountSweep::Failed(err),
+    };
+    let wanted: Vec<Zone> = zones
+        .into_iter()
+        .filter(|zone| zone.private && !matching.ignores(zone))
+        .collect();
+    info!(account = %account.account, zones = wanted.len(), pages, "listed private zones");
+    let results = stream::iter(wanted)
+        .map(|zone| async move {
+            let result = read_zone(account, &zone, matching).await;
+            (zone, result)
+        })
+        .buffer_unordered(ZONES_IN_FLIGHT)
+        .collect::<Vec<_>>()
+        .await;
+    info!(
+        account = %account.account,
+        zones = results.len(),
+        calls = account.calls(),
+        duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        "swept account"
+    );
+    AccountSweep::Listed(results)
+}
+
+async fn read_zone(
+    account: &AccountRoute53,
+    zone: &Zone,
+    matching: Matching<'_>,
+) -> Result<Option<ZoneEntry>, ScanError> {
+    let Some((records, pages)) = account.read_records(&zone.id).await? else {
+        return Ok(None);
+    };
+    let entry = matching.entry(zone, records);
+    info!(
+        account = %zone.account,
+        zone_id = %zone.id,
+        pages,
+        routes = entry.routes.len(),
+        "read zone"
+    );
+    Ok(Some(entry))
+}
+
+fn merge_account(swept: &mut Swept, base: &Manifest, account: &str, result: AccountSweep) {
+    match result {
+        AccountSweep::Failed(err) => {
+            let kept: Vec<&ZoneEntry> = base.account_zones(account).collect();
+            warn!(account, error = %err, kept = kept.len(), "account scan failed");
+            swept.failures.push(format!(
+                "{err}; keeping its {} zone(s) from the last manifest",
+                kept.len()
+            ));
+            for entry in kept {
+                swept
+                    .manifest
+                    .zones
+                    .insert(format!("{}/{}", entry.account, entry.id), entry.clone());
+            }
+        }
+        AccountSweep::Listed(zones) => {
+            for (zone, result) in zones {
+                let key = zone_key(&zone.key());
+                match result {
+                    Ok(Some(entry)) => {
+                        swept.zones_scanned += 1;
+                        swept.manifest.zones.insert(key, entry);
+                    }
+                    // Deleted between the listing and the read: it drops out.
+                    Ok(None) => {}
+                    Err(err) => {
+                        let previous = base.zones.get(&key);
+                        warn!(account, zone_id = %zone.id, error = %err, "zone read failed");
+                        swept.failures.push(format!(
+                            "zone {}: {err}; {}",
+                            zone.key(),
+                            if previous.is_some() {
+                                "keeping its routes from the last manifest"
+                            } else {
+                                "it had no routes before"
+                            }
+                        ));
+                        if let Some(entry) = previous {
+                            swept.manifest.zones.insert(key, entry.clone());
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Re-reads one zone named by an event: a known zone costs only its record pages; a new one
+/// one GetHostedZone more.
+async fn read_one_zone(
+    swept: &mut Swept,
+    account: &AccountRoute53,
+    key: &ZoneKey,
+    matching: Matching<'_>,
+) {
+    let manifest_key = zone_key(key);
+    let known = swept.manifest.zones.get(&manifest_key).map(|entry| Zone {
+        account: entry.account.clone(),
+        id: entry.id.clone(),
+        name: entry.name.clone(),
+        private: true,
+    });
+    let zone = match known {
+        Some(zone) => Ok(Some(zone)),
+        None => account.get_zone(&key.id).await,
+    };
+    let result = match zone {
+        Ok(Some(zone)) if zone.private && !matching.ignores(&zone) => {
+            read_zone(account, &zone, matching).await
+        }
+        Ok(_) => Ok(None),
+        Err(err) => Err(err),
+    };
+    match result {
+        Ok(Some(entry)) => {
+            swept.zones_scanned += 1;
+            swept.manifest.zones.insert(manifest_key, entry);
+        }
+        Ok(None) => {
+            if swept.manifest.zones.remove(&manifest_key).is_some() {
+                info!(zone = %key, "zone is gone, not private or ignored: its routes drop out");
+            }
+        }
+        Err(err) => {
+            warn!(zone = %key, error = %err, "zone read failed");
+            swept.failures.push(format!(
+                "zone {key}: {err}; keeping its routes from the last manifest"
+            ));
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! autoproxy: keeps a fleet of HAProxy peering proxies in step with Route53.
+//!
+//! The pure core (no I/O): [`names`], [`rules`], [`model`], [`render`], [`artifact`],
+//! [`diff`]. The edges that talk to AWS are few and named for what they talk to.
+
+pub mod artifact;
+pub mod diff;
+pub mod discovery;
+pub mod manifest;
+pub mod model;
+pub mod names;
+pub mod ratelimit;
+pub mod render;
+pub mod route53;
+pub mod rules;
+pub mod s3;
+pub mod settings;

@@ -1,0 +1,121 @@
+//! What the rules read (zones and their record sets, as Route53 returns them) and what they
+//! produce (routes). Plain data: the Route53 module fills it, the manifest stores it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::names::HostName;
+
+/// A hosted zone, keyed by account and id: the same private zone name can exist in several
+/// accounts, so the name is never a key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Zone {
+    pub account: String,
+    /// The bare id (`Z123…`), without Route53's `/hostedzone/` prefix.
+    pub id: String,
+    /// The name exactly as Route53 returned it (escaped, any case, trailing dot).
+    pub name: String,
+    pub private: bool,
+}
+
+impl Zone {
+    pub fn key(&self) -> ZoneKey {
+        ZoneKey {
+            account: self.account.clone(),
+            id: self.id.clone(),
+        }
+    }
+}
+
+/// Identity of a zone across accounts.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ZoneKey {
+    pub account: String,
+    pub id: String,
+}
+
+impl std::fmt::Display for ZoneKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} in account {}", self.id, self.account)
+    }
+}
+
+/// One record set, reduced to what the rules look at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordSet {
+    /// The name exactly as Route53 returned it.
+    pub name: String,
+    /// `A`, `CNAME`, … as Route53 spells it.
+    #[serde(rename = "type")]
+    pub rtype: String,
+    /// Resource record values (for a CNAME: its target). Empty for an alias record.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+    /// The alias target's DNS name, for alias records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alias_target: Option<String>,
+}
+
+impl RecordSet {
+    pub fn new(name: &str, rtype: &str, values: &[&str]) -> Self {
+        RecordSet {
+            name: name.to_owned(),
+            rtype: rtype.to_owned(),
+            values: values.iter().map(|v| (*v).to_owned()).collect(),
+            alias_target: None,
+        }
+    }
+
+    pub fn alias(name: &str, rtype: &str, target: &str) -> Self {
+        RecordSet {
+            name: name.to_owned(),
+            rtype: rtype.to_owned(),
+            values: Vec::new(),
+            alias_target: Some(target.to_owned()),
+        }
+    }
+}
+
+/// A zone with every record set read from it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZoneRecords {
+    pub zone: Zone,
+    pub records: Vec<RecordSet>,
+}
+
+/// How HAProxy matches the TLS SNI of a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SniMatch {
+    /// The SNI equals the name.
+    Exact,
+    /// The SNI ends with the name (which starts with a dot).
+    Suffix,
+}
+
+/// One proxy rule instance: TLS with this SNI goes to this backend host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Route {
+    /// The rule-table row that produced it (`api`, `api-k8s`, `ingress-int`).
+    pub rule: String,
+    pub account: String,
+    pub zone_id: String,
+    pub zone_name: HostName,
+    /// For [`SniMatch::Exact`] the full name, for [`SniMatch::Suffix`] the suffix with its
+    /// leading dot (`.int.example.com`).
+    pub sni: String,
+    pub sni_match: SniMatch,
+    /// The backend server, by record name: HAProxy resolves it at run time.
+    pub backend: HostName,
+    pub port: u16,
+    /// The record names that made this route, for the manifest's provenance.
+    pub records: Vec<HostName>,
+}
+
+impl Route {
+    pub fn zone_key(&self) -> ZoneKey {
+        ZoneKey {
+            account: self.account.clone(),
+            id: self.zone_id.clone(),
+        }
+    }
+}

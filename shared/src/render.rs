@@ -1,0 +1,364 @@
+//! Renders haproxy.cfg from the routes with minijinja (strict undefined behaviour), and stamps
+//! the provenance header (see [`crate::artifact`]).
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+
+use minijinja::value::Serde;
+use minijinja::{Environment, UndefinedBehavior, Value, syntax::SyntaxConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::artifact::{self, Header, HeaderError};
+use crate::model::{Route, SniMatch};
+
+/// The default template, embedded: a Lambda ships only its `bootstrap`.
+pub const DEFAULT_TEMPLATE: &str = include_str!("../../templates/haproxy.cfg.j2");
+
+/// Listen addresses, paths and tunables the template reads. The defaults are production
+/// values; tests and the demo override them to run HAProxy unprivileged on loopback.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RenderOptions {
+    /// `bind` of the TLS passthrough frontend.
+    pub https_bind: String,
+    /// `bind` of the frontend that redirects plain HTTP to HTTPS.
+    pub http_bind: String,
+    /// `bind` of the stats page (keep it on localhost).
+    pub stats_bind: String,
+    /// Path of the runtime API socket (`show info` reads the running generation there).
+    pub stats_socket: String,
+    /// User and group HAProxy drops to; empty keeps the current ones.
+    pub user: String,
+    pub group: String,
+    /// Directory HAProxy chroots into; empty for none.
+    pub chroot: String,
+    /// Arguments of the global `log` line.
+    pub log: String,
+    /// Global connection limit.
+    pub maxconn: u32,
+    /// How long an old worker may keep serving after a reload (Kubernetes watches last
+    /// hours; old workers must not pile up).
+    pub hard_stop_after: String,
+    /// Overrides the rules' backend port (the demo's backends listen unprivileged).
+    pub backend_port: Option<u16>,
+}
+
+impl Default for RenderOptions {
+    fn default() -> Self {
+        RenderOptions {
+            https_bind: ":443".to_owned(),
+            http_bind: ":80".to_owned(),
+            stats_bind: "127.0.0.1:8404".to_owned(),
+            stats_socket: "/run/haproxy/admin.sock".to_owned(),
+            user: "haproxy".to_owned(),
+            group: "haproxy".to_owned(),
+            chroot: "/var/lib/haproxy".to_owned(),
+            log: "stdout format raw local0".to_owned(),
+            maxconn: 20_000,
+            hard_stop_after: "30m".to_owned(),
+            backend_port: None,
+        }
+    }
+}
+
+/// What the template is given besides the routes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderInput<'a> {
+    pub routes: &'a [Route],
+    pub resolvers: &'a [SocketAddr],
+    pub options: &'a RenderOptions,
+    pub generation: u64,
+    pub generated_at: &'a str,
+    pub trigger: &'a str,
+}
+
+/// A rendered config and its header values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    pub text: String,
+    pub header: Header,
+}
+
+/// Why a config could not be rendered. Nothing is published then.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("the template does not compile: {0:#}")]
+    Template(#[source] minijinja::Error),
+    #[error("the template failed to render: {0:#}")]
+    Render(#[source] minijinja::Error),
+    #[error("the template must start with the provenance header and use sha256 only there: {0}")]
+    Header(#[source] HeaderError),
+    #[error("expected at least one DNS resolver for the resolvers section, got none")]
+    NoResolvers,
+}
+
+/// A compiled template, reusable across renders.
+#[derive(Debug)]
+pub struct Renderer {
+    env: Environment<'static>,
+}
+
+const TEMPLATE_NAME: &str = "haproxy.cfg";
+
+/// Characters no value may carry into haproxy.cfg, whatever template prints it: they end a
+/// statement, start a comment, quote, or expand variables.
+const FORBIDDEN: &[char] = &['\n', '\r', '#', '"', '\'', '$', '\\', '\0'];
+
+impl Renderer {
+    /// Compiles a template. `source` is the embedded default or an operator's own.
+    pub fn new(source: &str) -> Result<Self, RenderError> {
+        let mut env = Environment::new();
+        env.set_undefined_behavior(UndefinedBehavior::Strict);
+        let syntax = SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .keep_trailing_newline(true)
+            .build()
+            .map_err(RenderError::Template)?;
+        env.set_syntax(syntax);
+        env.set_formatter(|out, state, value| {
+            if let Some(text) = value.as_str()
+                && let Some(bad) = text
+                    .chars()
+                    .find(|c| FORBIDDEN.contains(c) || c.is_control())
+            {
+                return Err(minijinja::Error::new(
+                    minijinja::ErrorKind::InvalidOperation,
+                    format!("refusing to write {text:?} into haproxy.cfg: it contains {bad:?}"),
+                ));
+            }
+            minijinja::escape_formatter(out, state, value)
+        });
+        env.add_template_owned(TEMPLATE_NAME, source.to_owned())
+            .map_err(RenderError::Template)?;
+        Ok(Renderer { env })
+    }
+
+    /// Renders the config and stamps the sha256 of its body into the header.
+    ///
+    /// The body does not depend on the sha256, so the template is rendered once to hash the
+    /// body and once more to print the hash; the second body must equal the first.
+    pub fn render(&self, input: &RenderInput<'_>) -> Result<Rendered, RenderError> {
+        if input.resolvers.is_empty() {
+            return Err(RenderError::NoResolvers);
+        }
+        let template = self
+            .env
+            .get_template(TEMPLATE_NAME)
+            .map_err(RenderError::Template)?;
+        let routes = route_views(input.routes, input.options.backend_port);
+        let resolvers: Vec<String> = input.resolvers.iter().map(ToString::to_string).collect();
+        let mut header = Header {
+            generation: input.generation,
+            sha256: "0".repeat(64),
+            generated_at: input.generated_at.to_owned(),
+            trigger: input.trigger.to_owned(),
+            rules: input.routes.len(),
+        };
+        let context = |header: &Header| {
+            minijinja::context! {
+                header => Value::from(Serde(header)),
+                routes => Value::from(Serde(&routes)),
+                resolvers => Value::from(Serde(&resolvers)),
+                options => Value::from(Serde(input.options)),
+            }
+        };
+        let draft = template
+            .render(context(&header))
+            .map_err(RenderError::Render)?;
+        header.sha256 = artifact::sha256_hex(artifact::body(&draft).as_bytes());
+        let text = template
+            .render(context(&header))
+            .map_err(RenderError::Render)?;
+        let parsed = artifact::parse_header(&text).map_err(RenderError::Header)?;
+        if parsed != header {
+            return Err(RenderError::Header(HeaderError::Invalid {
+                field: "generation",
+                expected: "the values passed to the template",
+                got: format!("{parsed:?}"),
+            }));
+        }
+        Ok(Rendered { text, header })
+    }
+}
+
+/// A route as the template sees it, with its HAProxy identifiers.
+#[derive(Debug, Serialize)]
+struct RouteView<'a> {
+    /// Backend name: rule, zone name and a short hash of account and zone id.
+    backend: String,
+    /// ACL name, same derivation.
+    acl: String,
+    rule: &'a str,
+    sni: &'a str,
+    #[serde(rename = "match")]
+    sni_match: SniMatch,
+    server: &'a str,
+    port: u16,
+    zone: &'a str,
+    zone_id: &'a str,
+    account: &'a str,
+}
+
+fn route_views(routes: &[Route], port_override: Option<u16>) -> Vec<RouteView<'_>> {
+    let mut seen = HashSet::new();
+    routes
+        .iter()
+        .map(|route| {
+            let mut tag = short_hash(&route.account, &route.zone_id, 8);
+            let mut id = format!("{}_{}_{tag}", route.rule, route.zone_name);
+            // Resolved routes never share rule and zone name, so this only guards against a
+            // caller that skipped `rules::resolve`: names stay unique whatever arrives.
+            if !seen.insert(id.clone()) {
+                tag = short_hash(&route.account, &route.zone_id, 64);
+                id = format!("{}_{}_{tag}_{}", route.rule, route.zone_name, seen.len());
+                seen.insert(id.clone());
+            }
+            RouteView {
+                backend: format!("be_{id}"),
+                acl: format!("sni_{id}"),
+                rule: &route.rule,
+                sni: &route.sni,
+                sni_match: route.sni_match,
+                server: route.backend.as_str(),
+                port: port_override.unwrap_or(route.port),
+                zone: route.zone_name.as_str(),
+                zone_id: &route.zone_id,
+                account: &route.account,
+            }
+        })
+        .collect()
+}
+
+fn short_hash(account: &str, zone_id: &str, len: usize) -> String {
+    let mut hex = artifact::sha256_hex(format!("{account}/{zone_id}").as_bytes());
+    hex.truncate(len);
+    hex
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::names::HostName;
+
+    fn route(rule: &str, account: &str, zone_id: &str, zone: &str, sni_match: SniMatch) -> Route {
+        let zone_name = HostName::parse(zone).unwrap();
+        let (sni, backend) = match sni_match {
+            SniMatch::Exact => (format!("proxy.api.{zone}"), zone_name.with_prefix("api")),
+            SniMatch::Suffix => (format!(".int.{zone}"), zone_name.with_prefix("ingress-int")),
+        };
+        Route {
+            rule: rule.to_owned(),
+            account: account.to_owned(),
+            zone_id: zone_id.to_owned(),
+            zone_name,
+            sni,
+            sni_match,
+            backend,
+            port: 443,
+            records: vec![],
+        }
+    }
+
+    fn render_with(routes: &[Route], template: &str) -> Result<Rendered, RenderError> {
+        let resolvers = ["169.254.169.253:53".parse().unwrap()];
+        let options = RenderOptions::default();
+        Renderer::new(template)?.render(&RenderInput {
+            routes,
+            resolvers: &resolvers,
+            options: &options,
+            generation: 3,
+            generated_at: "2026-01-01T00:00:00Z",
+            trigger: "manual",
+        })
+    }
+
+    #[test]
+    fn header_carries_the_values_and_the_body_hash() {
+        let routes = [route("api", "1", "Z1", "a.internal", SniMatch::Exact)];
+        let rendered = render_with(&routes, DEFAULT_TEMPLATE).unwrap();
+        let header = artifact::parse_header(&rendered.text).unwrap();
+        assert_eq!(header, rendered.header);
+        assert_eq!(header.generation, 3);
+        assert_eq!(header.rules, 1);
+        assert!(
+            rendered
+                .text
+                .contains("description autoproxy generation 3\n")
+        );
+    }
+
+    #[test]
+    fn same_input_same_bytes() {
+        let routes = [
+            route("api", "1", "Z1", "a.internal", SniMatch::Exact),
+            route("ingress-int", "1", "Z1", "a.internal", SniMatch::Suffix),
+        ];
+        let a = render_with(&routes, DEFAULT_TEMPLATE).unwrap();
+        let b = render_with(&routes, DEFAULT_TEMPLATE).unwrap();
+        assert_eq!(a.text, b.text);
+    }
+
+    #[test]
+    fn identifiers_depend_on_account_and_zone_id() {
+        let a = route(
+            "api",
+            "111111111111",
+            "ZA",
+            "same.internal",
+            SniMatch::Exact,
+        );
+        let b = route(
+            "api",
+            "222222222222",
+            "ZB",
+            "same.internal",
+            SniMatch::Exact,
+        );
+        let views = route_views(std::slice::from_ref(&a), None);
+        let other = route_views(std::slice::from_ref(&b), None);
+        assert!(views[0].backend.starts_with("be_api_same.internal_"));
+        assert_ne!(views[0].backend, other[0].backend);
+        // Even unresolved duplicates get distinct names.
+        let both = [a.clone(), a];
+        let views = route_views(&both, None);
+        assert_ne!(views[0].backend, views[1].backend);
+    }
+
+    #[test]
+    fn strict_undefined_fails_the_render() {
+        let err = render_with(&[], "# generation: {{ header.generation }}\n{{ nope }}\n");
+        assert!(matches!(err, Err(RenderError::Render(_))), "{err:?}");
+    }
+
+    #[test]
+    fn a_template_without_the_header_is_refused() {
+        let err = render_with(&[], "global\n");
+        assert!(matches!(err, Err(RenderError::Header(_))), "{err:?}");
+    }
+
+    #[test]
+    fn a_template_hashing_its_own_hash_is_refused() {
+        let template = "# generation: {{ header.generation }}\n# sha256: {{ header.sha256 }}\n\
+                        # generated-at: x\n# trigger: x\n# rules: 0\nglobal\n  # {{ header.sha256 }}\n";
+        let err = render_with(&[], template);
+        assert!(
+            matches!(err, Err(RenderError::Render(_) | RenderError::Header(_))),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn values_that_could_inject_are_refused_by_the_formatter() {
+        let template = "# generation: {{ header.generation }}\nglobal\n    log {{ bad }}\n";
+        let env = Renderer::new(template).unwrap();
+        let tpl = env.env.get_template(TEMPLATE_NAME).unwrap();
+        for bad in ["a\nb", "a#b", "a\"b", "${X}"] {
+            let err = tpl.render(minijinja::context! { header => minijinja::context!{ generation => 1 }, bad => bad });
+            assert!(
+                err.unwrap_err().to_string().contains("refusing to write"),
+                "{bad:?}"
+            );
+        }
+    }
+}

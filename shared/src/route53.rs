@@ -1,0 +1,248 @@
+//! The only Route53 I/O: listing private zones and reading their record sets, one account at a
+//! time, paced under the account's request limit and counted.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use aws_sdk_route53::Client;
+use aws_sdk_route53::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_route53::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_route53::error::{DisplayErrorContext, SdkError};
+use aws_sdk_route53::operation::get_hosted_zone::GetHostedZoneError;
+use aws_sdk_route53::operation::list_resource_record_sets::ListResourceRecordSetsError;
+use aws_sdk_route53::types::RrType;
+
+use crate::model::{RecordSet, Zone};
+use crate::ratelimit::RateLimiter;
+
+/// Route53's page sizes: the most it returns per call.
+pub const ZONES_PER_PAGE: i32 = 100;
+pub const RECORDS_PER_PAGE: i32 = 300;
+
+/// A Route53 call that failed (after the SDK's retries).
+#[derive(Debug, thiserror::Error)]
+#[error("account {account}: {operation} failed: {message}")]
+pub struct ScanError {
+    pub account: String,
+    pub operation: &'static str,
+    pub message: String,
+}
+
+/// Counts every HTTP attempt a client makes (retries included): the real cost in Route53's
+/// request budget.
+#[derive(Debug, Default)]
+pub struct CallCounter {
+    attempts: AtomicU64,
+}
+
+impl CallCounter {
+    pub fn attempts(&self) -> u64 {
+        self.attempts.load(Ordering::Relaxed)
+    }
+}
+
+#[derive(Debug)]
+struct CountAttempts(Arc<CallCounter>);
+
+impl Intercept for CountAttempts {
+    fn name(&self) -> &'static str {
+        "autoproxy::CountAttempts"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        self.0.attempts.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// One account's Route53, paced and counted.
+#[derive(Debug, Clone)]
+pub struct AccountRoute53 {
+    pub account: String,
+    client: Client,
+    limiter: Arc<RateLimiter>,
+    counter: Arc<CallCounter>,
+    operations: Arc<AtomicU64>,
+}
+
+impl AccountRoute53 {
+    /// Wraps a client configured with this account's credentials.
+    pub fn new(account: &str, config: aws_sdk_route53::Config, requests_per_second: f64) -> Self {
+        let counter = Arc::new(CallCounter::default());
+        let config = config
+            .to_builder()
+            .interceptor(CountAttempts(counter.clone()))
+            .build();
+        AccountRoute53 {
+            account: account.to_owned(),
+            client: Client::from_conf(config),
+            limiter: Arc::new(RateLimiter::per_second(requests_per_second)),
+            counter,
+            operations: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// HTTP attempts made so far (retries included).
+    pub fn calls(&self) -> u64 {
+        self.counter.attempts()
+    }
+
+    /// Attempts beyond one per operation: retries after throttling or transient errors.
+    pub fn retries(&self) -> u64 {
+        self.calls()
+            .saturating_sub(self.operations.load(Ordering::Relaxed))
+    }
+
+    async fn pace(&self) {
+        self.limiter.acquire().await;
+        self.operations.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn error<E>(&self, operation: &'static str, err: SdkError<E>) -> ScanError
+    where
+        E: std::error::Error + 'static,
+    {
+        ScanError {
+            account: self.account.clone(),
+            operation,
+            message: DisplayErrorContext(err).to_string(),
+        }
+    }
+
+    /// Every hosted zone of the account, private and public, 100 a page.
+    pub async fn list_zones(&self) -> Result<(Vec<Zone>, u32), ScanError> {
+        let mut zones = Vec::new();
+        let mut marker: Option<String> = None;
+        let mut pages = 0;
+        loop {
+            self.pace().await;
+            let page = self
+                .client
+                .list_hosted_zones()
+                .max_items(ZONES_PER_PAGE)
+                .set_marker(marker.take())
+                .send()
+                .await
+                .map_err(|err| self.error("ListHostedZones", err))?;
+            pages += 1;
+            zones.extend(page.hosted_zones().iter().map(|zone| Zone {
+                account: self.account.clone(),
+                id: bare_zone_id(zone.id()).to_owned(),
+                name: zone.name().to_owned(),
+                private: zone.config().is_some_and(|c| c.private_zone()),
+            }));
+            match page.next_marker() {
+                Some(next) if page.is_truncated() => marker = Some(next.to_owned()),
+                _ => break,
+            }
+        }
+        Ok((zones, pages))
+    }
+
+    /// One zone by id; `None` when it no longer exists.
+    pub async fn get_zone(&self, zone_id: &str) -> Result<Option<Zone>, ScanError> {
+        self.pace().await;
+        match self.client.get_hosted_zone().id(zone_id).send().await {
+            Ok(out) => Ok(out.hosted_zone().map(|zone| Zone {
+                account: self.account.clone(),
+                id: bare_zone_id(zone.id()).to_owned(),
+                name: zone.name().to_owned(),
+                private: zone.config().is_some_and(|c| c.private_zone()),
+            })),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(GetHostedZoneError::is_no_such_hosted_zone) =>
+            {
+                Ok(None)
+            }
+            Err(err) => Err(self.error("GetHostedZone", err)),
+        }
+    }
+
+    /// Every record set of a zone, 300 a page. Route53's order (reversed labels, with `*`
+    /// and `-` sorting unexpectedly) is never used to stop early: only `IsTruncated` ends
+    /// the walk. `None` when the zone no longer exists.
+    pub async fn read_records(
+        &self,
+        zone_id: &str,
+    ) -> Result<Option<(Vec<RecordSet>, u32)>, ScanError> {
+        let mut records = Vec::new();
+        let mut next: (Option<String>, Option<RrType>, Option<String>) = (None, None, None);
+        let mut pages = 0;
+        loop {
+            self.pace().await;
+            let result = self
+                .client
+                .list_resource_record_sets()
+                .hosted_zone_id(zone_id)
+                .max_items(RECORDS_PER_PAGE)
+                .set_start_record_name(next.0.take())
+                .set_start_record_type(next.1.take())
+                .set_start_record_identifier(next.2.take())
+                .send()
+                .await;
+            let page = match result {
+                Ok(page) => page,
+                Err(err)
+                    if err
+                        .as_service_error()
+                        .is_some_and(ListResourceRecordSetsError::is_no_such_hosted_zone) =>
+                {
+                    return Ok(None);
+                }
+                Err(err) => return Err(self.error("ListResourceRecordSets", err)),
+            };
+            pages += 1;
+            // Only the types a rule can use are kept: at scale, memory is the other cost.
+            records.extend(
+                page.resource_record_sets()
+                    .iter()
+                    .filter(|set| matches!(set.r#type(), RrType::A | RrType::Cname))
+                    .map(|set| RecordSet {
+                        name: set.name().to_owned(),
+                        rtype: set.r#type().as_str().to_owned(),
+                        values: set
+                            .resource_records()
+                            .iter()
+                            .map(|r| r.value().to_owned())
+                            .collect(),
+                        alias_target: set.alias_target().map(|a| a.dns_name().to_owned()),
+                    }),
+            );
+            if !page.is_truncated() {
+                break;
+            }
+            next = (
+                page.next_record_name().map(str::to_owned),
+                page.next_record_type().cloned(),
+                page.next_record_identifier().map(str::to_owned),
+            );
+            if next.0.is_none() {
+                break;
+            }
+        }
+        Ok(Some((records, pages)))
+    }
+}
+
+/// `/hostedzone/Z123` → `Z123`.
+pub fn bare_zone_id(id: &str) -> &str {
+    id.rsplit('/').next().unwrap_or(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zone_ids_lose_their_prefix() {
+        assert_eq!(bare_zone_id("/hostedzone/Z0123ABC"), "Z0123ABC");
+        assert_eq!(bare_zone_id("Z0123ABC"), "Z0123ABC");
+    }
+}

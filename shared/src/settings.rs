@@ -1,0 +1,444 @@
+//! Settings of both functions, read once from the environment in `main` and passed down
+//! (DESIGN.md, "Generator settings" and "Configure (dispatch) settings").
+//!
+//! Parsing takes a lookup function rather than reading `std::env` itself, so tests feed it a
+//! table and the functions feed it the process environment.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, SocketAddr};
+
+use crate::names::{HostName, normalize};
+use crate::render::RenderOptions;
+
+/// Every variable the generator reads. `template.yaml` must set exactly these (a test checks).
+pub const GENERATE_VARIABLES: &[&str] = &[
+    "CONFIG_BUCKET",
+    "CONFIG_KEY",
+    "PEERING_PROXY_HOSTNAME",
+    "ACCOUNT_ROLE_ARNS",
+    "IGNORE_ZONES",
+    "DNS_RESOLVERS",
+    "MAX_RULE_DROP_PERCENT",
+    "TEMPLATE_KEY",
+    "RENDER_OPTIONS",
+    "ROUTE53_REQUESTS_PER_SECOND",
+];
+
+/// Every variable the configure function reads.
+pub const CONFIGURE_VARIABLES: &[&str] = &[
+    "CONFIG_KEY",
+    "APPLY_DOCUMENT",
+    "TARGET_TAG_KEY",
+    "TARGET_TAG_VALUE",
+    "MAX_CONCURRENCY",
+    "MAX_ERRORS",
+    "COMMAND_LOG_GROUP",
+];
+
+pub const DEFAULT_CONFIG_KEY: &str = "haproxy/haproxy.cfg";
+pub const DEFAULT_RESOLVER: &str = "169.254.169.253:53";
+
+/// A setting that is missing or malformed: names the variable, what was expected and what
+/// arrived.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{variable}: expected {expected}, got {got:?}")]
+pub struct SettingsError {
+    pub variable: &'static str,
+    pub expected: String,
+    pub got: String,
+}
+
+fn invalid(variable: &'static str, expected: impl Into<String>, got: &str) -> SettingsError {
+    SettingsError {
+        variable,
+        expected: expected.into(),
+        got: got.to_owned(),
+    }
+}
+
+/// An IAM role to assume, one per member account.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RoleArn {
+    pub arn: String,
+    pub account: String,
+}
+
+impl RoleArn {
+    pub fn parse(raw: &str) -> Result<Self, SettingsError> {
+        let expected = "role ARNs like arn:aws:iam::111111111111:role/name";
+        let parts: Vec<&str> = raw.splitn(6, ':').collect();
+        let valid = parts.len() == 6
+            && parts[0] == "arn"
+            && parts[1].starts_with("aws")
+            && parts[2] == "iam"
+            && parts[4].len() == 12
+            && parts[4].bytes().all(|b| b.is_ascii_digit())
+            && parts[5].starts_with("role/")
+            && parts[5].len() > 5;
+        if !valid {
+            return Err(invalid("ACCOUNT_ROLE_ARNS", expected, raw));
+        }
+        Ok(RoleArn {
+            arn: raw.to_owned(),
+            account: parts[4].to_owned(),
+        })
+    }
+}
+
+/// The generator's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerateSettings {
+    pub config_bucket: String,
+    pub config_key: String,
+    pub proxy_hostnames: Vec<HostName>,
+    pub account_roles: Vec<RoleArn>,
+    /// Normalised zone names to skip.
+    pub ignore_zones: BTreeSet<String>,
+    pub dns_resolvers: Vec<SocketAddr>,
+    pub max_rule_drop_percent: u8,
+    /// An object in the config bucket holding a template that replaces the embedded one.
+    pub template_key: Option<String>,
+    pub render_options: RenderOptions,
+    /// Route53 calls per second per account (Route53 allows 5, shared with every other tool).
+    pub route53_requests_per_second: f64,
+}
+
+impl GenerateSettings {
+    /// Reads the settings through `lookup` (the process environment in production).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
+        let get = |name: &str| {
+            lookup(name)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let config_bucket = get("CONFIG_BUCKET")
+            .ok_or_else(|| invalid("CONFIG_BUCKET", "the name of the config bucket", ""))?;
+        let config_key = object_key("CONFIG_KEY", get("CONFIG_KEY"))?;
+        let proxy_hostnames = list(get("PEERING_PROXY_HOSTNAME"))
+            .map(|raw| {
+                HostName::parse(&raw).map_err(|err| {
+                    invalid(
+                        "PEERING_PROXY_HOSTNAME",
+                        format!("host names ({err})"),
+                        &raw,
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if proxy_hostnames.is_empty() {
+            return Err(invalid(
+                "PEERING_PROXY_HOSTNAME",
+                "the peering proxy's host name (comma-separated list allowed)",
+                "",
+            ));
+        }
+        let mut account_roles = list(get("ACCOUNT_ROLE_ARNS"))
+            .map(|raw| RoleArn::parse(&raw))
+            .collect::<Result<Vec<_>, _>>()?;
+        account_roles.sort();
+        account_roles.dedup();
+        let ignore_zones = list(get("IGNORE_ZONES"))
+            .map(|raw| {
+                HostName::parse(&raw)
+                    .map(|name| name.as_str().to_owned())
+                    .map_err(|err| invalid("IGNORE_ZONES", format!("zone names ({err})"), &raw))
+            })
+            .collect::<Result<BTreeSet<_>, _>>()?;
+        let resolvers = get("DNS_RESOLVERS").unwrap_or_else(|| DEFAULT_RESOLVER.to_owned());
+        let dns_resolvers = list(Some(resolvers))
+            .map(|raw| parse_resolver(&raw))
+            .collect::<Result<Vec<_>, _>>()?;
+        if dns_resolvers.is_empty() {
+            return Err(invalid("DNS_RESOLVERS", "ip[:port] entries", ""));
+        }
+        let max_rule_drop_percent = match get("MAX_RULE_DROP_PERCENT") {
+            None => 50,
+            Some(raw) => raw
+                .parse::<u8>()
+                .ok()
+                .filter(|p| *p <= 100)
+                .ok_or_else(|| {
+                    invalid(
+                        "MAX_RULE_DROP_PERCENT",
+                        "a whole number from 0 to 100",
+                        &raw,
+                    )
+                })?,
+        };
+        let template_key = match get("TEMPLATE_KEY") {
+            None => None,
+            Some(raw) => Some(object_key("TEMPLATE_KEY", Some(raw))?),
+        };
+        let render_options = match get("RENDER_OPTIONS") {
+            None => RenderOptions::default(),
+            Some(raw) => serde_json::from_str(&raw).map_err(|err| {
+                invalid(
+                    "RENDER_OPTIONS",
+                    format!("a JSON object of template options ({err})"),
+                    &raw,
+                )
+            })?,
+        };
+        let route53_requests_per_second = match get("ROUTE53_REQUESTS_PER_SECOND") {
+            None => 5.0,
+            Some(raw) => raw
+                .parse::<f64>()
+                .ok()
+                .filter(|r| r.is_finite() && *r > 0.0 && *r <= 1000.0)
+                .ok_or_else(|| {
+                    invalid(
+                        "ROUTE53_REQUESTS_PER_SECOND",
+                        "a number of requests per second above 0",
+                        &raw,
+                    )
+                })?,
+        };
+        Ok(GenerateSettings {
+            config_bucket,
+            config_key,
+            proxy_hostnames,
+            account_roles,
+            ignore_zones,
+            dns_resolvers,
+            max_rule_drop_percent,
+            template_key,
+            render_options,
+            route53_requests_per_second,
+        })
+    }
+
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, SettingsError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// The manifest sits beside the config under a name that does not share the config
+    /// key's prefix, so an S3 notification filtered on the config key never fires for it.
+    pub fn manifest_key(&self) -> String {
+        manifest_key(&self.config_key)
+    }
+
+    /// True when the zone (any spelling) is listed in `IGNORE_ZONES`.
+    pub fn ignores(&self, zone_name: &str) -> bool {
+        normalize(zone_name)
+            .to_host()
+            .is_ok_and(|name| self.ignore_zones.contains(name.as_str()))
+    }
+}
+
+/// `haproxy/haproxy.cfg` → `haproxy/haproxy.manifest.json`.
+pub fn manifest_key(config_key: &str) -> String {
+    let (dir, file) = match config_key.rsplit_once('/') {
+        Some((dir, file)) => (format!("{dir}/"), file),
+        None => (String::new(), config_key),
+    };
+    let stem = file.strip_suffix(".cfg").unwrap_or(file);
+    format!("{dir}{stem}.manifest.json")
+}
+
+/// The configure function's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigureSettings {
+    pub config_key: String,
+    pub apply_document: String,
+    pub target_tag_key: String,
+    pub target_tag_value: String,
+    pub max_concurrency: String,
+    pub max_errors: String,
+    /// CloudWatch Logs group for the command's output; empty lets SSM pick its default.
+    pub command_log_group: Option<String>,
+}
+
+impl ConfigureSettings {
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
+        let get = |name: &str| {
+            lookup(name)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let apply_document = get("APPLY_DOCUMENT")
+            .ok_or_else(|| invalid("APPLY_DOCUMENT", "the name of the SSM apply document", ""))?;
+        let rate = |variable: &'static str, default: &str| -> Result<String, SettingsError> {
+            let raw = get(variable).unwrap_or_else(|| default.to_owned());
+            let digits = raw.strip_suffix('%').unwrap_or(&raw);
+            let valid = !digits.is_empty()
+                && digits.len() <= 7
+                && digits.bytes().all(|b| b.is_ascii_digit());
+            if valid {
+                Ok(raw)
+            } else {
+                Err(invalid(
+                    variable,
+                    "a count like 1 or a percentage like 10%",
+                    &raw,
+                ))
+            }
+        };
+        let max_concurrency = rate("MAX_CONCURRENCY", "1")?;
+        if max_concurrency == "0" || max_concurrency == "0%" {
+            return Err(invalid("MAX_CONCURRENCY", "at least 1", &max_concurrency));
+        }
+        Ok(ConfigureSettings {
+            config_key: object_key("CONFIG_KEY", get("CONFIG_KEY"))?,
+            apply_document,
+            target_tag_key: get("TARGET_TAG_KEY").unwrap_or_else(|| "Role".to_owned()),
+            target_tag_value: get("TARGET_TAG_VALUE").unwrap_or_else(|| "peering-proxy".to_owned()),
+            max_concurrency,
+            max_errors: rate("MAX_ERRORS", "0")?,
+            command_log_group: get("COMMAND_LOG_GROUP"),
+        })
+    }
+
+    pub fn from_env() -> Result<Self, SettingsError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+}
+
+fn list(raw: Option<String>) -> std::vec::IntoIter<String> {
+    raw.unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(str::to_owned)
+        .collect::<Vec<_>>()
+        .into_iter()
+}
+
+fn object_key(variable: &'static str, raw: Option<String>) -> Result<String, SettingsError> {
+    let key = raw.unwrap_or_else(|| DEFAULT_CONFIG_KEY.to_owned());
+    let valid = !key.starts_with('/')
+        && key.len() <= 1024
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-".contains(&b));
+    if valid {
+        Ok(key)
+    } else {
+        Err(invalid(
+            variable,
+            "an S3 key of letters, digits and / . _ - (no leading /)",
+            &key,
+        ))
+    }
+}
+
+fn parse_resolver(raw: &str) -> Result<SocketAddr, SettingsError> {
+    let expected = "ip[:port] entries, like 169.254.169.253:53 or [fd00::2]:53";
+    if let Ok(addr) = raw.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    raw.parse::<IpAddr>()
+        .map(|ip| SocketAddr::new(ip, 53))
+        .map_err(|_| invalid("DNS_RESOLVERS", expected, raw))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn generate(vars: &[(&str, &str)]) -> Result<GenerateSettings, SettingsError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        GenerateSettings::from_lookup(|name| map.get(name).cloned())
+    }
+
+    const MINIMAL: &[(&str, &str)] = &[
+        ("CONFIG_BUCKET", "bucket"),
+        ("PEERING_PROXY_HOSTNAME", "Proxy.Tools.Example.com."),
+    ];
+
+    #[test]
+    fn defaults_follow_the_design() {
+        let s = generate(MINIMAL).unwrap();
+        assert_eq!(s.config_key, "haproxy/haproxy.cfg");
+        assert_eq!(s.manifest_key(), "haproxy/haproxy.manifest.json");
+        assert_eq!(s.proxy_hostnames[0].as_str(), "proxy.tools.example.com");
+        assert!(s.account_roles.is_empty());
+        assert_eq!(s.dns_resolvers, ["169.254.169.253:53".parse().unwrap()]);
+        assert_eq!(s.max_rule_drop_percent, 50);
+        assert_eq!(s.render_options, RenderOptions::default());
+        assert!((s.route53_requests_per_second - 5.0).abs() < f64::EPSILON);
+    }
+
+    #[test]
+    fn lists_are_parsed_and_normalised() {
+        let mut vars = MINIMAL.to_vec();
+        vars.push(("PEERING_PROXY_HOSTNAME", "a.example.com, b.example.com"));
+        vars.push((
+            "ACCOUNT_ROLE_ARNS",
+            "arn:aws:iam::222222222222:role/r, arn:aws:iam::111111111111:role/r",
+        ));
+        vars.push(("IGNORE_ZONES", "Legacy.Internal., other.internal"));
+        vars.push(("DNS_RESOLVERS", "10.0.0.2, 127.0.0.1:5353"));
+        let s = generate(&vars).unwrap();
+        assert_eq!(s.proxy_hostnames.len(), 2);
+        assert_eq!(s.account_roles[0].account, "111111111111");
+        assert!(s.ignores("legacy.internal"));
+        assert!(s.ignores("LEGACY.internal."));
+        assert!(!s.ignores("x.internal"));
+        assert_eq!(s.dns_resolvers[0], "10.0.0.2:53".parse().unwrap());
+        assert_eq!(s.dns_resolvers[1], "127.0.0.1:5353".parse().unwrap());
+    }
+
+    #[test]
+    fn bad_values_name_the_variable_expectation_and_value() {
+        let cases: &[(&str, &str, &str)] = &[
+            ("PEERING_PROXY_HOSTNAME", "bad host", "host names"),
+            ("ACCOUNT_ROLE_ARNS", "arn:aws:iam::12:role/x", "role ARNs"),
+            ("DNS_RESOLVERS", "resolver.local", "ip[:port]"),
+            ("MAX_RULE_DROP_PERCENT", "101", "0 to 100"),
+            ("MAX_RULE_DROP_PERCENT", "ten", "0 to 100"),
+            ("CONFIG_KEY", "/abs/key", "S3 key"),
+            ("RENDER_OPTIONS", "{\"https_port\": 1}", "JSON object"),
+            ("ROUTE53_REQUESTS_PER_SECOND", "0", "above 0"),
+        ];
+        for (variable, value, expected) in cases {
+            let mut vars = MINIMAL.to_vec();
+            vars.push((variable, value));
+            let err = generate(&vars).unwrap_err();
+            assert_eq!(err.variable, *variable);
+            let text = err.to_string();
+            assert!(text.contains(expected), "{text}");
+            assert!(text.contains(&format!("{value:?}")), "{text}");
+        }
+        let err = generate(&[("CONFIG_BUCKET", "b")]).unwrap_err();
+        assert_eq!(err.variable, "PEERING_PROXY_HOSTNAME");
+        let err = generate(&[]).unwrap_err();
+        assert_eq!(err.variable, "CONFIG_BUCKET");
+    }
+
+    #[test]
+    fn manifest_key_never_shares_the_config_prefix() {
+        for (config, manifest) in [
+            ("haproxy/haproxy.cfg", "haproxy/haproxy.manifest.json"),
+            ("haproxy.cfg", "haproxy.manifest.json"),
+            ("a/b/proxy", "a/b/proxy.manifest.json"),
+        ] {
+            assert_eq!(manifest_key(config), manifest);
+        }
+    }
+
+    #[test]
+    fn configure_defaults_and_errors() {
+        let map: HashMap<&str, &str> = [("APPLY_DOCUMENT", "doc")].into();
+        let s = ConfigureSettings::from_lookup(|n| map.get(n).map(|v| (*v).to_owned())).unwrap();
+        assert_eq!(s.config_key, "haproxy/haproxy.cfg");
+        assert_eq!(
+            (s.target_tag_key.as_str(), s.target_tag_value.as_str()),
+            ("Role", "peering-proxy")
+        );
+        assert_eq!(
+            (s.max_concurrency.as_str(), s.max_errors.as_str()),
+            ("1", "0")
+        );
+        let map: HashMap<&str, &str> = [("APPLY_DOCUMENT", "doc"), ("MAX_ERRORS", "x")].into();
+        let err =
+            ConfigureSettings::from_lookup(|n| map.get(n).map(|v| (*v).to_owned())).unwrap_err();
+        assert_eq!(err.variable, "MAX_ERRORS");
+        let err = ConfigureSettings::from_lookup(|_| None).unwrap_err();
+        assert_eq!(err.variable, "APPLY_DOCUMENT");
+    }
+}

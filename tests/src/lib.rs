@@ -1,0 +1,29 @@
+//! The integration-test harness: real stand-ins started per test (moto server, HAProxy), and
+//! the helpers the `it` test binary shares.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+pub mod check;
+pub mod golden;
+pub mod moto;
+pub mod proxy;
+pub mod ssm_agent;
+
+use std::path::{Path, PathBuf};
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ sits in the workspace root")
+        .to_path_buf()
+}
+
+/// A tool by name: from `.ci/tools.sh`'s bin directory when it is there, else from PATH.
+pub fn tool(name: &str) -> PathBuf {
+    let installed = moto::tools_bin().join(name);
+    if installed.exists() {
+        installed
+    } else {
+        PathBuf::from(name)
+    }
+}

@@ -1,0 +1,160 @@
+//! Every golden config: rendered from its input, compared byte for byte, and checked by the
+//! real `haproxy -c` with warnings fatal.
+
+use autoproxy::model::{RecordSet, Zone, ZoneRecords};
+use autoproxy::names::HostName;
+use autoproxy_tests::check::assert_valid;
+use autoproxy_tests::golden::{Input, compare, dir, render_case};
+
+fn golden(case: &str) -> (String, Vec<String>) {
+    let path = dir(case).join("input.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let input: Input = serde_json::from_str(&text).unwrap();
+    let (rendered, warnings) = render_case(&input);
+    compare(&dir(case).join("haproxy.cfg"), &rendered.text);
+    let mut listed = warnings.join("\n");
+    listed.push('\n');
+    compare(&dir(case).join("warnings.txt"), &listed);
+    assert_valid(&rendered.text);
+    (rendered.text, warnings)
+}
+
+fn sni_lines(config: &str) -> Vec<&str> {
+    config
+        .lines()
+        .filter(|l| l.contains("req.ssl_sni"))
+        .map(str::trim)
+        .collect()
+}
+
+#[test]
+fn both_rules() {
+    let (config, warnings) = golden("both_rules");
+    assert_eq!(sni_lines(&config).len(), 2);
+    assert!(config.contains("req.ssl_sni -i proxy.api.prod.example.internal\n"));
+    assert!(config.contains("req.ssl_sni -i -m end .int.prod.example.internal\n"));
+    assert!(
+        config.contains(
+            " ingress-int.prod.example.internal:443 resolvers vpc init-addr last,libc,none"
+        )
+    );
+    assert!(warnings.is_empty(), "{warnings:?}");
+}
+
+#[test]
+fn api_only() {
+    let (config, _) = golden("api_only");
+    // Alias A and the k8s variant both count.
+    assert!(config.contains("req.ssl_sni -i proxy.api.staging.example.internal\n"));
+    assert!(config.contains("req.ssl_sni -i proxy.api.k8s.staging.example.internal\n"));
+    assert_eq!(sni_lines(&config).len(), 2);
+}
+
+#[test]
+fn ingress_only() {
+    let (config, _) = golden("ingress_only");
+    let lines = sni_lines(&config);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].ends_with("req.ssl_sni -i -m end .int.dev.example.internal"));
+}
+
+#[test]
+fn wrong_target() {
+    let (config, warnings) = golden("wrong_target");
+    assert!(
+        sni_lines(&config).is_empty(),
+        "a CNAME to anything but the proxy must not route"
+    );
+    assert!(warnings.is_empty(), "{warnings:?}");
+}
+
+#[test]
+fn public_zone() {
+    let (config, _) = golden("public_zone");
+    assert!(sni_lines(&config).is_empty());
+}
+
+#[test]
+fn escaped_wildcard() {
+    let (config, _) = golden("escaped_wildcard");
+    assert!(config.contains("-m end .int.escaped.example.internal\n"));
+}
+
+#[test]
+fn case_and_dots() {
+    let (config, _) = golden("case_and_dots");
+    assert!(config.contains("req.ssl_sni -i proxy.api.mixed.example.internal\n"));
+    assert!(config.contains("-m end .int.mixed.example.internal\n"));
+    assert!(!config.to_lowercase().contains("mixed.example.internal.:"));
+}
+
+#[test]
+fn same_zone_two_accounts() {
+    let (config, warnings) = golden("same_zone_two_accounts");
+    // The API name is claimed twice: account 111… wins; the ingress suffix only once.
+    assert_eq!(sni_lines(&config).len(), 2);
+    assert!(config.contains("account 111111111111)\nbackend be_api_shared.example.internal_"));
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("Z0AAA in account 111111111111"));
+    assert!(warnings[0].contains("Z0BBB in account 222222222222"));
+}
+
+#[test]
+fn hostile_names() {
+    let (config, warnings) = golden("hostile_names");
+    assert_eq!(sni_lines(&config).len(), 1, "only the plain zone routes");
+    assert!(config.contains("proxy.api.ok.example.internal"));
+    for bad in ["evil", "caf", "HOME", "x\"y"] {
+        assert!(!config.contains(bad), "{bad} reached the config");
+    }
+    // Five hostile zones and two hostile record names, each named in a warning.
+    assert_eq!(warnings.len(), 7, "{warnings:#?}");
+}
+
+#[test]
+fn zero_rules() {
+    let (config, _) = golden("zero_rules");
+    assert!(sni_lines(&config).is_empty());
+    assert!(config.contains("# rules: 0\n"));
+}
+
+/// 2,000 rules: 1,000 zones with both pairs (generated, not stored as input).
+#[test]
+fn two_thousand_rules() {
+    let proxy = "peering-proxy.tools.example.com";
+    let zones = (0..1000)
+        .map(|i| {
+            let name = format!("c{i:04}.example.internal.");
+            ZoneRecords {
+                zone: Zone {
+                    account: format!("{:012}", 100_000_000_000u64 + (i % 10)),
+                    id: format!("Z{i:05}"),
+                    name: name.clone(),
+                    private: true,
+                },
+                records: vec![
+                    RecordSet::new(&format!("api.{name}"), "A", &["10.0.0.1"]),
+                    RecordSet::new(&format!("proxy.api.{name}"), "CNAME", &[proxy]),
+                    RecordSet::new(&format!("\\052.int.{name}"), "CNAME", &[proxy]),
+                    RecordSet::new(
+                        &format!("ingress-int.{name}"),
+                        "CNAME",
+                        &["elb.example.com"],
+                    ),
+                ],
+            }
+        })
+        .collect();
+    let input = Input {
+        proxies: vec![HostName::parse(proxy).unwrap()],
+        zones,
+    };
+    let (rendered, warnings) = render_case(&input);
+    assert!(warnings.is_empty());
+    assert_eq!(rendered.header.rules, 2000);
+    compare(
+        &dir("two_thousand_rules").join("haproxy.cfg"),
+        &rendered.text,
+    );
+    assert_valid(&rendered.text);
+}
