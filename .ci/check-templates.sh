@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Checks the SAM template and the member-account template offline: cfn-lint, sam validate --lint,
+# checkov, and a sam build that must produce both bootstrap binaries. Needs the tools from
+# `.ci/tools.sh all`. Fails on the first step that fails; each step names itself.
+#
+#   .ci/check-templates.sh            all four steps
+#   SKIP_BUILD=1 .ci/check-templates.sh   the three static checks only (seconds, not minutes)
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export PATH="${AUTOPROXY_CACHE:-$HOME/.cache/autoproxy}/bin:$PATH"
+export SAM_CLI_TELEMETRY=0
+templates=(template.yaml docs/member-account.yaml)
+
+step() { printf '\n== %s\n' "$*"; }
+fail() { echo "check-templates: FAILED: $*" >&2; exit 1; }
+for tool in cfn-lint sam checkov cargo-lambda; do
+  command -v "$tool" >/dev/null || fail "$tool not found: run .ci/tools.sh all"
+done
+# cargo-lambda links through Zig, which its venv carries as the `ziglang` package; point
+# cargo-zigbuild at that binary unless a zig is on PATH already.
+if ! command -v zig >/dev/null && [ -z "${CARGO_ZIGBUILD_ZIG_PATH:-}" ]; then
+  venv_python=$(dirname "$(readlink -f "$(command -v cargo-lambda)")")/python3
+  CARGO_ZIGBUILD_ZIG_PATH=$("$venv_python" -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')
+  [ -x "$CARGO_ZIGBUILD_ZIG_PATH" ] || fail "no zig: expected it at $CARGO_ZIGBUILD_ZIG_PATH (the cargo-lambda venv)"
+  export CARGO_ZIGBUILD_ZIG_PATH
+fi
+
+step "cfn-lint ${templates[*]}"
+# Warnings count as failures: any output at all fails the step.
+lint=$(cfn-lint "${templates[@]}" 2>&1) || true
+[ -z "$lint" ] || { echo "$lint"; fail "cfn-lint reported the findings above"; }
+echo "no errors, no warnings"
+
+step "sam validate --lint"
+# sam validate needs a region to resolve pseudo parameters; nothing is called in it.
+sam validate --lint --template template.yaml --region us-east-1
+
+step "checkov"
+# --skip-download: checkov otherwise tries to fetch guidelines from Prisma Cloud (offline here).
+# Every skip is in the templates, on its resource, with a reason.
+report=$(checkov -f template.yaml -f docs/member-account.yaml --framework cloudformation \
+  --quiet --compact --skip-download 2>&1) || { echo "$report"; fail "checkov found failed checks"; }
+summary=$(grep -E '^Passed checks: [0-9]+, Failed checks: [0-9]+, Skipped checks: [0-9]+' <<<"$report") \
+  || { echo "$report"; fail "checkov printed no summary"; }
+echo "$summary"
+grep -q 'Failed checks: 0,' <<<"$summary" || { echo "$report"; fail "checkov found failed checks"; }
+
+if [ -n "${SKIP_BUILD:-}" ]; then
+  step "sam build skipped (SKIP_BUILD set)"
+  exit 0
+fi
+
+step "sam build (cargo lambda, host architecture)"
+# The template deploys arm64; the aarch64 rust-std is a toolchain download CI must not rely on,
+# so the build overrides the Architecture parameter to the host's. Output goes to the
+# gitignored .aws-sam/.
+# e_machine in the ELF header: 3e = x86-64, b7 = AArch64.
+case "$(uname -m)" in
+  x86_64) arch=x86_64 machine="3e 00" ;;
+  aarch64 | arm64) arch=arm64 machine="b7 00" ;;
+  *) fail "unsupported host architecture $(uname -m)" ;;
+esac
+sam build --template template.yaml --build-dir .aws-sam/build --cache-dir .aws-sam/cache \
+  --parameter-overrides "Architecture=$arch"
+for fn in GenerateFunction ConfigureFunction; do
+  bin=.aws-sam/build/$fn/bootstrap
+  [ -f "$bin" ] && [ -x "$bin" ] || fail "$bin is missing or not executable"
+  [ "$(od -An -tx1 -j18 -N2 "$bin" | xargs)" = "$machine" ] || fail "$bin is not a $arch ELF executable"
+  echo "$bin: $arch executable, $(wc -c <"$bin") bytes"
+done
+
+step "all template checks passed"
