@@ -1,0 +1,309 @@
+//! autoproxy-generate: Route53 of every configured account → haproxy.cfg in S3, written only
+//! when it changed.
+
+use std::time::Instant;
+
+use autoproxy::discovery::{self, Matching, Scope, SweepError};
+use autoproxy::metrics::Metrics;
+use autoproxy::publish::{self, Current, Decision};
+use autoproxy::render::{DEFAULT_TEMPLATE, RenderError, RenderInput, Rendered, Renderer};
+use autoproxy::route53::AccountRoute53;
+use autoproxy::rules::{DEFAULT_RULES, resolve};
+use autoproxy::s3::{ConfigStore, CurrentConfig, StoreError};
+use autoproxy::settings::GenerateSettings;
+use aws_config::SdkConfig;
+use aws_config::sts::AssumeRoleProvider;
+use lambda_runtime::{Diagnostic, LambdaEvent};
+use serde::Serialize;
+use serde_json::Value;
+use tracing::{info, warn};
+
+use crate::trigger::{self, Trigger, TriggerError};
+
+/// Everything a run needs, built once per cold start.
+#[derive(Debug)]
+pub struct Deps {
+    pub settings: GenerateSettings,
+    pub store: ConfigStore,
+    /// The function's own account first, then one per role.
+    pub accounts: Vec<AccountRoute53>,
+    pub default_renderer: Renderer,
+}
+
+impl Deps {
+    /// Builds the clients: the own account's Route53 and one assumed-role client per
+    /// `ACCOUNT_ROLE_ARNS` entry (credentials are fetched lazily, on first use).
+    pub async fn new(
+        settings: GenerateSettings,
+        sdk: &SdkConfig,
+        own_account: &str,
+    ) -> Result<Self, GenerateError> {
+        let rate = settings.route53_requests_per_second;
+        let mut accounts = vec![AccountRoute53::new(
+            own_account,
+            aws_sdk_route53::Config::new(sdk),
+            rate,
+        )];
+        for role in &settings.account_roles {
+            if role.account == own_account {
+                continue;
+            }
+            let provider = AssumeRoleProvider::builder(&role.arn)
+                .session_name("autoproxy-generate")
+                .configure(sdk)
+                .build()
+                .await;
+            let config = aws_sdk_route53::config::Builder::from(sdk)
+                .credentials_provider(provider)
+                .build();
+            accounts.push(AccountRoute53::new(&role.account, config, rate));
+        }
+        let store = ConfigStore::new(
+            aws_sdk_s3::Client::new(sdk),
+            &settings.config_bucket,
+            &settings.config_key,
+            &settings.manifest_key(),
+        );
+        Ok(Deps {
+            default_renderer: Renderer::new(DEFAULT_TEMPLATE).map_err(GenerateError::Render)?,
+            settings,
+            store,
+            accounts,
+        })
+    }
+}
+
+/// Why a run failed. Nothing was published.
+#[derive(Debug, thiserror::Error)]
+pub enum GenerateError {
+    #[error(transparent)]
+    Trigger(#[from] TriggerError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Sweep(#[from] SweepError),
+    #[error("rendering haproxy.cfg failed, nothing published: {0}")]
+    Render(#[source] RenderError),
+}
+
+impl From<GenerateError> for Diagnostic {
+    fn from(err: GenerateError) -> Self {
+        let kind = match &err {
+            GenerateError::Trigger(_) => "InvalidEvent",
+            GenerateError::Store(_) => "S3Error",
+            GenerateError::Sweep(_) => "ScanFailed",
+            GenerateError::Render(_) => "RenderFailed",
+        };
+        Diagnostic {
+            error_type: kind.to_owned(),
+            error_message: err.to_string(),
+        }
+    }
+}
+
+/// The JSON summary every invocation returns (DESIGN.md, "Generator events").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    pub trigger: String,
+    pub zones_scanned: usize,
+    pub rules: usize,
+    pub changed: bool,
+    pub published: bool,
+    pub sha256: String,
+    pub version_id: Option<String>,
+    pub diff: String,
+    pub warnings: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
+}
+
+/// The Lambda entry point.
+pub async fn function_handler(
+    deps: &Deps,
+    event: LambdaEvent<Value>,
+) -> Result<Summary, GenerateError> {
+    handle(deps, &event.payload, &now_rfc3339()).await
+}
+
+/// One run, callable from tests: `generated_at` is the time stamped into the header.
+pub async fn handle(
+    deps: &Deps,
+    payload: &Value,
+    generated_at: &str,
+) -> Result<Summary, GenerateError> {
+    let started = Instant::now();
+    let trigger = trigger::parse(payload)?;
+    let calls_before: u64 = deps.accounts.iter().map(AccountRoute53::calls).sum();
+    let retries_before: u64 = deps.accounts.iter().map(AccountRoute53::retries).sum();
+    info!(trigger = %trigger.label(), "run started");
+
+    let current = deps.store.current_config().await?;
+    let previous = match deps.store.manifest().await {
+        Ok(manifest) => manifest,
+        Err(err) => {
+            warn!(error = %err, "manifest unreadable: this run is a full sweep");
+            None
+        }
+    };
+    let scope = match (&trigger, &previous) {
+        (Trigger::Route53 { zone, .. }, Some(_)) => Scope::Zones(vec![zone.clone()]),
+        _ => Scope::Full,
+    };
+    let matching = Matching {
+        rules: DEFAULT_RULES,
+        proxies: &deps.settings.proxy_hostnames,
+        ignore: &deps.settings.ignore_zones,
+    };
+    let swept = discovery::sweep(&deps.accounts, previous.as_ref(), &scope, matching).await?;
+    let mut warnings = swept.failures.clone();
+    warnings.extend(swept.warnings.iter().cloned());
+
+    let (routes, conflicts) = resolve(swept.manifest.candidate_routes());
+    warnings.extend(conflicts.iter().map(ToString::to_string));
+
+    let custom;
+    let renderer = match &deps.settings.template_key {
+        Some(key) => {
+            custom =
+                Renderer::new(&deps.store.template(key).await?).map_err(GenerateError::Render)?;
+            &custom
+        }
+        None => &deps.default_renderer,
+    };
+    let render = |generation: u64| -> Result<Rendered, GenerateError> {
+        renderer
+            .render(&RenderInput {
+                routes: &routes,
+                resolvers: &deps.settings.dns_resolvers,
+                options: &deps.settings.render_options,
+                generation,
+                generated_at,
+                trigger: &trigger.label(),
+            })
+            .map_err(GenerateError::Render)
+    };
+    let current_generation = current.as_ref().map_or(0, CurrentConfig::generation);
+    // Never number below what was last published: someone may have copied an old version
+    // over the current object, and the fleet skips generations it has already passed.
+    let next_generation = current_generation.max(previous.as_ref().map_or(0, |m| m.generation)) + 1;
+    // Rendered with the current generation, an unchanged state gives the current body.
+    let same_generation = render(current_generation)?;
+    let decision = publish::decide(
+        current.as_ref().and_then(|c| {
+            c.header.as_ref().map(|h| Current {
+                sha256: &h.sha256,
+                rules: h.rules,
+            })
+        }),
+        &same_generation.header.sha256,
+        routes.len(),
+        deps.settings.max_rule_drop_percent,
+        trigger.force(),
+    );
+    let changed = decision != Decision::Unchanged;
+    let rendered = if changed {
+        render(next_generation)?
+    } else {
+        same_generation
+    };
+    let diff = match &current {
+        Some(current) if changed => autoproxy::diff::unified(
+            &current.text,
+            &rendered.text,
+            &format!("s3://{}/{}", deps.store.bucket, deps.store.config_key),
+            "rendered",
+        ),
+        None => autoproxy::diff::unified("", &rendered.text, "/dev/null", "rendered"),
+        _ => String::new(),
+    };
+
+    let mut manifest = swept.manifest;
+    let mut version_id = current.as_ref().and_then(|c| c.version_id.clone());
+    let mut published = false;
+    match (&decision, trigger.dry_run()) {
+        (_, true) => info!(changed, "dry run: nothing written"),
+        (Decision::Blocked(reason), false) => {
+            warn!(reason = %reason, "mass-deletion guard: nothing written");
+            warnings.push(reason.clone());
+        }
+        (Decision::Unchanged, false) => {
+            if previous.as_ref().is_none_or(|p| !p.same_content(&manifest)) {
+                manifest.generation = current_generation;
+                deps.store.put_manifest(&manifest).await?;
+                info!("config unchanged; manifest updated");
+            } else {
+                info!("config unchanged: nothing written");
+            }
+        }
+        (Decision::Publish, false) => {
+            // Manifest first: if the config write fails, the next run still sees a
+            // difference and publishes; the other order could lose the manifest.
+            manifest.generation = rendered.header.generation;
+            deps.store.put_manifest(&manifest).await?;
+            version_id = deps
+                .store
+                .put_config(&rendered.text, &rendered.header, current.as_ref())
+                .await?;
+            published = true;
+            info!(
+                generation = rendered.header.generation,
+                rules = routes.len(),
+                sha256 = %rendered.header.sha256,
+                version_id = version_id.as_deref().unwrap_or(""),
+                "published"
+            );
+        }
+    }
+
+    let calls: u64 = deps.accounts.iter().map(AccountRoute53::calls).sum::<u64>() - calls_before;
+    let retries: u64 = deps
+        .accounts
+        .iter()
+        .map(AccountRoute53::retries)
+        .sum::<u64>()
+        - retries_before;
+    let elapsed = started.elapsed().as_millis();
+    Metrics::new("generate")
+        .count("ZonesScanned", swept.zones_scanned as u64)
+        .count("Routes", routes.len() as u64)
+        .count("Route53Calls", calls)
+        .count("Throttles", retries)
+        .count("Changed", u64::from(changed))
+        .count("Published", u64::from(published))
+        .count(
+            "GuardBlocked",
+            u64::from(matches!(decision, Decision::Blocked(_))),
+        )
+        .milliseconds("DurationMs", elapsed)
+        .emit();
+    info!(
+        trigger = %trigger.label(),
+        zones_scanned = swept.zones_scanned,
+        routes = routes.len(),
+        route53_calls = calls,
+        changed,
+        published,
+        duration_ms = u64::try_from(elapsed).unwrap_or(u64::MAX),
+        "run finished"
+    );
+    Ok(Summary {
+        trigger: trigger.label(),
+        zones_scanned: swept.zones_scanned,
+        rules: routes.len(),
+        changed,
+        published,
+        sha256: rendered.header.sha256.clone(),
+        version_id,
+        diff,
+        warnings,
+        config: trigger.dry_run().then(|| rendered.text.clone()),
+    })
+}
+
+/// Now, as RFC 3339 UTC to the second.
+pub fn now_rfc3339() -> String {
+    use aws_smithy_types::date_time::{DateTime, Format};
+    let now = DateTime::from(std::time::SystemTime::now());
+    let secs = DateTime::from_secs(now.secs());
+    secs.fmt(Format::DateTime).unwrap_or_default()
+}

@@ -1,0 +1,4 @@
+//! autoproxy-generate as a library, so tests call the handler directly.
+
+pub mod handler;
+pub mod trigger;

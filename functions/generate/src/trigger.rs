@@ -1,0 +1,242 @@
+//! What started this invocation (DESIGN.md, "Generator events"). A CloudTrail event is only a
+//! hint of which zone changed: its payload echoes the caller's request and is never applied.
+
+use autoproxy::model::ZoneKey;
+use autoproxy::route53::bare_zone_id;
+use serde_json::Value;
+
+/// The Route53 calls whose CloudTrail events re-read a zone.
+pub const ROUTE53_EVENTS: &[&str] = &[
+    "ChangeResourceRecordSets",
+    "CreateHostedZone",
+    "DeleteHostedZone",
+    "AssociateVPCWithHostedZone",
+    "DisassociateVPCFromHostedZone",
+];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trigger {
+    /// EventBridge schedule: full reconciliation.
+    Schedule,
+    /// A Route53 change: re-read these zones.
+    Route53 { event_name: String, zone: ZoneKey },
+    /// `cargo lambda invoke` or a console test: full reconciliation.
+    Manual { dry_run: bool, force: bool },
+}
+
+impl Trigger {
+    /// The name in the summary and the config header.
+    pub fn label(&self) -> String {
+        match self {
+            Trigger::Schedule => "schedule".to_owned(),
+            Trigger::Route53 { event_name, .. } => format!("route53:{event_name}"),
+            Trigger::Manual { dry_run: true, .. } => "manual-dry-run".to_owned(),
+            Trigger::Manual { .. } => "manual".to_owned(),
+        }
+    }
+
+    pub fn dry_run(&self) -> bool {
+        matches!(self, Trigger::Manual { dry_run: true, .. })
+    }
+
+    pub fn force(&self) -> bool {
+        matches!(self, Trigger::Manual { force: true, .. })
+    }
+}
+
+/// A payload that is none of the accepted shapes. Nothing is read or written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TriggerError {
+    #[error(
+        "expected an EventBridge \"Scheduled Event\", an EventBridge \"AWS API Call via \
+         CloudTrail\" event from aws.route53 ({}), or a manual object {{\"dry_run\": bool, \
+         \"force\": bool}} (both optional); got {got}",
+        ROUTE53_EVENTS.join(", ")
+    )]
+    Unrecognised { got: String },
+    #[error("expected a Route53 CloudTrail event {expected}; got {got}")]
+    Route53 { expected: &'static str, got: String },
+}
+
+/// Classifies an invocation payload.
+pub fn parse(event: &Value) -> Result<Trigger, TriggerError> {
+    let Some(object) = event.as_object() else {
+        return Err(unrecognised(event));
+    };
+    match object.get("detail-type").and_then(Value::as_str) {
+        Some("Scheduled Event") => Ok(Trigger::Schedule),
+        Some("AWS API Call via CloudTrail")
+            if object.get("source").and_then(Value::as_str) == Some("aws.route53") =>
+        {
+            route53(event)
+        }
+        Some(_) => Err(unrecognised(event)),
+        None => manual(object).ok_or_else(|| unrecognised(event)),
+    }
+}
+
+fn manual(object: &serde_json::Map<String, Value>) -> Option<Trigger> {
+    let mut dry_run = false;
+    let mut force = false;
+    for (key, value) in object {
+        match (key.as_str(), value) {
+            ("dry_run", Value::Bool(b)) => dry_run = *b,
+            ("force", Value::Bool(b)) => force = *b,
+            _ => return None,
+        }
+    }
+    Some(Trigger::Manual { dry_run, force })
+}
+
+fn route53(event: &Value) -> Result<Trigger, TriggerError> {
+    let detail = &event["detail"];
+    let event_name = detail["eventName"].as_str().unwrap_or_default();
+    if !ROUTE53_EVENTS.contains(&event_name) {
+        return Err(TriggerError::Route53 {
+            expected: "for one of the zone-changing calls",
+            got: format!("eventName {event_name:?}"),
+        });
+    }
+    // The account that owns the zone: where the call was made (events forwarded from member
+    // accounts keep it).
+    let account = detail["recipientAccountId"]
+        .as_str()
+        .or_else(|| event["account"].as_str())
+        .unwrap_or_default();
+    if account.len() != 12 || !account.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(TriggerError::Route53 {
+            expected: "naming a 12-digit account",
+            got: format!("{account:?}"),
+        });
+    }
+    let raw_id = [
+        &detail["requestParameters"]["hostedZoneId"],
+        &detail["requestParameters"]["id"],
+        &detail["responseElements"]["hostedZone"]["id"],
+    ]
+    .into_iter()
+    .find_map(Value::as_str)
+    .unwrap_or_default();
+    let id = bare_zone_id(raw_id).to_ascii_uppercase();
+    if id.is_empty() || id.len() > 32 || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(TriggerError::Route53 {
+            expected: "naming a hosted zone id",
+            got: format!("{raw_id:?}"),
+        });
+    }
+    Ok(Trigger::Route53 {
+        event_name: event_name.to_owned(),
+        zone: ZoneKey {
+            account: account.to_owned(),
+            id,
+        },
+    })
+}
+
+fn unrecognised(event: &Value) -> TriggerError {
+    let mut got = event.to_string();
+    if got.len() > 200 {
+        let mut end = 200;
+        while !got.is_char_boundary(end) {
+            end -= 1;
+        }
+        got.truncate(end);
+        got.push('…');
+    }
+    TriggerError::Unrecognised { got }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event_file(name: &str) -> Value {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../events/");
+        let text = std::fs::read_to_string(format!("{path}{name}")).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn sample_events_parse() {
+        assert_eq!(parse(&event_file("schedule.json")), Ok(Trigger::Schedule));
+        assert_eq!(
+            parse(&event_file("manual-dry-run.json")),
+            Ok(Trigger::Manual {
+                dry_run: true,
+                force: false
+            })
+        );
+        let zone = |id: &str| ZoneKey {
+            account: "123456789012".into(),
+            id: id.into(),
+        };
+        assert_eq!(
+            parse(&event_file("change-resource-record-sets.json")),
+            Ok(Trigger::Route53 {
+                event_name: "ChangeResourceRecordSets".into(),
+                zone: zone("Z0123456789ABCDEFGHIJ"),
+            })
+        );
+        assert_eq!(
+            parse(&event_file("create-hosted-zone.json")),
+            Ok(Trigger::Route53 {
+                event_name: "CreateHostedZone".into(),
+                zone: zone("Z0NEWZONE0000000000001"),
+            })
+        );
+        assert_eq!(
+            parse(&event_file("delete-hosted-zone.json")),
+            Ok(Trigger::Route53 {
+                event_name: "DeleteHostedZone".into(),
+                zone: zone("Z0123456789ABCDEFGHIJ"),
+            })
+        );
+    }
+
+    #[test]
+    fn manual_payloads() {
+        let cases = [
+            (json!({}), Some((false, false))),
+            (json!({"force": true}), Some((false, true))),
+            (
+                json!({"dry_run": false, "force": true}),
+                Some((false, true)),
+            ),
+            (json!({"dry_run": "yes"}), None),
+            (json!({"dryrun": true}), None),
+            (json!([]), None),
+            (json!(null), None),
+        ];
+        for (payload, expected) in cases {
+            let got = parse(&payload).ok();
+            let expected = expected.map(|(dry_run, force)| Trigger::Manual { dry_run, force });
+            assert_eq!(got, expected, "{payload}");
+        }
+    }
+
+    #[test]
+    fn anything_else_names_the_accepted_shapes() {
+        let err = parse(&json!({"Records": [{"s3": {}}]}))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("Scheduled Event"), "{err}");
+        assert!(err.contains("dry_run"), "{err}");
+        assert!(err.contains("Records"), "{err}");
+        let err = parse(&json!({"detail-type": "EC2 Instance State-change Notification"}));
+        assert!(matches!(err, Err(TriggerError::Unrecognised { .. })));
+    }
+
+    #[test]
+    fn route53_hints_are_validated_not_trusted() {
+        let mut event = event_file("change-resource-record-sets.json");
+        event["detail"]["requestParameters"]["hostedZoneId"] = json!("Z1; rm -rf /");
+        assert!(matches!(parse(&event), Err(TriggerError::Route53 { .. })));
+        let mut event = event_file("change-resource-record-sets.json");
+        event["detail"]["eventName"] = json!("ListHostedZones");
+        assert!(matches!(parse(&event), Err(TriggerError::Route53 { .. })));
+        let mut event = event_file("change-resource-record-sets.json");
+        event["detail"]["requestParameters"]["hostedZoneId"] = json!("/hostedzone/z0abc");
+        assert!(matches!(parse(&event), Ok(Trigger::Route53 { zone, .. }) if zone.id == "Z0ABC"));
+    }
+}

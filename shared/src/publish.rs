@@ -1,0 +1,109 @@
+//! Whether a rendered config goes out: publish only on change, and never a sudden mass
+//! deletion without `force` (DESIGN.md, "Safety").
+
+/// What the current config in S3 says about itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Current<'a> {
+    pub sha256: &'a str,
+    pub rules: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// The body is byte-identical to the current one: write nothing, so S3 fires no event
+    /// and the fleet does not reload.
+    Unchanged,
+    Publish,
+    /// Refused by the mass-deletion guard; the reason is for the summary.
+    Blocked(String),
+}
+
+/// Decides from the current config (if any), the sha256 of the candidate's body rendered
+/// with the *current* generation (so an equal body means nothing changed), and the guard.
+pub fn decide(
+    current: Option<Current<'_>>,
+    candidate_sha256: &str,
+    rules: usize,
+    max_drop_percent: u8,
+    force: bool,
+) -> Decision {
+    let Some(current) = current else {
+        return Decision::Publish;
+    };
+    if current.sha256 == candidate_sha256 {
+        return Decision::Unchanged;
+    }
+    if force || rules >= current.rules {
+        return Decision::Publish;
+    }
+    let dropped = current.rules - rules;
+    // dropped / current > max / 100, in integers.
+    let too_many = dropped * 100 > usize::from(max_drop_percent) * current.rules;
+    if rules == 0 || too_many {
+        return Decision::Blocked(format!(
+            "refusing to publish: the rule count would drop from {} to {rules} ({}%), more than \
+             MAX_RULE_DROP_PERCENT={max_drop_percent}%{}; check Route53 and the warnings, then \
+             invoke with {{\"force\": true}} if this is intended",
+            current.rules,
+            dropped * 100 / current.rules,
+            if rules == 0 { " and to zero" } else { "" },
+        ));
+    }
+    Decision::Publish
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(current: Option<(&str, usize)>, sha: &str, rules: usize, force: bool) -> String {
+        let current = current.map(|(sha256, rules)| Current { sha256, rules });
+        match decide(current, sha, rules, 50, force) {
+            Decision::Unchanged => "unchanged".into(),
+            Decision::Publish => "publish".into(),
+            Decision::Blocked(_) => "blocked".into(),
+        }
+    }
+
+    #[test]
+    fn table() {
+        let cases: &[(Option<(&str, usize)>, &str, usize, bool, &str)] = &[
+            (None, "a", 0, false, "publish"),
+            (None, "a", 10, false, "publish"),
+            (Some(("a", 10)), "a", 10, false, "unchanged"),
+            (Some(("a", 10)), "a", 10, true, "unchanged"),
+            (Some(("a", 10)), "b", 12, false, "publish"),
+            (Some(("a", 10)), "b", 5, false, "publish"), // exactly 50 %: allowed
+            (Some(("a", 10)), "b", 4, false, "blocked"), // 60 %
+            (Some(("a", 10)), "b", 4, true, "publish"),
+            (Some(("a", 1)), "b", 0, false, "blocked"), // to zero
+            (Some(("a", 1)), "b", 0, true, "publish"),
+            (Some(("a", 0)), "b", 0, false, "publish"), // nothing to lose
+        ];
+        for (current, sha, rules, force, expected) in cases {
+            assert_eq!(
+                check(*current, sha, *rules, *force),
+                *expected,
+                "{current:?} {sha} {rules} {force}"
+            );
+        }
+    }
+
+    #[test]
+    fn blocked_says_why_and_how_to_override() {
+        let Decision::Blocked(reason) = decide(
+            Some(Current {
+                sha256: "a",
+                rules: 10,
+            }),
+            "b",
+            2,
+            50,
+            false,
+        ) else {
+            panic!("expected blocked");
+        };
+        assert!(reason.contains("from 10 to 2 (80%)"), "{reason}");
+        assert!(reason.contains("\"force\": true"), "{reason}");
+    }
+}
