@@ -1,0 +1,479 @@
+//! autoproxy-configure: on the S3 put of a new config, run the apply document on every tagged
+//! peering proxy, one at a time, and fail loudly when an instance does.
+
+use std::time::Duration;
+
+use autoproxy::artifact::META_GENERATION;
+use autoproxy::metrics::Metrics;
+use autoproxy::settings::ConfigureSettings;
+use aws_lambda_events::s3::S3Event;
+use aws_sdk_ssm::error::DisplayErrorContext;
+use aws_sdk_ssm::types::{CloudWatchOutputConfig, CommandInvocationStatus, CommandStatus, Target};
+use lambda_runtime::{Diagnostic, LambdaEvent};
+use serde::Serialize;
+use serde_json::Value;
+use tokio::time::Instant;
+use tracing::{error, info, warn};
+
+/// Everything a run needs, built once per cold start.
+#[derive(Debug, Clone)]
+pub struct Deps {
+    pub settings: ConfigureSettings,
+    pub s3: aws_sdk_s3::Client,
+    pub ssm: aws_sdk_ssm::Client,
+    /// How often the command's status is read while following it.
+    pub poll_every: Duration,
+}
+
+/// One config version to roll out, from one S3 record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dispatch {
+    pub bucket: String,
+    pub key: String,
+    pub version_id: String,
+}
+
+/// Why an invocation failed. Each names what was expected and what arrived, or which
+/// instance failed and why.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigureError {
+    #[error(
+        "expected an S3 event notification ({{\"Records\": [{{\"eventName\": \"ObjectCreated:…\", \
+         \"s3\": {{\"bucket\": {{\"name\"}}, \"object\": {{\"key\", \"versionId\"}}}}}}]}}); \
+         got {got}; nothing was sent"
+    )]
+    Malformed { got: String },
+    #[error("s3://{bucket}/{key} version {version_id}: {operation} failed: {message}")]
+    Aws {
+        operation: &'static str,
+        bucket: String,
+        key: String,
+        version_id: String,
+        message: String,
+    },
+    #[error("rollout of generation {generation} failed: {failures}")]
+    Rollout {
+        generation: String,
+        failures: String,
+    },
+}
+
+impl From<ConfigureError> for Diagnostic {
+    fn from(err: ConfigureError) -> Self {
+        let kind = match &err {
+            ConfigureError::Malformed { .. } => "InvalidEvent",
+            ConfigureError::Aws { .. } => "AwsError",
+            ConfigureError::Rollout { .. } => "RolloutFailed",
+        };
+        Diagnostic {
+            error_type: kind.to_owned(),
+            error_message: err.to_string(),
+        }
+    }
+}
+
+/// What one invocation did, returned as JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Outcome {
+    pub dispatched: Vec<Rollout>,
+    pub ignored: Vec<String>,
+}
+
+/// One command sent and how it ended (or where it was when time ran out).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rollout {
+    pub command_id: String,
+    pub generation: String,
+    pub version_id: String,
+    pub status: String,
+    pub instances: Vec<InstanceResult>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InstanceResult {
+    pub instance_id: String,
+    pub status: String,
+    pub detail: String,
+}
+
+/// Picks the records that concern the config key; the others are returned as ignored keys.
+pub fn dispatches(
+    payload: &Value,
+    config_key: &str,
+) -> Result<(Vec<Dispatch>, Vec<String>), ConfigureError> {
+    let malformed = || ConfigureError::Malformed {
+        got: truncate(&payload.to_string(), 300),
+    };
+    let event: S3Event = serde_json::from_value(payload.clone()).map_err(|_| malformed())?;
+    if event.records.is_empty() {
+        return Err(malformed());
+    }
+    let mut wanted = Vec::new();
+    let mut ignored = Vec::new();
+    for record in event.records {
+        let created = record
+            .event_name
+            .as_deref()
+            .is_some_and(|name| name.starts_with("ObjectCreated:"));
+        let (Some(bucket), Some(raw_key)) = (record.s3.bucket.name, record.s3.object.key) else {
+            return Err(malformed());
+        };
+        let key = decode_key(&raw_key);
+        if !created || key != config_key {
+            info!(bucket, key, event = ?record.event_name, "not the config key or not a put: ignored");
+            ignored.push(key);
+            continue;
+        }
+        // The bucket is versioned: without a version the fleet could fetch a newer object
+        // than the one this event announced.
+        let Some(version_id) = record.s3.object.version_id.filter(|v| !v.is_empty()) else {
+            return Err(malformed());
+        };
+        let dispatch = Dispatch {
+            bucket,
+            key,
+            version_id,
+        };
+        // S3 may deliver the same event twice: one command per version is enough (a second
+        // would be harmless anyway: the document skips a generation already installed).
+        if !wanted.contains(&dispatch) {
+            wanted.push(dispatch);
+        }
+    }
+    Ok((wanted, ignored))
+}
+
+/// S3 event keys are form-URL-encoded.
+fn decode_key(raw: &str) -> String {
+    let spaced = raw.replace('+', " ");
+    percent_encoding::percent_decode_str(&spaced)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// The Lambda entry point: follows the command until the function's deadline nears.
+pub async fn function_handler(
+    deps: &Deps,
+    event: LambdaEvent<Value>,
+) -> Result<Outcome, ConfigureError> {
+    let remaining = event
+        .context
+        .deadline()
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default();
+    let follow_until = Instant::now() + remaining.saturating_sub(Duration::from_secs(10));
+    handle(deps, &event.payload, follow_until).await
+}
+
+/// One invocation, callable from tests.
+pub async fn handle(
+    deps: &Deps,
+    payload: &Value,
+    follow_until: Instant,
+) -> Result<Outcome, ConfigureError> {
+    let (wanted, ignored) = dispatches(payload, &deps.settings.config_key)?;
+    let mut outcome = Outcome {
+        dispatched: Vec::new(),
+        ignored,
+    };
+    let mut failures = Vec::new();
+    for dispatch in wanted {
+        let rollout = dispatch_one(deps, &dispatch, follow_until).await?;
+        let failed: Vec<&InstanceResult> = rollout
+            .instances
+            .iter()
+            .filter(|i| i.status != "Success")
+            .collect();
+        let succeeded = rollout.instances.len() - failed.len();
+        Metrics::new("configure")
+            .count("Dispatched", 1)
+            .count("InstancesSucceeded", succeeded as u64)
+            .count("InstancesFailed", failed.len() as u64)
+            .emit();
+        if is_failure(&rollout.status) || !failed.is_empty() {
+            let detail = if failed.is_empty() {
+                format!("command {} ended {}", rollout.command_id, rollout.status)
+            } else {
+                failed
+                    .iter()
+                    .map(|i| format!("{} {}: {}", i.instance_id, i.status, i.detail))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            };
+            failures.push((rollout.generation.clone(), detail));
+        }
+        outcome.dispatched.push(rollout);
+    }
+    if let Some((generation, _)) = failures.first() {
+        let failures = failures
+            .iter()
+            .map(|(_, detail)| detail.as_str())
+            .collect::<Vec<_>>()
+            .join(" | ");
+        error!(generation, failures, "rollout failed");
+        return Err(ConfigureError::Rollout {
+            generation: generation.clone(),
+            failures,
+        });
+    }
+    Ok(outcome)
+}
+
+fn is_failure(status: &str) -> bool {
+    matches!(status, "Failed" | "TimedOut" | "Cancelled" | "Cancelling")
+}
+
+async fn dispatch_one(
+    deps: &Deps,
+    dispatch: &Dispatch,
+    follow_until: Instant,
+) -> Result<Rollout, ConfigureError> {
+    let aws_error = |operation: &'static str, message: String| ConfigureError::Aws {
+        operation,
+        bucket: dispatch.bucket.clone(),
+        key: dispatch.key.clone(),
+        version_id: dispatch.version_id.clone(),
+        message,
+    };
+    let head = deps
+        .s3
+        .head_object()
+        .bucket(&dispatch.bucket)
+        .key(&dispatch.key)
+        .version_id(&dispatch.version_id)
+        .send()
+        .await
+        .map_err(|err| aws_error("HeadObject", DisplayErrorContext(err).to_string()))?;
+    let generation = head
+        .metadata()
+        .and_then(|m| m.get(META_GENERATION))
+        .cloned()
+        .unwrap_or_else(|| "unknown".to_owned());
+    let settings = &deps.settings;
+    let mut output = CloudWatchOutputConfig::builder().cloud_watch_output_enabled(true);
+    if let Some(group) = &settings.command_log_group {
+        output = output.cloud_watch_log_group_name(group);
+    }
+    let sent = deps
+        .ssm
+        .send_command()
+        .document_name(&settings.apply_document)
+        .targets(
+            Target::builder()
+                .key(format!("tag:{}", settings.target_tag_key))
+                .values(&settings.target_tag_value)
+                .build(),
+        )
+        .parameters("ConfigBucket", vec![dispatch.bucket.clone()])
+        .parameters("ConfigKey", vec![dispatch.key.clone()])
+        .parameters("ConfigVersion", vec![dispatch.version_id.clone()])
+        .max_concurrency(&settings.max_concurrency)
+        .max_errors(&settings.max_errors)
+        .comment(truncate(
+            &format!(
+                "autoproxy generation {generation} (version {})",
+                dispatch.version_id
+            ),
+            100,
+        ))
+        .cloud_watch_output_config(output.build())
+        .send()
+        .await
+        .map_err(|err| aws_error("SendCommand", DisplayErrorContext(err).to_string()))?;
+    let command_id = sent
+        .command()
+        .and_then(|c| c.command_id())
+        .unwrap_or_default()
+        .to_owned();
+    info!(command_id, generation, version_id = %dispatch.version_id, "command sent");
+
+    let status = follow(deps, &command_id, follow_until)
+        .await
+        .map_err(|message| aws_error("ListCommands", message))?;
+    let instances = instance_results(deps, &command_id).await;
+    for instance in &instances {
+        info!(
+            command_id,
+            instance_id = %instance.instance_id,
+            status = %instance.status,
+            detail = %instance.detail,
+            "instance result"
+        );
+    }
+    Ok(Rollout {
+        command_id,
+        generation,
+        version_id: dispatch.version_id.clone(),
+        status,
+        instances,
+    })
+}
+
+/// Polls the command until it ends or time runs out; returns its last status.
+async fn follow(deps: &Deps, command_id: &str, until: Instant) -> Result<String, String> {
+    loop {
+        let listed = deps
+            .ssm
+            .list_commands()
+            .command_id(command_id)
+            .send()
+            .await
+            .map_err(|err| DisplayErrorContext(err).to_string())?;
+        let status = listed
+            .commands()
+            .first()
+            .and_then(|c| c.status())
+            .cloned()
+            .unwrap_or(CommandStatus::Pending);
+        let done = !matches!(status, CommandStatus::Pending | CommandStatus::InProgress);
+        if done {
+            return Ok(status.as_str().to_owned());
+        }
+        if Instant::now() + deps.poll_every > until {
+            warn!(
+                command_id,
+                status = status.as_str(),
+                "still running when this invocation must end; SSM carries on and the \
+                 command's own output and alarms report the end"
+            );
+            return Ok(status.as_str().to_owned());
+        }
+        tokio::time::sleep(deps.poll_every).await;
+    }
+}
+
+/// Per-instance results. This is the one call moto does not implement; without it the
+/// command's own status still decides success or failure.
+async fn instance_results(deps: &Deps, command_id: &str) -> Vec<InstanceResult> {
+    let mut results = Vec::new();
+    let mut pages = deps
+        .ssm
+        .list_command_invocations()
+        .command_id(command_id)
+        .details(true)
+        .into_paginator()
+        .send();
+    while let Some(page) = pages.next().await {
+        match page {
+            Ok(page) => results.extend(page.command_invocations().iter().map(|inv| {
+                let output = inv
+                    .command_plugins()
+                    .iter()
+                    .filter_map(|p| p.output())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let last_line = output
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("");
+                InstanceResult {
+                    instance_id: inv.instance_id().unwrap_or_default().to_owned(),
+                    status: inv
+                        .status()
+                        .map_or("Unknown", CommandInvocationStatus::as_str)
+                        .to_owned(),
+                    detail: format!(
+                        "{}{}",
+                        inv.status_details().unwrap_or_default(),
+                        if last_line.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {last_line}")
+                        }
+                    ),
+                }
+            })),
+            Err(err) => {
+                warn!(command_id, error = %DisplayErrorContext(err), "per-instance results unavailable");
+                break;
+            }
+        }
+    }
+    results
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(records: &[(&str, &str, &str, Option<&str>)]) -> Value {
+        json!({"Records": records.iter().map(|(name, bucket, key, version)| json!({
+            "eventVersion": "2.1", "eventSource": "aws:s3", "awsRegion": "us-east-1",
+            "eventTime": "2026-11-23T03:14:03.000Z", "eventName": name,
+            "userIdentity": {"principalId": "AWS:AROAEXAMPLE"},
+            "requestParameters": {"sourceIPAddress": "10.0.0.1"},
+            "responseElements": {},
+            "s3": {"s3SchemaVersion": "1.0", "configurationId": "config",
+                   "bucket": {"name": bucket, "arn": format!("arn:aws:s3:::{bucket}")},
+                   "object": {"key": key, "size": 10, "versionId": version, "sequencer": "0A"}}
+        })).collect::<Vec<_>>()})
+    }
+
+    #[test]
+    fn only_created_config_keys_dispatch() {
+        let payload = event(&[
+            ("ObjectCreated:Put", "b", "haproxy/haproxy.cfg", Some("v1")),
+            (
+                "ObjectCreated:Put",
+                "b",
+                "haproxy/haproxy.manifest.json",
+                Some("v2"),
+            ),
+            (
+                "ObjectRemoved:Delete",
+                "b",
+                "haproxy/haproxy.cfg",
+                Some("v3"),
+            ),
+            ("ObjectCreated:Put", "b", "haproxy/haproxy.cfg", Some("v1")),
+        ]);
+        let (wanted, ignored) = dispatches(&payload, "haproxy/haproxy.cfg").unwrap();
+        assert_eq!(
+            wanted,
+            [Dispatch {
+                bucket: "b".into(),
+                key: "haproxy/haproxy.cfg".into(),
+                version_id: "v1".into()
+            }]
+        );
+        assert_eq!(ignored.len(), 2);
+    }
+
+    #[test]
+    fn keys_are_url_decoded() {
+        let payload = event(&[("ObjectCreated:Put", "b", "my+dir/haproxy%2Ecfg", Some("v1"))]);
+        let (wanted, _) = dispatches(&payload, "my dir/haproxy.cfg").unwrap();
+        assert_eq!(wanted.len(), 1);
+    }
+
+    #[test]
+    fn malformed_events_are_refused() {
+        for payload in [
+            json!({}),
+            json!({"Records": []}),
+            json!({"dry_run": true}),
+            json!("text"),
+            event(&[("ObjectCreated:Put", "b", "haproxy/haproxy.cfg", None)]),
+        ] {
+            let err = dispatches(&payload, "haproxy/haproxy.cfg").unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains("expected an S3 event notification"),
+                "{err}"
+            );
+        }
+    }
+}
