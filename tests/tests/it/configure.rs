@@ -1,0 +1,233 @@
+//! autoproxy-configure against a moto server: the SendCommand it makes, keys it ignores,
+//! events it refuses.
+
+use std::process::Command;
+use std::time::Duration;
+
+use autoproxy::settings::ConfigureSettings;
+use autoproxy_configure::handler::{self, Deps};
+use autoproxy_tests::moto::Moto;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_ssm::types::DocumentType;
+use serde_json::{Value, json};
+
+const BUCKET: &str = "autoproxy-config";
+const KEY: &str = "haproxy/haproxy.cfg";
+const DOCUMENT: &str = "autoproxy-apply";
+
+/// A minimal document with the apply document's parameters: moto only records the command.
+const DOCUMENT_CONTENT: &str = r#"{"schemaVersion": "2.2", "description": "test",
+  "parameters": {"ConfigBucket": {"type": "String"}, "ConfigKey": {"type": "String"},
+                 "ConfigVersion": {"type": "String", "default": ""}},
+  "mainSteps": [{"action": "aws:runShellScript", "name": "apply",
+                 "inputs": {"runCommand": ["true"]}}]}"#;
+
+struct Fixture {
+    moto: Moto,
+    deps: Deps,
+    ssm: aws_sdk_ssm::Client,
+}
+
+async fn fixture(settings: &[(&str, &str)]) -> Fixture {
+    let moto = Moto::start();
+    let sdk = moto.sdk_config().await;
+    let s3 = aws_sdk_s3::Client::new(&sdk);
+    let ssm = aws_sdk_ssm::Client::new(&sdk);
+    s3.create_bucket().bucket(BUCKET).send().await.unwrap();
+    s3.put_bucket_versioning()
+        .bucket(BUCKET)
+        .versioning_configuration(
+            aws_sdk_s3::types::VersioningConfiguration::builder()
+                .status(aws_sdk_s3::types::BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    ssm.create_document()
+        .name(DOCUMENT)
+        .document_type(DocumentType::Command)
+        .content(DOCUMENT_CONTENT)
+        .send()
+        .await
+        .unwrap();
+    // Two tagged proxies and one other instance, created the way TESTBED advises (the CLI).
+    for (count, role) in [("2", "peering-proxy"), ("1", "bastion")] {
+        let status = Command::new(autoproxy_tests::tool("aws"))
+            .envs(moto.env())
+            .args([
+                "ec2",
+                "run-instances",
+                "--image-id",
+                "ami-03cf127a",
+                "--count",
+                count,
+            ])
+            .args(["--tag-specifications"])
+            .arg(format!(
+                "ResourceType=instance,Tags=[{{Key=Role,Value={role}}}]"
+            ))
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "aws ec2 run-instances failed");
+    }
+    let mut vars: Vec<(&str, &str)> = vec![("APPLY_DOCUMENT", DOCUMENT)];
+    vars.extend_from_slice(settings);
+    let settings = ConfigureSettings::from_lookup(|name| {
+        vars.iter()
+            .rev()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| (*v).to_owned())
+    })
+    .unwrap();
+    let deps = Deps {
+        settings,
+        s3,
+        ssm: ssm.clone(),
+        poll_every: Duration::from_millis(50),
+    };
+    Fixture { moto, deps, ssm }
+}
+
+/// Puts a config object with the generator's metadata; returns its version id.
+async fn put_config(fx: &Fixture, key: &str, generation: u64) -> String {
+    fx.deps
+        .s3
+        .put_object()
+        .bucket(BUCKET)
+        .key(key)
+        .metadata("generation", generation.to_string())
+        .body(ByteStream::from_static(b"# generation\nglobal\n"))
+        .send()
+        .await
+        .unwrap()
+        .version_id()
+        .unwrap()
+        .to_owned()
+}
+
+fn s3_event(key: &str, version: &str) -> Value {
+    json!({"Records": [{
+        "eventVersion": "2.1", "eventSource": "aws:s3", "awsRegion": "us-east-1",
+        "eventTime": "2026-11-23T03:14:03.000Z", "eventName": "ObjectCreated:Put",
+        "userIdentity": {"principalId": "AWS:AROAEXAMPLE"},
+        "requestParameters": {"sourceIPAddress": "10.0.0.1"}, "responseElements": {},
+        "s3": {"s3SchemaVersion": "1.0", "configurationId": "autoproxy",
+               "bucket": {"name": BUCKET, "arn": format!("arn:aws:s3:::{BUCKET}")},
+               "object": {"key": key, "size": 20, "versionId": version, "sequencer": "0A"}}}]})
+}
+
+fn soon() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(10)
+}
+
+async fn commands(fx: &Fixture) -> Vec<aws_sdk_ssm::types::Command> {
+    fx.ssm
+        .list_commands()
+        .send()
+        .await
+        .unwrap()
+        .commands()
+        .to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sends_the_apply_document_to_the_tagged_fleet_with_the_version() {
+    let fx = fixture(&[]).await;
+    let version = put_config(&fx, KEY, 7).await;
+    let outcome = handler::handle(&fx.deps, &s3_event(KEY, &version), soon())
+        .await
+        .unwrap();
+    assert_eq!(outcome.dispatched.len(), 1);
+    assert_eq!(outcome.dispatched[0].status, "Success");
+
+    let sent = commands(&fx).await;
+    assert_eq!(sent.len(), 1);
+    let command = &sent[0];
+    assert_eq!(command.document_name(), Some(DOCUMENT));
+    let target = &command.targets()[0];
+    assert_eq!(target.key(), Some("tag:Role"));
+    assert_eq!(target.values(), ["peering-proxy"]);
+    let parameters = command.parameters().unwrap();
+    assert_eq!(parameters["ConfigBucket"], [BUCKET]);
+    assert_eq!(parameters["ConfigKey"], [KEY]);
+    assert_eq!(parameters["ConfigVersion"], [version.clone()]);
+    assert_eq!(command.max_concurrency(), Some("1"));
+    assert_eq!(command.max_errors(), Some("0"));
+    assert_eq!(
+        command.comment(),
+        Some(format!("autoproxy generation 7 (version {version})").as_str())
+    );
+    // moto does not echo CloudWatchOutputConfig back, so that part is not asserted here.
+    // moto resolves the tag to the two proxies, not the bastion.
+    assert_eq!(command.target_count(), 2);
+    drop(fx.moto);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rate_control_and_tag_come_from_settings() {
+    let fx = fixture(&[
+        ("MAX_CONCURRENCY", "25%"),
+        ("MAX_ERRORS", "1"),
+        ("TARGET_TAG_VALUE", "bastion"),
+        ("COMMAND_LOG_GROUP", "/autoproxy/apply"),
+    ])
+    .await;
+    let version = put_config(&fx, KEY, 8).await;
+    handler::handle(&fx.deps, &s3_event(KEY, &version), soon())
+        .await
+        .unwrap();
+    let command = commands(&fx).await.remove(0);
+    assert_eq!(command.max_concurrency(), Some("25%"));
+    assert_eq!(command.max_errors(), Some("1"));
+    assert_eq!(command.targets()[0].values(), ["bastion"]);
+    assert_eq!(command.target_count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn other_keys_are_ignored_and_nothing_is_sent() {
+    let fx = fixture(&[]).await;
+    let version = put_config(&fx, "haproxy/haproxy.manifest.json", 1).await;
+    let outcome = handler::handle(
+        &fx.deps,
+        &s3_event("haproxy/haproxy.manifest.json", &version),
+        soon(),
+    )
+    .await
+    .unwrap();
+    assert!(outcome.dispatched.is_empty());
+    assert_eq!(outcome.ignored, ["haproxy/haproxy.manifest.json"]);
+    assert!(commands(&fx).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_malformed_event_is_an_error_and_nothing_is_sent() {
+    let fx = fixture(&[]).await;
+    for payload in [
+        json!({"dry_run": true}),
+        json!({"Records": []}),
+        s3_event(KEY, ""),
+    ] {
+        let err = handler::handle(&fx.deps, &payload, soon())
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("expected an S3 event notification"),
+            "{err}"
+        );
+    }
+    assert!(commands(&fx).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_version_that_does_not_exist_is_an_error_and_nothing_is_sent() {
+    let fx = fixture(&[]).await;
+    put_config(&fx, KEY, 1).await;
+    let err = handler::handle(&fx.deps, &s3_event(KEY, "no-such-version"), soon())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("HeadObject failed"), "{err}");
+    assert!(commands(&fx).await.is_empty());
+}
