@@ -65,9 +65,18 @@ mod tests {
         }
     }
 
+    /// current (sha, rules), candidate sha, new rules, force, expected decision.
+    type Case = (
+        Option<(&'static str, usize)>,
+        &'static str,
+        usize,
+        bool,
+        &'static str,
+    );
+
     #[test]
     fn table() {
-        let cases: &[(Option<(&str, usize)>, &str, usize, bool, &str)] = &[
+        let cases: &[Case] = &[
             (None, "a", 0, false, "publish"),
             (None, "a", 10, false, "publish"),
             (Some(("a", 10)), "a", 10, false, "unchanged"),

@@ -72,7 +72,7 @@ pub struct AccountRoute53 {
 
 impl AccountRoute53 {
     /// Wraps a client configured with this account's credentials.
-    pub fn new(account: &str, config: aws_sdk_route53::Config, requests_per_second: f64) -> Self {
+    pub fn new(account: &str, config: &aws_sdk_route53::Config, requests_per_second: f64) -> Self {
         let counter = Arc::new(CallCounter::default());
         let config = config
             .to_builder()

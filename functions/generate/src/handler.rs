@@ -41,7 +41,7 @@ impl Deps {
         let rate = settings.route53_requests_per_second;
         let mut accounts = vec![AccountRoute53::new(
             own_account,
-            aws_sdk_route53::Config::new(sdk),
+            &aws_sdk_route53::Config::new(sdk),
             rate,
         )];
         for role in &settings.account_roles {
@@ -56,7 +56,7 @@ impl Deps {
             let config = aws_sdk_route53::config::Builder::from(sdk)
                 .credentials_provider(provider)
                 .build();
-            accounts.push(AccountRoute53::new(&role.account, config, rate));
+            accounts.push(AccountRoute53::new(&role.account, &config, rate));
         }
         let store = ConfigStore::new(
             aws_sdk_s3::Client::new(sdk),
