@@ -7,6 +7,7 @@
 use std::collections::BTreeSet;
 
 use futures_util::{StreamExt, stream};
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::manifest::{Manifest, ZoneEntry, zone_key};
@@ -78,11 +79,16 @@ pub struct SweepError {
 }
 
 /// Reads what `scope` asks for and merges it into `previous`.
+///
+/// With a `deadline`, a full sweep starts no zone read after it: the zones left are recorded
+/// as `pending` in the manifest (keeping their last known routes) and are read first by the
+/// next sweep, so an estate too large for one invocation still converges.
 pub async fn sweep(
     accounts: &[AccountRoute53],
     previous: Option<&Manifest>,
     scope: &Scope,
     matching: Matching<'_>,
+    deadline: Option<Instant>,
 ) -> Result<Swept, SweepError> {
     let empty = Manifest::default();
     let base = previous.unwrap_or(&empty);
@@ -100,7 +106,7 @@ pub async fn sweep(
             let results = futures_util::future::join_all(
                 accounts
                     .iter()
-                    .map(|account| sweep_account(account, matching)),
+                    .map(|account| sweep_account(account, matching, &base.pending, deadline)),
             )
             .await;
             for (account, result) in accounts.iter().zip(results) {
@@ -109,6 +115,7 @@ pub async fn sweep(
         }
         Scope::Zones(keys) => {
             swept.manifest.zones = base.zones.clone();
+            swept.manifest.pending = base.pending.clone();
             for key in keys {
                 let Some(account) = accounts.iter().find(|a| a.account == key.account) else {
                     swept.warnings.push(format!(
@@ -134,24 +141,42 @@ pub async fn sweep(
 
 enum AccountSweep {
     Failed(ScanError),
-    Listed(Vec<(Zone, Result<Option<ZoneEntry>, ScanError>)>),
+    Listed(Vec<(Zone, ZoneRead)>),
 }
 
-async fn sweep_account(account: &AccountRoute53, matching: Matching<'_>) -> AccountSweep {
+/// How reading one zone of a full sweep ended.
+enum ZoneRead {
+    Read(Result<Option<ZoneEntry>, ScanError>),
+    /// Not started: the time budget ran out first.
+    Unread,
+}
+
+async fn sweep_account(
+    account: &AccountRoute53,
+    matching: Matching<'_>,
+    pending: &BTreeSet<String>,
+    deadline: Option<Instant>,
+) -> AccountSweep {
     let started = std::time::Instant::now();
     let (zones, pages) = match account.list_zones().await {
         Ok(listed) => listed,
         Err(err) => return AccountSweep::Failed(err),
     };
-    let wanted: Vec<Zone> = zones
+    let mut wanted: Vec<Zone> = zones
         .into_iter()
         .filter(|zone| zone.private && !matching.ignores(zone))
         .collect();
+    // Zones an earlier, unfinished sweep did not reach go first, so every zone is read
+    // within a bounded number of runs however large the estate.
+    wanted.sort_by_key(|zone| !pending.contains(&zone_key(&zone.key())));
     info!(account = %account.account, zones = wanted.len(), pages, "listed private zones");
     let results = stream::iter(wanted)
         .map(|zone| async move {
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return (zone, ZoneRead::Unread);
+            }
             let result = read_zone(account, &zone, matching).await;
-            (zone, result)
+            (zone, ZoneRead::Read(result))
         })
         .buffer_unordered(ZONES_IN_FLIGHT)
         .collect::<Vec<_>>()
@@ -189,6 +214,13 @@ fn merge_account(swept: &mut Swept, base: &Manifest, account: &str, result: Acco
     match result {
         AccountSweep::Failed(err) => {
             let kept: Vec<&ZoneEntry> = base.account_zones(account).collect();
+            // Still unread: the zones this account had pending stay pending.
+            let still_pending = base
+                .pending
+                .iter()
+                .filter(|key| key.starts_with(&format!("{account}/")))
+                .cloned();
+            swept.manifest.pending.extend(still_pending);
             warn!(account, error = %err, kept = kept.len(), "account scan failed");
             swept.failures.push(format!(
                 "{err}; keeping its {} zone(s) from the last manifest",
@@ -202,8 +234,18 @@ fn merge_account(swept: &mut Swept, base: &Manifest, account: &str, result: Acco
             }
         }
         AccountSweep::Listed(zones) => {
-            for (zone, result) in zones {
+            for (zone, read) in zones {
                 let key = zone_key(&zone.key());
+                let result = match read {
+                    ZoneRead::Read(result) => result,
+                    ZoneRead::Unread => {
+                        if let Some(entry) = base.zones.get(&key) {
+                            swept.manifest.zones.insert(key.clone(), entry.clone());
+                        }
+                        swept.manifest.pending.insert(key);
+                        continue;
+                    }
+                };
                 match result {
                     Ok(Some(entry)) => {
                         swept.zones_scanned += 1;
@@ -262,9 +304,11 @@ async fn read_one_zone(
     match result {
         Ok(Some(entry)) => {
             swept.zones_scanned += 1;
+            swept.manifest.pending.remove(&manifest_key);
             swept.manifest.zones.insert(manifest_key, entry);
         }
         Ok(None) => {
+            swept.manifest.pending.remove(&manifest_key);
             if swept.manifest.zones.remove(&manifest_key).is_some() {
                 info!(zone = %key, "zone is gone, not private or ignored: its routes drop out");
             }

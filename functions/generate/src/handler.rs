@@ -1,7 +1,7 @@
 //! autoproxy-generate: Route53 of every configured account → haproxy.cfg in S3, written only
 //! when it changed.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use autoproxy::discovery::{self, Matching, Scope, SweepError};
 use autoproxy::metrics::Metrics;
@@ -117,19 +117,40 @@ pub struct Summary {
     pub config: Option<String>,
 }
 
-/// The Lambda entry point.
+/// Time kept back from the Lambda deadline for rendering and publishing after the sweep.
+pub const PUBLISH_RESERVE: Duration = Duration::from_secs(60);
+
+/// The Lambda entry point: the sweep stops starting zone reads [`PUBLISH_RESERVE`] before the
+/// function's deadline.
 pub async fn function_handler(
     deps: &Deps,
     event: LambdaEvent<Value>,
 ) -> Result<Summary, GenerateError> {
-    handle(deps, &event.payload, &now_rfc3339()).await
+    let remaining = event
+        .context
+        .deadline()
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default();
+    let deadline = tokio::time::Instant::now() + remaining.saturating_sub(PUBLISH_RESERVE);
+    handle_until(deps, &event.payload, &now_rfc3339(), Some(deadline)).await
 }
 
-/// One run, callable from tests: `generated_at` is the time stamped into the header.
+/// One run without a time budget, callable from tests: `generated_at` is the time stamped
+/// into the header.
 pub async fn handle(
     deps: &Deps,
     payload: &Value,
     generated_at: &str,
+) -> Result<Summary, GenerateError> {
+    handle_until(deps, payload, generated_at, None).await
+}
+
+/// One run whose full sweep starts no zone read after `deadline`.
+pub async fn handle_until(
+    deps: &Deps,
+    payload: &Value,
+    generated_at: &str,
+    deadline: Option<tokio::time::Instant>,
 ) -> Result<Summary, GenerateError> {
     let started = Instant::now();
     let trigger = trigger::parse(payload)?;
@@ -154,9 +175,40 @@ pub async fn handle(
         proxies: &deps.settings.proxy_hostnames,
         ignore: &deps.settings.ignore_zones,
     };
-    let swept = discovery::sweep(&deps.accounts, previous.as_ref(), &scope, matching).await?;
+    let swept = discovery::sweep(
+        &deps.accounts,
+        previous.as_ref(),
+        &scope,
+        matching,
+        deadline,
+    )
+    .await?;
     let mut warnings = swept.failures.clone();
     warnings.extend(swept.warnings.iter().cloned());
+    let pending = swept.manifest.pending.len();
+    // Zones listed but never read yet (a first sweep that ran out of time, or new zones
+    // behind it) have no routes to keep: publishing would silently drop them. Save the
+    // progress and publish nothing until each has been read once.
+    let never_read = swept
+        .manifest
+        .pending
+        .iter()
+        .filter(|key| !swept.manifest.zones.contains_key(*key))
+        .count();
+    let hold = never_read > 0;
+    if pending > 0 {
+        warnings.push(format!(
+            "sweep unfinished: {pending} zone(s) not read before the time budget ran out; {}",
+            if hold {
+                format!(
+                    "{never_read} of them were never read, so progress is saved in the manifest \
+                     and nothing is published until the next run reads them (they go first)"
+                )
+            } else {
+                "they keep their last known routes and are read first by the next run".to_owned()
+            }
+        ));
+    }
 
     let (routes, conflicts) = resolve(swept.manifest.candidate_routes());
     warnings.extend(conflicts.iter().map(ToString::to_string));
@@ -200,6 +252,11 @@ pub async fn handle(
         deps.settings.max_rule_drop_percent,
         trigger.force(),
     );
+    let decision = if hold && decision != Decision::Unchanged {
+        Decision::Blocked("zones never read yet: nothing published until they are".to_owned())
+    } else {
+        decision
+    };
     let changed = decision != Decision::Unchanged;
     let rendered = if changed {
         render(next_generation)?
@@ -222,6 +279,14 @@ pub async fn handle(
     let mut published = false;
     match (&decision, trigger.dry_run()) {
         (_, true) => info!(changed, "dry run: nothing written"),
+        (Decision::Blocked(_), false) if hold => {
+            manifest.generation = current_generation;
+            deps.store.put_manifest(&manifest).await?;
+            warn!(
+                pending,
+                "zones never read yet: progress saved, config not written"
+            );
+        }
         (Decision::Blocked(reason), false) => {
             warn!(reason = %reason, "mass-deletion guard: nothing written");
             warnings.push(reason.clone());
