@@ -1,0 +1,445 @@
+//! A real HAProxy in master-worker mode on loopback, the TCP backends it routes to, and a
+//! client that speaks just enough TLS (a ClientHello with an SNI) to be routed.
+//!
+//! Backends are distinct loopback addresses (127.0.0.2, 127.0.0.3, …) sharing one port: the
+//! renderer's `backend_port` is global, and an IP literal is a valid host name for a route's
+//! backend, so test configs come from the real renderer and template and need no DNS (HAProxy
+//! resolves nothing for an address literal).
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use autoproxy::model::{Route, SniMatch};
+use autoproxy::names::HostName;
+use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, RenderOptions, Renderer};
+
+use crate::moto::free_port;
+
+/// Stand-in for `systemctl reload haproxy`: USR2 to the master (HAProxy re-executes itself
+/// with the new config; the new worker takes the listening sockets over from the old one),
+/// or a start when no master runs yet, as `systemctl reload-or-restart` would. Its optional
+/// argument is a delay in seconds (so a test can hold the apply lock for a while), or
+/// `fail-once`: exit 1 the first time, reload every time after.
+const RELOAD_SH: &str = r#"#!/bin/sh
+set -eu
+dir=$(dirname "$0")
+case ${1:-} in
+  "") ;;
+  fail-once)
+    if [ ! -e "$dir/failed-once" ]; then : >"$dir/failed-once"; echo "reload refused (test)" >&2; exit 1; fi ;;
+  *) sleep "$1" ;;
+esac
+if [ -s "$dir/haproxy.pid" ] && kill -0 "$(cat "$dir/haproxy.pid")" 2>/dev/null; then
+  exec kill -USR2 "$(cat "$dir/haproxy.pid")"
+fi
+cd /
+exec haproxy -W -D -f "$dir/haproxy.cfg" -p "$dir/haproxy.pid" </dev/null >>"$dir/haproxy.log" 2>&1
+"#;
+
+/// One HAProxy (master and workers) in its own temp dir; every process is killed on drop.
+#[derive(Debug)]
+pub struct Haproxy {
+    dir: tempfile::TempDir,
+    pub https: SocketAddr,
+    pub http: SocketAddr,
+    pub stats: SocketAddr,
+}
+
+impl Haproxy {
+    /// Prepares the directory, ports and `reload.sh`; nothing runs until the first reload.
+    pub fn new() -> Haproxy {
+        // No leading dot: the apply document's ConfigPath pattern refuses hidden components.
+        let dir = tempfile::Builder::new()
+            .prefix("autoproxy-haproxy-")
+            .tempdir()
+            .expect("temp dir");
+        let reload = dir.path().join("reload.sh");
+        std::fs::write(&reload, RELOAD_SH).expect("write reload.sh");
+        std::fs::set_permissions(&reload, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod reload.sh");
+        let local = |port| SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        Haproxy {
+            https: local(free_port()),
+            http: local(free_port()),
+            stats: local(free_port()),
+            dir,
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The installed config, as `ConfigPath`.
+    pub fn config_path(&self) -> PathBuf {
+        self.dir().join("haproxy.cfg")
+    }
+
+    pub fn stats_socket(&self) -> PathBuf {
+        self.dir().join("admin.sock")
+    }
+
+    /// The `ReloadCommand` for this HAProxy; `args` go to `reload.sh` (a delay in seconds,
+    /// or `fail-once`).
+    pub fn reload_command(&self, args: &[&str]) -> String {
+        let mut words = vec![self.dir().join("reload.sh").display().to_string()];
+        words.extend(args.iter().map(|a| (*a).to_owned()));
+        words.join(" ")
+    }
+
+    /// Render options for an unprivileged HAProxy on this instance's loopback ports.
+    pub fn options(&self, backend_port: u16) -> RenderOptions {
+        RenderOptions {
+            https_bind: self.https.to_string(),
+            http_bind: self.http.to_string(),
+            stats_bind: self.stats.to_string(),
+            stats_socket: self.stats_socket().display().to_string(),
+            user: String::new(),
+            group: String::new(),
+            chroot: String::new(),
+            // Nobody listens there: logs are not what these tests look at.
+            log: "127.0.0.1:9 local0".to_owned(),
+            maxconn: 2_000,
+            hard_stop_after: "30s".to_owned(),
+            backend_port: Some(backend_port),
+        }
+    }
+
+    /// Installs `config` directly and starts HAProxy on it (for tests that do not begin with
+    /// the apply document's first install); waits until it serves that generation.
+    pub fn start(&self, config: &str) {
+        std::fs::write(self.config_path(), config).expect("write haproxy.cfg");
+        let status = Command::new(self.dir().join("reload.sh"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("run reload.sh");
+        assert!(status.success(), "haproxy did not start:\n{}", self.log());
+        let generation = autoproxy::artifact::parse_header(config)
+            .expect("a config with a header")
+            .generation;
+        assert!(
+            self.wait_for_generation(generation, Duration::from_secs(10)),
+            "haproxy did not report generation {generation} within 10 s:\n{}",
+            self.log()
+        );
+    }
+
+    /// HAProxy's own output (startup alerts and warnings).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir().join("haproxy.log")).unwrap_or_default()
+    }
+
+    /// `show info` on the stats socket.
+    pub fn show_info(&self) -> std::io::Result<String> {
+        let mut socket = UnixStream::connect(self.stats_socket())?;
+        socket.set_read_timeout(Some(Duration::from_secs(2)))?;
+        socket.write_all(b"show info\n")?;
+        let mut answer = String::new();
+        socket.read_to_string(&mut answer)?;
+        Ok(answer)
+    }
+
+    /// The generation HAProxy runs, from the `description` in `show info`.
+    pub fn running_generation(&self) -> Option<u64> {
+        let info = self.show_info().ok()?;
+        info.lines()
+            .find_map(|line| line.strip_prefix("description: autoproxy generation "))?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    pub fn wait_for_generation(&self, generation: u64, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.running_generation() == Some(generation) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Opens a TLS connection with this SNI through the passthrough frontend; the backend's
+    /// banner, or why there was none.
+    pub fn probe(&self, sni: &str) -> Result<String, ProbeError> {
+        probe(self.https, sni)
+    }
+
+    /// The PIDs of this HAProxy's master and workers (old ones included): every process
+    /// whose command line reads this instance's config.
+    pub fn processes(&self) -> Vec<u32> {
+        let config = self.config_path().display().to_string();
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                    return false;
+                };
+                let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+                args.windows(2)
+                    .any(|pair| pair[0] == b"-f" && pair[1] == config.as_bytes())
+                    && !is_zombie(*pid)
+            })
+            .collect()
+    }
+
+    /// Stops every process of this HAProxy: TERM, then KILL what is left after 3 s.
+    pub fn stop(&self) {
+        for (signal, grace) in [("-TERM", 3), ("-KILL", 2)] {
+            let pids = self.processes();
+            if pids.is_empty() {
+                return;
+            }
+            let _ = Command::new("kill")
+                .arg(signal)
+                .args(pids.iter().map(ToString::to_string))
+                .stderr(Stdio::null())
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(grace);
+            while !self.processes().is_empty() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+impl Default for Haproxy {
+    fn default() -> Self {
+        Haproxy::new()
+    }
+}
+
+impl Drop for Haproxy {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat.rsplit_once(") ")?.1.chars().next()?;
+            Some(state == 'Z')
+        })
+        .unwrap_or(true)
+}
+
+/// A route as the rules would produce it for zone `zone`: SNI `proxy.api.<zone>` to the
+/// backend's loopback address.
+pub fn api_route(zone: &str, backend: &Backend) -> Route {
+    let zone_name = HostName::parse(zone).expect("a valid zone name");
+    Route {
+        rule: "api".to_owned(),
+        account: crate::moto::OWN_ACCOUNT.to_owned(),
+        zone_id: format!("Z{}", zone.replace('.', "").to_uppercase()),
+        sni: format!("proxy.api.{zone}"),
+        sni_match: SniMatch::Exact,
+        backend: HostName::parse(&backend.addr.ip().to_string()).expect("an IP is a host name"),
+        port: 443,
+        records: vec![zone_name.with_prefix("api")],
+        zone_name,
+    }
+}
+
+/// Renders a config with the real renderer and the default template.
+pub fn render(generation: u64, routes: &[Route], options: &RenderOptions) -> String {
+    let resolvers = [SocketAddr::from((Ipv4Addr::LOCALHOST, 53))];
+    Renderer::new(DEFAULT_TEMPLATE)
+        .expect("the default template compiles")
+        .render(&RenderInput {
+            routes,
+            resolvers: &resolvers,
+            options,
+            generation,
+            generated_at: "2026-01-01T00:00:00Z",
+            trigger: "test",
+        })
+        .expect("render")
+        .text
+}
+
+/// A TCP backend: answers every connection with `backend <name>\n`, then waits for the
+/// peer to close.
+#[derive(Debug)]
+pub struct Backend {
+    pub name: String,
+    pub addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Backend {
+    fn start(name: &str, listener: TcpListener) -> Backend {
+        let addr = listener.local_addr().expect("local address");
+        let stop = Arc::new(AtomicBool::new(false));
+        let banner = format!("backend {name}\n");
+        let thread = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                for stream in listener.incoming() {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(stream) = stream else { continue };
+                    let banner = banner.clone();
+                    std::thread::spawn(move || serve(stream, banner.as_bytes()));
+                }
+            })
+        };
+        Backend {
+            name: name.to_owned(),
+            addr,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// What a client routed here reads.
+    pub fn banner(&self) -> String {
+        format!("backend {}", self.name)
+    }
+}
+
+fn serve(mut stream: TcpStream, banner: &[u8]) {
+    let _ = stream.write_all(banner);
+    let _ = stream.shutdown(Shutdown::Write);
+    // Read what the client sent (its ClientHello) until it closes: closing with unread
+    // data would answer with a reset instead of a clean end.
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut sink = [0u8; 4096];
+    while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop up so it sees the flag.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Backends on 127.0.0.2, 127.0.0.3, … sharing one port.
+#[derive(Debug)]
+pub struct Backends {
+    pub port: u16,
+    pub list: Vec<Backend>,
+}
+
+impl Backends {
+    pub fn start(names: &[&str]) -> Backends {
+        for _attempt in 0..20 {
+            let first = TcpListener::bind(("127.0.0.2", 0)).expect("bind 127.0.0.2");
+            let port = first.local_addr().expect("local address").port();
+            let mut listeners = vec![first];
+            for index in 1..names.len() {
+                let ip = Ipv4Addr::new(127, 0, 0, 2 + u8::try_from(index).expect("few backends"));
+                match TcpListener::bind(SocketAddrV4::new(ip, port)) {
+                    Ok(listener) => listeners.push(listener),
+                    Err(_) => break,
+                }
+            }
+            if listeners.len() == names.len() {
+                let list = names
+                    .iter()
+                    .zip(listeners)
+                    .map(|(name, listener)| Backend::start(name, listener))
+                    .collect();
+                return Backends { port, list };
+            }
+        }
+        panic!(
+            "could not find one port free on {} loopback addresses",
+            names.len()
+        );
+    }
+
+    pub fn get(&self, name: &str) -> &Backend {
+        self.list
+            .iter()
+            .find(|b| b.name == name)
+            .unwrap_or_else(|| panic!("no backend named {name}"))
+    }
+}
+
+/// Why a probe got no banner.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the connection failed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("HAProxy closed the connection without an answer (no route for this SNI?)")]
+    Closed,
+}
+
+/// Connects, sends a ClientHello carrying `sni`, and reads the answer until the peer closes.
+pub fn probe(addr: SocketAddr, sni: &str) -> Result<String, ProbeError> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+        .map_err(|source| ProbeError::Connect { addr, source })?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+    stream.write_all(&client_hello(sni))?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer)?;
+    if answer.is_empty() {
+        return Err(ProbeError::Closed);
+    }
+    Ok(String::from_utf8_lossy(&answer).trim_end().to_owned())
+}
+
+/// A minimal TLS 1.2 ClientHello with one cipher suite and a server_name extension: all
+/// HAProxy needs for `req.ssl_hello_type 1` and `req.ssl_sni`.
+pub fn client_hello(sni: &str) -> Vec<u8> {
+    let name = sni.as_bytes();
+    let len16 = |n: usize| u16::try_from(n).expect("short").to_be_bytes();
+
+    let mut server_name = vec![0u8]; // host_name
+    server_name.extend(len16(name.len()));
+    server_name.extend(name);
+    let mut server_name_list = len16(server_name.len()).to_vec();
+    server_name_list.extend(server_name);
+    let mut extensions = vec![0, 0]; // server_name
+    extensions.extend(len16(server_name_list.len()));
+    extensions.extend(server_name_list);
+
+    let mut hello = vec![3, 3]; // TLS 1.2
+    hello.extend([0x5a; 32]); // random
+    hello.push(0); // no session id
+    hello.extend([0, 2, 0x00, 0x2f]); // one suite: TLS_RSA_WITH_AES_128_CBC_SHA
+    hello.extend([1, 0]); // null compression
+    hello.extend(len16(extensions.len()));
+    hello.extend(extensions);
+
+    let mut handshake = vec![1]; // client_hello
+    handshake.extend(&u32::try_from(hello.len()).expect("short").to_be_bytes()[1..]);
+    handshake.extend(hello);
+
+    let mut record = vec![22, 3, 1]; // handshake, TLS 1.0 record version
+    record.extend(len16(handshake.len()));
+    record.extend(handshake);
+    record
+}

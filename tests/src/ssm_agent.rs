@@ -1,0 +1,388 @@
+//! A local stand-in for the SSM agent running the apply document.
+//!
+//! moto records `SendCommand` but runs nothing, so the tests (and the demo) run the document
+//! themselves, the way the agent does: take it from `template.yaml`, fill in parameter
+//! defaults, check every value against its `allowedPattern`, and run the `aws:runShellScript`
+//! text with `sh` in a fresh directory, each parameter passed only as the environment variable
+//! `SSM_<Name>` (`interpolationType: ENV_VAR`). What is run is exactly the text in
+//! `template.yaml`: there is no second copy of the script.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use regex::Regex;
+use serde_yaml::Value;
+
+/// The logical id of the document in `template.yaml`.
+pub const RESOURCE: &str = "ApplyConfigDocument";
+
+/// Why the document could not be read or run.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("template.yaml is not YAML: {0}")]
+    Yaml(#[from] serde_yaml::Error),
+    #[error("expected {expected} in the document, found {found}")]
+    Shape { expected: String, found: String },
+    #[error("parameter {name}: allowedPattern {pattern:?} does not compile: {source}")]
+    Pattern {
+        name: String,
+        pattern: String,
+        #[source]
+        source: regex::Error,
+    },
+    #[error("expected one of the document's parameters ({known}), got {name}")]
+    Unknown { name: String, known: String },
+    #[error("parameter {0} is required: it has no default and no value was given")]
+    Missing(String),
+    #[error("parameter {name}: {value:?} does not match allowedPattern {pattern}")]
+    Rejected {
+        name: String,
+        value: String,
+        pattern: String,
+    },
+    #[error("cannot run the script: {0}")]
+    Spawn(#[source] std::io::Error),
+}
+
+/// One document parameter as the agent enforces it.
+#[derive(Debug, Clone)]
+pub struct Parameter {
+    pub name: String,
+    pub default: Option<String>,
+    pub allowed_pattern: Regex,
+}
+
+/// The apply document: its parameters and the script of its single step.
+#[derive(Debug, Clone)]
+pub struct Document {
+    pub parameters: Vec<Parameter>,
+    pub script: String,
+}
+
+/// What one run of the script did.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// Exit status; `None` when killed (see `timed_out`).
+    pub status: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub started: Instant,
+    pub finished: Instant,
+    pub timed_out: bool,
+}
+
+impl Document {
+    /// The document in the workspace's `template.yaml`, or in the template file named by
+    /// `AUTOPROXY_TEMPLATE` (to run the tests against a deliberately broken copy of the
+    /// script and see them fail).
+    pub fn from_workspace() -> Result<Document, AgentError> {
+        let path = std::env::var_os("AUTOPROXY_TEMPLATE")
+            .map_or_else(|| crate::root().join("template.yaml"), PathBuf::from);
+        Document::from_template(&path)
+    }
+
+    /// The document in a SAM/CloudFormation template file.
+    pub fn from_template(path: &Path) -> Result<Document, AgentError> {
+        let text = std::fs::read_to_string(path).map_err(|source| AgentError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Document::from_template_text(&text)
+    }
+
+    /// The document in a template's text. Refuses a document that breaks the contract the
+    /// script relies on: schema 2.2, one `aws:runShellScript` step, every parameter a
+    /// `String` passed as `ENV_VAR` with an `allowedPattern`, and no `{{ }}` in the script.
+    pub fn from_template_text(text: &str) -> Result<Document, AgentError> {
+        let template: Value = serde_yaml::from_str(text)?;
+        let properties = get(&template, &["Resources", RESOURCE, "Properties"])?;
+        expect_str(
+            get(properties, &["DocumentType"])?,
+            "Command",
+            "DocumentType",
+        )?;
+        let content = get(properties, &["Content"])?;
+        expect_str(get(content, &["schemaVersion"])?, "2.2", "schemaVersion")?;
+
+        let mut parameters = Vec::new();
+        let declared = get(content, &["parameters"])?
+            .as_mapping()
+            .ok_or_else(|| shape("a mapping of parameters", "something else"))?;
+        for (name, spec) in declared {
+            let name = name
+                .as_str()
+                .ok_or_else(|| shape("parameter names as strings", &format!("{name:?}")))?
+                .to_owned();
+            let field = |key: &str| spec.get(key).and_then(Value::as_str);
+            if field("type") != Some("String") {
+                return Err(shape(
+                    &format!("{name}: type String"),
+                    &format!("{:?}", field("type")),
+                ));
+            }
+            if field("interpolationType") != Some("ENV_VAR") {
+                return Err(shape(
+                    &format!("{name}: interpolationType ENV_VAR"),
+                    &format!("{:?}", field("interpolationType")),
+                ));
+            }
+            let pattern = field("allowedPattern")
+                .ok_or_else(|| shape(&format!("{name}: an allowedPattern"), "none"))?;
+            let allowed_pattern = Regex::new(pattern).map_err(|source| AgentError::Pattern {
+                name: name.clone(),
+                pattern: pattern.to_owned(),
+                source,
+            })?;
+            parameters.push(Parameter {
+                default: field("default").map(str::to_owned),
+                name,
+                allowed_pattern,
+            });
+        }
+
+        let steps = get(content, &["mainSteps"])?
+            .as_sequence()
+            .ok_or_else(|| shape("mainSteps as a list", "something else"))?;
+        let [step] = steps.as_slice() else {
+            return Err(shape("exactly one step", &format!("{} steps", steps.len())));
+        };
+        expect_str(get(step, &["action"])?, "aws:runShellScript", "action")?;
+        let lines = get(step, &["inputs", "runCommand"])?
+            .as_sequence()
+            .ok_or_else(|| shape("runCommand as a list of lines", "something else"))?;
+        let lines = lines
+            .iter()
+            .map(|line| {
+                line.as_str()
+                    .ok_or_else(|| shape("runCommand lines as strings", "other"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        // The agent joins the lines with newlines into one script file.
+        let script = lines.join("\n");
+        if script.contains("{{") {
+            return Err(shape(
+                "no {{ }} interpolation in the script (parameters arrive as SSM_ variables)",
+                "{{",
+            ));
+        }
+        Ok(Document { parameters, script })
+    }
+
+    pub fn parameter(&self, name: &str) -> Option<&Parameter> {
+        self.parameters.iter().find(|p| p.name == name)
+    }
+
+    /// Fills in defaults and checks every value against its `allowedPattern`, as the SSM
+    /// service does before a command reaches any instance.
+    pub fn resolve(&self, given: &[(&str, &str)]) -> Result<BTreeMap<String, String>, AgentError> {
+        for (name, _) in given {
+            if self.parameter(name).is_none() {
+                let known: Vec<&str> = self.parameters.iter().map(|p| p.name.as_str()).collect();
+                return Err(AgentError::Unknown {
+                    name: (*name).to_owned(),
+                    known: known.join(", "),
+                });
+            }
+        }
+        let mut values = BTreeMap::new();
+        for parameter in &self.parameters {
+            let value = given
+                .iter()
+                .rev()
+                .find(|(name, _)| *name == parameter.name)
+                .map(|(_, value)| (*value).to_owned())
+                .or_else(|| parameter.default.clone())
+                .ok_or_else(|| AgentError::Missing(parameter.name.clone()))?;
+            if !parameter.allowed_pattern.is_match(&value) {
+                return Err(AgentError::Rejected {
+                    name: parameter.name.clone(),
+                    value,
+                    pattern: parameter.allowed_pattern.as_str().to_owned(),
+                });
+            }
+            values.insert(parameter.name.clone(), value);
+        }
+        Ok(values)
+    }
+
+    /// Runs the script as the agent does: written to `_script.sh` in a fresh directory and
+    /// started with `sh -c`, parameters as `SSM_<Name>`, plus `env` (e.g. the moto server's
+    /// endpoint and credentials for the AWS CLI). The environment is otherwise clean: only
+    /// `PATH` (with the pinned tools first), `HOME` and `TMPDIR` pass through. The whole
+    /// process group is killed after `timeout`.
+    pub fn run(
+        &self,
+        given: &[(&str, &str)],
+        env: &[(String, String)],
+        timeout: Duration,
+    ) -> Result<Run, AgentError> {
+        let values = self.resolve(given)?;
+        let workdir = tempfile::Builder::new()
+            .prefix("autoproxy-ssm-")
+            .tempdir()
+            .map_err(AgentError::Spawn)?;
+        let script = workdir.path().join("_script.sh");
+        std::fs::write(&script, &self.script).map_err(AgentError::Spawn)?;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700))
+            .map_err(AgentError::Spawn)?;
+
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(&script)
+            .current_dir(workdir.path())
+            .env_clear()
+            .env("PATH", search_path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        for key in ["HOME", "TMPDIR"] {
+            if let Some(value) = std::env::var_os(key) {
+                command.env(key, value);
+            }
+        }
+        command.envs(env.iter().map(|(k, v)| (k, v)));
+        command.envs(
+            values
+                .iter()
+                .map(|(name, value)| (format!("SSM_{name}"), value)),
+        );
+
+        let started = Instant::now();
+        let mut child = command.spawn().map_err(AgentError::Spawn)?;
+        let stdout = drain(child.stdout.take());
+        let stderr = drain(child.stderr.take());
+        let deadline = started + timeout;
+        let (status, timed_out) = loop {
+            match child.try_wait().map_err(AgentError::Spawn)? {
+                Some(status) => break (status.code(), false),
+                None if Instant::now() >= deadline => {
+                    // The script leads its own process group: take all of it down.
+                    let _ = Command::new("kill")
+                        .args(["-KILL", "--", &format!("-{}", child.id())])
+                        .status();
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break (None, true);
+                }
+                None => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        let finished = Instant::now();
+        Ok(Run {
+            status,
+            stdout: collect(&stdout),
+            stderr: collect(&stderr),
+            started,
+            finished,
+            timed_out,
+        })
+    }
+}
+
+impl Run {
+    pub fn success(&self) -> bool {
+        self.status == Some(0)
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.finished - self.started
+    }
+
+    /// The details of the log lines of one step (`autoproxy-apply: <step>: <detail>`).
+    pub fn step(&self, step: &str) -> Vec<&str> {
+        let prefix = format!("autoproxy-apply: {step}: ");
+        self.stdout
+            .lines()
+            .chain(self.stderr.lines())
+            .filter_map(|line| line.strip_prefix(prefix.as_str()))
+            .collect()
+    }
+
+    /// The detail of the one `FAILED` line, if the run failed.
+    pub fn failure(&self) -> Option<&str> {
+        self.step("FAILED").into_iter().next()
+    }
+}
+
+/// The whole transcript, for assertion messages.
+impl fmt::Display for Run {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let status = match (self.status, self.timed_out) {
+            (_, true) => "killed after the timeout".to_owned(),
+            (Some(code), false) => format!("exit {code}"),
+            (None, false) => "killed by a signal".to_owned(),
+        };
+        writeln!(f, "--- apply document: {status} after {:?}", self.elapsed())?;
+        writeln!(
+            f,
+            "--- stdout\n{}--- stderr\n{}---",
+            self.stdout, self.stderr
+        )
+    }
+}
+
+fn get<'a>(value: &'a Value, path: &[&str]) -> Result<&'a Value, AgentError> {
+    let mut here = value;
+    for (depth, key) in path.iter().enumerate() {
+        here = here
+            .get(key)
+            .ok_or_else(|| shape(&path[..=depth].join("."), "nothing"))?;
+    }
+    Ok(here)
+}
+
+fn expect_str(value: &Value, expected: &str, what: &str) -> Result<(), AgentError> {
+    match value.as_str() {
+        Some(found) if found == expected => Ok(()),
+        found => Err(shape(&format!("{what} {expected}"), &format!("{found:?}"))),
+    }
+}
+
+fn shape(expected: &str, found: &str) -> AgentError {
+    AgentError::Shape {
+        expected: expected.to_owned(),
+        found: found.to_owned(),
+    }
+}
+
+/// PATH with the pinned tools (the AWS CLI) first, like an instance's `aws` on PATH.
+fn search_path() -> String {
+    let inherited = std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".to_owned());
+    format!("{}:{inherited}", crate::moto::tools_bin().display())
+}
+
+/// Reads a pipe to its end on a thread.
+fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = mpsc::channel();
+    if let Some(mut pipe) = pipe {
+        std::thread::spawn(move || {
+            let mut buffer = Vec::new();
+            let _ = pipe.read_to_end(&mut buffer);
+            let _ = tx.send(buffer);
+        });
+    }
+    rx
+}
+
+/// What a pipe carried; bounded, in case a daemon the script started still holds it.
+fn collect(rx: &mpsc::Receiver<Vec<u8>>) -> String {
+    match rx.recv_timeout(Duration::from_secs(5)) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(_) => "(output not closed within 5 s after the script ended)".to_owned(),
+    }
+}

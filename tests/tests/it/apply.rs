@@ -1,0 +1,604 @@
+//! The apply document from template.yaml, run by the SSM agent stand-in against moto (S3) and a
+//! real HAProxy in master-worker mode on loopback.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use autoproxy::artifact;
+use autoproxy_tests::moto::Moto;
+use autoproxy_tests::proxy::{self, Backends, Haproxy, ProbeError};
+use autoproxy_tests::ssm_agent::{AgentError, Document, Run};
+
+const BUCKET: &str = "autoproxy-config";
+const KEY: &str = "haproxy/haproxy.cfg";
+const RUN_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// moto with a versioned bucket, an HAProxy that is not started yet, and backends.
+struct Fixture {
+    haproxy: Haproxy,
+    backends: Backends,
+    document: Document,
+    s3: aws_sdk_s3::Client,
+    rt: tokio::runtime::Runtime,
+    moto: Moto,
+}
+
+impl Fixture {
+    fn new(backends: &[&str]) -> Fixture {
+        let moto = Moto::start();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let s3 = rt.block_on(async {
+            let config = moto.sdk_config().await;
+            let s3 = aws_sdk_s3::Client::new(&config);
+            s3.create_bucket().bucket(BUCKET).send().await.unwrap();
+            s3.put_bucket_versioning()
+                .bucket(BUCKET)
+                .versioning_configuration(
+                    aws_sdk_s3::types::VersioningConfiguration::builder()
+                        .status(aws_sdk_s3::types::BucketVersioningStatus::Enabled)
+                        .build(),
+                )
+                .send()
+                .await
+                .unwrap();
+            s3
+        });
+        Fixture {
+            haproxy: Haproxy::new(),
+            backends: Backends::start(backends),
+            document: Document::from_workspace().unwrap(),
+            s3,
+            rt,
+            moto,
+        }
+    }
+
+    /// A rendered config routing `proxy.api.<zone>` to the named backend, per pair.
+    fn config(&self, generation: u64, routes: &[(&str, &str)]) -> String {
+        self.config_with(
+            generation,
+            routes,
+            &self.haproxy.options(self.backends.port),
+        )
+    }
+
+    fn config_with(
+        &self,
+        generation: u64,
+        routes: &[(&str, &str)],
+        options: &autoproxy::render::RenderOptions,
+    ) -> String {
+        let routes: Vec<_> = routes
+            .iter()
+            .map(|(zone, backend)| proxy::api_route(zone, self.backends.get(backend)))
+            .collect();
+        proxy::render(generation, &routes, options)
+    }
+
+    /// Uploads a config as the generator does (header values as metadata); its version id.
+    fn upload(&self, text: &str) -> String {
+        let metadata = header_fields(text);
+        let mut put = self
+            .s3
+            .put_object()
+            .bucket(BUCKET)
+            .key(KEY)
+            .body(text.as_bytes().to_vec().into());
+        for key in [
+            artifact::META_GENERATION,
+            artifact::META_SHA256,
+            artifact::META_GENERATED_AT,
+            artifact::META_TRIGGER,
+            artifact::META_RULES,
+        ] {
+            if let Some(value) = metadata.get(key) {
+                put = put.metadata(key, value);
+            }
+        }
+        let output = self.rt.block_on(put.send()).unwrap();
+        output.version_id().expect("a versioned bucket").to_owned()
+    }
+
+    /// The parameters the configure function would pass, then `overrides`.
+    fn run(&self, overrides: &[(&str, &str)]) -> Run {
+        let path = self.haproxy.config_path().display().to_string();
+        let reload = self.haproxy.reload_command(&[]);
+        let mut parameters = vec![
+            ("ConfigBucket", BUCKET),
+            ("ConfigKey", KEY),
+            ("ConfigPath", path.as_str()),
+            ("ReloadCommand", reload.as_str()),
+        ];
+        parameters.extend_from_slice(overrides);
+        self.document
+            .run(&parameters, &self.moto.env(), RUN_TIMEOUT)
+            .unwrap()
+    }
+
+    fn apply(&self, version: &str) -> Run {
+        self.run(&[("ConfigVersion", version)])
+    }
+
+    /// First install through the document: no config yet and no HAProxy running.
+    fn install_first(&self, text: &str) {
+        let version = self.upload(text);
+        let run = self.apply(&version);
+        assert!(run.success(), "first install failed:\n{run}");
+        let generation = artifact::parse_header(text).unwrap().generation;
+        assert_eq!(self.haproxy.running_generation(), Some(generation), "{run}");
+    }
+
+    fn installed(&self) -> String {
+        std::fs::read_to_string(self.haproxy.config_path()).unwrap()
+    }
+
+    fn last_good(&self) -> Option<String> {
+        let path = format!("{}.last-good", self.haproxy.config_path().display());
+        std::fs::read_to_string(path).ok()
+    }
+
+    #[track_caller]
+    fn assert_routes(&self, zone: &str, backend: &str) {
+        let sni = format!("proxy.api.{zone}");
+        match self.haproxy.probe(&sni) {
+            Ok(banner) => assert_eq!(banner, self.backends.get(backend).banner(), "SNI {sni}"),
+            Err(err) => panic!(
+                "SNI {sni} should reach backend {backend}: {err}\n{}",
+                self.haproxy.log()
+            ),
+        }
+    }
+
+    #[track_caller]
+    fn assert_no_route(&self, zone: &str) {
+        let sni = format!("proxy.api.{zone}");
+        let answer = self.haproxy.probe(&sni);
+        assert!(
+            matches!(answer, Err(ProbeError::Closed)),
+            "SNI {sni}: {answer:?}"
+        );
+    }
+}
+
+/// The header's `# key: value` lines, for the object metadata.
+fn header_fields(text: &str) -> BTreeMap<String, String> {
+    text[..artifact::body_offset(text)]
+        .lines()
+        .filter_map(|line| line.strip_prefix("# ")?.split_once(": "))
+        .map(|(key, value)| (key.to_owned(), value.trim().to_owned()))
+        .collect()
+}
+
+/// The same header over a new body, with the body's sha256: a config whose checksum is
+/// right but whose content is whatever the test needs.
+fn restamp(text: &str, body: &str) -> String {
+    let header: String = text[..artifact::body_offset(text)]
+        .lines()
+        .map(|line| {
+            if line.starts_with("# sha256: ") {
+                format!("# sha256: {}\n", artifact::sha256_hex(body.as_bytes()))
+            } else {
+                format!("{line}\n")
+            }
+        })
+        .collect();
+    let restamped = header + body;
+    artifact::parse_header(&restamped).expect("restamped header verifies");
+    restamped
+}
+
+/// The lock wait an apply logged (`lock: acquired … after N ms`).
+fn lock_wait(run: &Run) -> Duration {
+    let line = run.step("lock").into_iter().next().expect("a lock line");
+    let ms = line
+        .rsplit_once(" after ")
+        .and_then(|(_, rest)| rest.strip_suffix(" ms"))
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("lock line without a wait: {line}"));
+    Duration::from_millis(ms)
+}
+
+/// The names and contents of every file in a directory (sockets and pid files aside).
+fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap())
+        .filter(|entry| entry.file_type().unwrap().is_file())
+        .map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let content = if name == "haproxy.log" {
+                Vec::new()
+            } else {
+                std::fs::read(entry.path()).unwrap()
+            };
+            (name, content)
+        })
+        .collect()
+}
+
+fn temp_files(dir: &Path) -> Vec<String> {
+    snapshot(dir)
+        .into_keys()
+        .filter(|name| name.starts_with(".autoproxy-"))
+        .collect()
+}
+
+#[test]
+fn the_document_declares_strict_env_var_parameters() {
+    let document = Document::from_workspace().unwrap();
+    let names: Vec<&str> = document
+        .parameters
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "ConfigBucket",
+            "ConfigKey",
+            "ConfigVersion",
+            "ConfigPath",
+            "ReloadCommand"
+        ]
+    );
+    let cases: &[(&str, &str, bool)] = &[
+        ("ConfigBucket", "autoproxy-config", true),
+        ("ConfigBucket", "my.bucket-1", true),
+        ("ConfigBucket", "Bad_Bucket", false),
+        ("ConfigBucket", "a", false),
+        ("ConfigBucket", "b;rm -rf /", false),
+        ("ConfigKey", "haproxy/haproxy.cfg", true),
+        ("ConfigKey", "a b", false),
+        ("ConfigKey", "$(id)", false),
+        ("ConfigKey", "/leading-slash", false),
+        ("ConfigVersion", "", true),
+        ("ConfigVersion", "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY", true),
+        (
+            "ConfigVersion",
+            "0b7f4c5e-1c2d-4f3a-9a8b-7c6d5e4f3a2b",
+            true,
+        ),
+        ("ConfigVersion", "a;b", false),
+        ("ConfigVersion", "a\nb", false),
+        ("ConfigPath", "/etc/haproxy/haproxy.cfg", true),
+        ("ConfigPath", "etc/haproxy.cfg", false),
+        ("ConfigPath", "/etc/../shadow", false),
+        ("ConfigPath", "/etc/haproxy/", false),
+        ("ConfigPath", "/etc/ha proxy.cfg", false),
+        ("ReloadCommand", "systemctl reload haproxy", true),
+        (
+            "ReloadCommand",
+            "/usr/local/bin/reload.sh --unit=haproxy@main",
+            true,
+        ),
+        ("ReloadCommand", "systemctl  reload haproxy", false),
+        ("ReloadCommand", " systemctl", false),
+        ("ReloadCommand", "systemctl reload haproxy; id", false),
+        ("ReloadCommand", "kill -USR2 $(cat /run/haproxy.pid)", false),
+        ("ReloadCommand", "reload *", false),
+        ("ReloadCommand", "reload\nid", false),
+    ];
+    for (name, value, allowed) in cases {
+        let result = document.resolve(&[("ConfigBucket", "bucket"), (name, value)]);
+        assert_eq!(result.is_ok(), *allowed, "{name} = {value:?}: {result:?}");
+        if !allowed {
+            assert!(
+                matches!(result, Err(AgentError::Rejected { .. })),
+                "{result:?}"
+            );
+        }
+    }
+    let defaults = document.resolve(&[("ConfigBucket", "bucket")]).unwrap();
+    assert_eq!(defaults["ConfigKey"], "haproxy/haproxy.cfg");
+    assert_eq!(defaults["ConfigVersion"], "");
+    assert_eq!(defaults["ConfigPath"], "/etc/haproxy/haproxy.cfg");
+    assert_eq!(defaults["ReloadCommand"], "systemctl reload haproxy");
+    assert!(matches!(document.resolve(&[]), Err(AgentError::Missing(_))));
+}
+
+#[test]
+fn a_first_install_then_a_new_config_goes_live() {
+    let f = Fixture::new(&["a", "b"]);
+    let first = f.config(1, &[("g1.test", "a")]);
+    let version = f.upload(&first);
+    let run = f.apply(&version);
+    assert!(run.success(), "{run}{}", f.haproxy.log());
+    assert!(run.step("keep")[0].contains("nothing to keep"), "{run}");
+    assert_eq!(f.haproxy.running_generation(), Some(1));
+    f.assert_routes("g1.test", "a");
+    f.assert_no_route("g2.test");
+
+    let second = f.config(2, &[("g1.test", "a"), ("g2.test", "b")]);
+    let version = f.upload(&second);
+    let run = f.apply(&version);
+    assert!(run.success(), "{run}{}", f.haproxy.log());
+    for step in [
+        "lock", "download", "verify", "keep", "swap", "reload", "done",
+    ] {
+        assert_eq!(run.step(step).len(), 1, "one {step} line:\n{run}");
+    }
+    assert!(
+        run.step("done")[0].starts_with("generation 2 is running"),
+        "{run}"
+    );
+    assert_eq!(f.haproxy.running_generation(), Some(2));
+    f.assert_routes("g2.test", "b");
+    f.assert_routes("g1.test", "a");
+    assert_eq!(f.installed(), second);
+    assert_eq!(f.last_good().as_deref(), Some(first.as_str()));
+    assert_eq!(temp_files(f.haproxy.dir()), Vec::<String>::new());
+}
+
+#[test]
+fn a_config_haproxy_rejects_is_not_installed_and_the_old_one_keeps_serving() {
+    let f = Fixture::new(&["a", "b"]);
+    let first = f.config(1, &[("g1.test", "a")]);
+    f.install_first(&first);
+
+    let second = f.config(2, &[("g1.test", "a"), ("g2.test", "b")]);
+    let body = artifact::body(&second).replace("defaults\n", "defaults\n    no-such-keyword on\n");
+    let broken = restamp(&second, &body);
+    let run = f.apply(&f.upload(&broken));
+    assert_eq!(run.status, Some(1), "{run}");
+    let failure = run.failure().expect("a FAILED line");
+    assert!(
+        failure.contains("haproxy -c rejected generation 2"),
+        "{run}"
+    );
+    assert!(
+        failure.contains("no-such-keyword"),
+        "the reason names the problem:\n{run}"
+    );
+    assert!(
+        failure.ends_with("nothing changed (installed generation 1)"),
+        "{run}"
+    );
+    assert_eq!(f.installed(), first);
+    assert_eq!(f.last_good(), None, "step 5 never ran");
+    assert_eq!(f.haproxy.running_generation(), Some(1));
+    f.assert_routes("g1.test", "a");
+    f.assert_no_route("g2.test");
+    assert_eq!(temp_files(f.haproxy.dir()), Vec::<String>::new());
+}
+
+#[test]
+fn a_body_that_does_not_match_its_sha256_is_rejected_before_anything_is_touched() {
+    let f = Fixture::new(&["a", "b"]);
+    let first = f.config(1, &[("g1.test", "a")]);
+    f.install_first(&first);
+    let before = snapshot(f.haproxy.dir());
+
+    let second = f.config(2, &[("g1.test", "a"), ("g2.test", "b")]);
+    let tampered = second.replace("proxy.api.g2.test", "proxy.api.evil.test");
+    assert_ne!(tampered, second);
+    let run = f.apply(&f.upload(&tampered));
+    assert_eq!(run.status, Some(1), "{run}");
+    assert!(run.failure().unwrap().contains("sha256 mismatch"), "{run}");
+    assert!(run.step("check").is_empty(), "haproxy -c never ran:\n{run}");
+    // Same files, same bytes (the lock file exists since the first install).
+    assert_eq!(snapshot(f.haproxy.dir()), before, "nothing touched");
+    assert_eq!(f.haproxy.running_generation(), Some(1));
+    f.assert_no_route("evil.test");
+}
+
+#[test]
+fn an_older_or_equal_generation_is_skipped() {
+    let f = Fixture::new(&["a", "b"]);
+    let third = f.config(3, &[("g3.test", "a")]);
+    f.install_first(&third);
+
+    let same = f.config(3, &[("g3.test", "a"), ("other.test", "b")]);
+    let older = f.config(2, &[("g2.test", "b")]);
+    for text in [same, older] {
+        let run = f.apply(&f.upload(&text));
+        assert!(run.success(), "{run}{}", f.haproxy.log());
+        let skip = run.step("skip");
+        assert_eq!(skip.len(), 1, "{run}");
+        assert!(
+            skip[0].contains("not newer than the installed generation 3"),
+            "{run}"
+        );
+        assert!(
+            run.step("check").is_empty() && run.step("reload").is_empty(),
+            "{run}"
+        );
+    }
+    assert_eq!(f.installed(), third);
+    assert_eq!(f.last_good(), None);
+    assert_eq!(f.haproxy.running_generation(), Some(3));
+    f.assert_routes("g3.test", "a");
+}
+
+#[test]
+fn a_config_that_cannot_start_is_rolled_back_to_the_last_known_good() {
+    let f = Fixture::new(&["a", "b"]);
+    let first = f.config(1, &[("g1.test", "a")]);
+    f.install_first(&first);
+
+    // Valid for `haproxy -c` (which binds nothing), but its HTTP port is taken: the new
+    // worker cannot start, and the old one keeps serving.
+    let squatter = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut options = f.haproxy.options(f.backends.port);
+    options.http_bind = squatter.local_addr().unwrap().to_string();
+    let second = f.config_with(2, &[("g1.test", "a"), ("g2.test", "b")], &options);
+    let run = f.apply(&f.upload(&second));
+    assert_eq!(run.status, Some(2), "{run}");
+    let failure = run.failure().unwrap();
+    assert!(
+        failure.contains("HAProxy did not report generation 2"),
+        "{run}"
+    );
+    assert!(
+        failure.ends_with("; restored last-known-good generation 1"),
+        "{run}"
+    );
+    assert_eq!(
+        run.stderr.lines().filter(|l| l.contains("FAILED")).count(),
+        1,
+        "{run}"
+    );
+    assert_eq!(f.installed(), first);
+    assert_eq!(f.last_good().as_deref(), Some(first.as_str()));
+    assert_eq!(f.haproxy.running_generation(), Some(1));
+    f.assert_routes("g1.test", "a");
+    f.assert_no_route("g2.test");
+    drop(squatter);
+}
+
+#[test]
+fn a_failing_reload_command_is_rolled_back() {
+    let f = Fixture::new(&["a", "b"]);
+    let first = f.config(1, &[("g1.test", "a")]);
+    f.install_first(&first);
+    let second = f.config(2, &[("g1.test", "a"), ("g2.test", "b")]);
+    let version = f.upload(&second);
+
+    // Fails once: the rollback's own reload works.
+    let flaky = f.haproxy.reload_command(&["fail-once"]);
+    let run = f.run(&[("ConfigVersion", &version), ("ReloadCommand", &flaky)]);
+    assert_eq!(run.status, Some(2), "{run}");
+    let failure = run.failure().unwrap();
+    assert!(failure.contains("exited with 1"), "{run}");
+    assert!(
+        failure.ends_with("; restored last-known-good generation 1"),
+        "{run}"
+    );
+    assert_eq!(f.installed(), first);
+    assert_eq!(f.haproxy.running_generation(), Some(1));
+    f.assert_routes("g1.test", "a");
+
+    // Always fails: the file is restored, and the run says the rollback is incomplete.
+    let run = f.run(&[("ConfigVersion", &version), ("ReloadCommand", "false")]);
+    assert_eq!(run.status, Some(3), "{run}");
+    assert!(
+        run.failure().unwrap().contains("its reload failed too"),
+        "{run}"
+    );
+    assert_eq!(f.installed(), first);
+    assert_eq!(f.haproxy.running_generation(), Some(1));
+    f.assert_routes("g1.test", "a");
+}
+
+#[test]
+fn two_runs_at_once_are_serialised() {
+    let f = Fixture::new(&["a", "b"]);
+    f.install_first(&f.config(1, &[("g1.test", "a")]));
+    let second = f.upload(&f.config(2, &[("g1.test", "a"), ("g2.test", "b")]));
+    let third_text = f.config(3, &[("g1.test", "a"), ("g2.test", "b"), ("g3.test", "a")]);
+    let third = f.upload(&third_text);
+
+    // The first run holds the lock for at least the 2 s its reload sleeps.
+    let slow = f.haproxy.reload_command(&["2"]);
+    let (first_run, second_run) = std::thread::scope(|scope| {
+        let a = scope.spawn(|| f.run(&[("ConfigVersion", &second), ("ReloadCommand", &slow)]));
+        std::thread::sleep(Duration::from_millis(300));
+        let b = scope.spawn(|| f.apply(&third));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert!(first_run.success(), "{first_run}");
+    assert!(second_run.success(), "{second_run}");
+    assert!(first_run.started < second_run.started);
+    assert!(
+        lock_wait(&first_run) < Duration::from_millis(500),
+        "{first_run}"
+    );
+    let acquired = second_run.started + lock_wait(&second_run);
+    assert!(
+        acquired >= first_run.started + Duration::from_secs(2),
+        "the second run got the lock while the first was still reloading:\n{first_run}{second_run}"
+    );
+    assert!(second_run.finished > first_run.finished);
+    assert_eq!(f.installed(), third_text);
+    assert_eq!(f.haproxy.running_generation(), Some(3));
+    f.assert_routes("g3.test", "a");
+}
+
+#[test]
+fn an_empty_config_version_installs_the_latest() {
+    let f = Fixture::new(&["a", "b"]);
+    f.upload(&f.config(1, &[("g1.test", "a")]));
+    let latest = f.upload(&f.config(2, &[("g2.test", "b")]));
+    // The association passes no version: the default is empty.
+    let run = f.run(&[]);
+    assert!(run.success(), "{run}{}", f.haproxy.log());
+    assert!(
+        run.step("download")[0].contains(&format!("version {latest}")),
+        "{run}"
+    );
+    assert_eq!(f.haproxy.running_generation(), Some(2));
+    f.assert_routes("g2.test", "b");
+
+    let newest = f.upload(&f.config(3, &[("g3.test", "a")]));
+    let run = f.apply("");
+    assert!(run.success(), "{run}{}", f.haproxy.log());
+    assert!(
+        run.step("download")[0].contains(&format!("version {newest}")),
+        "{run}"
+    );
+    assert_eq!(f.haproxy.running_generation(), Some(3));
+    f.assert_routes("g3.test", "a");
+}
+
+#[test]
+fn reload_under_load() {
+    const RELOADS: u64 = 20;
+    const MAX_CONNECTIONS: usize = 12_000;
+    let f = Fixture::new(&["a", "b"]);
+    f.install_first(&f.config(1, &[("steady.test", "a")]));
+
+    let stop = AtomicBool::new(false);
+    let total = AtomicUsize::new(0);
+    let failures = Mutex::new(Vec::new());
+    let mut durations = Vec::new();
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                while !stop.load(Ordering::SeqCst)
+                    && total.fetch_add(1, Ordering::SeqCst) < MAX_CONNECTIONS
+                {
+                    match f.haproxy.probe("proxy.api.steady.test") {
+                        Ok(banner) if banner == "backend a" => {}
+                        other => failures.lock().unwrap().push(format!("{other:?}")),
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            });
+        }
+        for generation in 2..=RELOADS + 1 {
+            let zone = format!("g{generation}.test");
+            let text = f.config(generation, &[("steady.test", "a"), (&zone, "b")]);
+            let run = f.apply(&f.upload(&text));
+            assert!(run.success(), "generation {generation}:\n{run}");
+            durations.push(run.elapsed());
+        }
+        stop.store(true, Ordering::SeqCst);
+    });
+    let total = total.load(Ordering::SeqCst).min(MAX_CONNECTIONS);
+    let failures = failures.into_inner().unwrap();
+    durations.sort();
+    let median = durations[durations.len() / 2];
+    println!(
+        "reload under load: {} failed / {total} connections, {RELOADS} reloads, one apply takes {} ms (median)",
+        failures.len(),
+        median.as_millis()
+    );
+    assert_eq!(f.haproxy.running_generation(), Some(RELOADS + 1));
+    f.assert_routes(&format!("g{}.test", RELOADS + 1), "b");
+    assert!(
+        total > 100,
+        "the load was too light to mean anything: {total}"
+    );
+    assert!(
+        failures.is_empty(),
+        "failed connections: {:?}",
+        &failures[..failures.len().min(10)]
+    );
+}
