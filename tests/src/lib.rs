@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 pub mod check;
+pub mod estate;
 pub mod golden;
 pub mod moto;
 pub mod proxy;
