@@ -1,0 +1,5 @@
+mod configure;
+mod apply;
+mod generate;
+mod golden;
+mod template;
