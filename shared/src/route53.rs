@@ -13,7 +13,7 @@ use aws_sdk_route53::operation::list_resource_record_sets::ListResourceRecordSet
 use aws_sdk_route53::types::RrType;
 
 use crate::model::{RecordSet, Zone};
-use crate::ratelimit::RateLimiter;
+use crate::ratelimit::{Permit, RateLimiter};
 
 /// Route53's page sizes: the most it returns per call.
 pub const ZONES_PER_PAGE: i32 = 100;
@@ -98,9 +98,12 @@ impl AccountRoute53 {
             .saturating_sub(self.operations.load(Ordering::Relaxed))
     }
 
-    async fn pace(&self) {
-        self.limiter.acquire().await;
+    /// Waits for the account's next slot; the permit must live until the call's answer is in
+    /// (see `ratelimit`). SDK retries happen inside that call and are not paced separately.
+    async fn pace(&self) -> Permit<'_> {
+        let permit = self.limiter.acquire().await;
         self.operations.fetch_add(1, Ordering::Relaxed);
+        permit
     }
 
     fn error<E>(&self, operation: &'static str, err: SdkError<E>) -> ScanError
@@ -120,7 +123,7 @@ impl AccountRoute53 {
         let mut marker: Option<String> = None;
         let mut pages = 0;
         loop {
-            self.pace().await;
+            let permit = self.pace().await;
             let page = self
                 .client
                 .list_hosted_zones()
@@ -129,6 +132,7 @@ impl AccountRoute53 {
                 .send()
                 .await
                 .map_err(|err| self.error("ListHostedZones", err))?;
+            drop(permit);
             pages += 1;
             zones.extend(page.hosted_zones().iter().map(|zone| Zone {
                 account: self.account.clone(),
@@ -146,8 +150,10 @@ impl AccountRoute53 {
 
     /// One zone by id; `None` when it no longer exists.
     pub async fn get_zone(&self, zone_id: &str) -> Result<Option<Zone>, ScanError> {
-        self.pace().await;
-        match self.client.get_hosted_zone().id(zone_id).send().await {
+        let permit = self.pace().await;
+        let result = self.client.get_hosted_zone().id(zone_id).send().await;
+        drop(permit);
+        match result {
             Ok(out) => Ok(out.hosted_zone().map(|zone| Zone {
                 account: self.account.clone(),
                 id: bare_zone_id(zone.id()).to_owned(),
@@ -176,7 +182,7 @@ impl AccountRoute53 {
         let mut next: (Option<String>, Option<RrType>, Option<String>) = (None, None, None);
         let mut pages = 0;
         loop {
-            self.pace().await;
+            let permit = self.pace().await;
             let result = self
                 .client
                 .list_resource_record_sets()
@@ -187,6 +193,7 @@ impl AccountRoute53 {
                 .set_start_record_identifier(next.2.take())
                 .send()
                 .await;
+            drop(permit);
             let page = match result {
                 Ok(page) => page,
                 Err(err)
