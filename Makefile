@@ -6,7 +6,7 @@ CACHE ?= $(HOME)/.cache/autoproxy
 export PATH := $(CACHE)/bin:$(PATH)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test lint unit templates tools core-tools
+.PHONY: test lint unit templates tools core-tools demo
 
 ## Everything CI runs: lint, every test (unit, golden, moto, real HAProxy), template checks.
 test: tools lint
@@ -25,6 +25,15 @@ unit:
 ## cfn-lint, sam validate --lint, checkov, sam build.
 templates: tools
 	bash .ci/check-templates.sh
+
+## The whole pipeline on this machine, narrated (issue 6): moto as AWS (two accounts), both
+## functions through the Lambda runtime (cargo lambda watch/invoke), the apply document from
+## template.yaml against a real HAProxy on loopback, dnsmasq as the VPC resolver, openssl
+## s_server backends. Then a cluster is added and one removed in Route53 and their CloudTrail
+## events flow through. Files in .demo/ (gitignored); everything it starts is stopped, Ctrl-C too.
+demo:
+	bash .ci/tools.sh core >/dev/null
+	cargo run --quiet -p autoproxy-tests --bin demo
 
 tools:
 	bash .ci/tools.sh all >/dev/null

@@ -6,6 +6,7 @@ pub mod check;
 pub mod estate;
 pub mod golden;
 pub mod moto;
+pub mod pipeline;
 pub mod proxy;
 pub mod ssm_agent;
 

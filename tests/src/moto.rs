@@ -45,6 +45,11 @@ impl Moto {
         moto
     }
 
+    /// The server's process id (so an interrupted demo can stop it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }

@@ -126,11 +126,20 @@ pub async fn function_handler(
     deps: &Deps,
     event: LambdaEvent<Value>,
 ) -> Result<Summary, GenerateError> {
-    let remaining = event
+    // A deadline already past when the invocation starts is not one Lambda sends: `cargo lambda
+    // watch` (1.9) sends the timeout itself (600000 ms), which reads as 1970. Under it every
+    // run would read no zone at all; run without a budget instead.
+    let Ok(remaining) = event
         .context
         .deadline()
         .duration_since(std::time::SystemTime::now())
-        .unwrap_or_default();
+    else {
+        warn!(
+            deadline_ms = event.context.deadline,
+            "the invocation's deadline has already passed (a local emulator?): no time budget"
+        );
+        return handle_until(deps, &event.payload, &now_rfc3339(), None).await;
+    };
     let deadline = tokio::time::Instant::now() + remaining.saturating_sub(PUBLISH_RESERVE);
     handle_until(deps, &event.payload, &now_rfc3339(), Some(deadline)).await
 }

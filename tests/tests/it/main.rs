@@ -1,5 +1,6 @@
 mod configure;
 mod apply;
+mod e2e;
 mod generate;
 mod golden;
 mod template;
