@@ -1,0 +1,113 @@
+//! The sweep under a time budget (a Lambda runs at most 15 minutes): an estate too large for
+//! one invocation still converges, and no config ever goes out missing zones never read.
+
+use std::time::Duration;
+
+use autoproxy::settings::GenerateSettings;
+use autoproxy_generate::handler::{Deps, handle, handle_until};
+use autoproxy_tests::check::assert_valid;
+use autoproxy_tests::estate::{Account, ZoneSpec, api_pair, versioned_bucket};
+use autoproxy_tests::moto::{Moto, OWN_ACCOUNT};
+use serde_json::json;
+use tokio::time::Instant;
+
+const PROXY: &str = "peering-proxy.tools.example.com";
+const BUCKET: &str = "autoproxy-budget";
+const ZONES: usize = 24;
+
+async fn deps(moto: &Moto) -> Deps {
+    let sdk = moto.sdk_config().await;
+    versioned_bucket(&sdk, BUCKET).await.unwrap();
+    let zones = (0..ZONES)
+        .map(|i| {
+            let name = format!("c{i:02}.budget.internal");
+            ZoneSpec::private(name.clone(), api_pair(&name, PROXY))
+        })
+        .collect();
+    Account::own(&sdk).seed(zones, 8).await.unwrap();
+    // 20 calls a second: one zone costs one call, so a 0.5 s budget reads about ten.
+    let vars = [
+        ("CONFIG_BUCKET", BUCKET),
+        ("PEERING_PROXY_HOSTNAME", PROXY),
+        ("ROUTE53_REQUESTS_PER_SECOND", "20"),
+    ];
+    let settings = GenerateSettings::from_lookup(|n| {
+        vars.iter()
+            .find(|(k, _)| *k == n)
+            .map(|(_, v)| (*v).to_owned())
+    })
+    .unwrap();
+    Deps::new(settings, &sdk, OWN_ACCOUNT).await.unwrap()
+}
+
+fn budget(ms: u64) -> Option<Instant> {
+    Some(Instant::now() + Duration::from_millis(ms))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unfinished_first_sweep_publishes_nothing_and_the_next_runs_finish_it() {
+    let moto = Moto::start();
+    let deps = deps(&moto).await;
+    let schedule = json!({"detail-type": "Scheduled Event", "source": "aws.events"});
+
+    let first = handle_until(&deps, &schedule, "t1", budget(500))
+        .await
+        .unwrap();
+    assert!(
+        first.zones_scanned > 0 && first.zones_scanned < ZONES,
+        "{first:?}"
+    );
+    assert!(
+        !first.published,
+        "a config missing never-read zones must not go out"
+    );
+    assert!(deps.store.current_config().await.unwrap().is_none());
+    let manifest = deps.store.manifest().await.unwrap().unwrap();
+    assert_eq!(manifest.pending.len(), ZONES - first.zones_scanned);
+    assert!(
+        first
+            .warnings
+            .iter()
+            .any(|w| w.contains("sweep unfinished")),
+        "{:?}",
+        first.warnings
+    );
+
+    // Each run reads the pending zones first, so the sweep converges in a few runs.
+    let mut runs = 1;
+    let summary = loop {
+        runs += 1;
+        assert!(runs < 10, "the sweep did not converge");
+        let summary = handle_until(&deps, &schedule, "t2", budget(1500))
+            .await
+            .unwrap();
+        if summary.published {
+            break summary;
+        }
+    };
+    assert_eq!(summary.rules, ZONES);
+    let manifest = deps.store.manifest().await.unwrap().unwrap();
+    assert!(manifest.pending.is_empty());
+    let current = deps.store.current_config().await.unwrap().unwrap();
+    assert_valid(&current.text);
+    assert_eq!(current.rules(), ZONES);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unfinished_later_sweep_keeps_the_unread_zones_routes() {
+    let moto = Moto::start();
+    let deps = deps(&moto).await;
+    let full = handle(&deps, &json!({}), "t1").await.unwrap();
+    assert!(full.published);
+    assert_eq!(full.rules, ZONES);
+
+    let partial = handle_until(&deps, &json!({}), "t2", budget(300))
+        .await
+        .unwrap();
+    assert!(partial.zones_scanned < ZONES, "{partial:?}");
+    // Nothing changed in Route53, and the unread zones kept their routes: no new config.
+    assert_eq!(partial.rules, ZONES);
+    assert!(!partial.changed, "{partial:?}");
+    let manifest = deps.store.manifest().await.unwrap().unwrap();
+    assert_eq!(manifest.pending.len(), ZONES - partial.zones_scanned);
+}
