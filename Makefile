@@ -6,7 +6,7 @@ CACHE ?= $(HOME)/.cache/autoproxy
 export PATH := $(CACHE)/bin:$(PATH)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test lint unit templates tools core-tools demo
+.PHONY: test lint unit templates tools core-tools bench demo
 
 ## Everything CI runs: lint, every test (unit, golden, moto, real HAProxy), template checks.
 test: tools lint
@@ -25,6 +25,20 @@ unit:
 ## cfn-lint, sam validate --lint, checkov, sam build.
 templates: tools
 	bash .ci/check-templates.sh
+
+## The scale benchmark (issue 7): seeds moto with 2,000 zones x 200 records in 10 accounts,
+## sweeps through per-account recording proxies, renders, runs haproxy -c, sizes the Lambda
+## binaries; prints the table and writes docs/BENCHMARKS.md. Smaller: BENCH_ARGS="--zones 400".
+## The binaries are (re)built for the host arch (x86_64 here; arm64 needs a toolchain download);
+## cargo-lambda links through the Zig its venv carries, as .ci/check-templates.sh finds it.
+bench: core-tools
+	@if ! command -v zig >/dev/null && [ -z "$${CARGO_ZIGBUILD_ZIG_PATH:-}" ]; then \
+	  py=$$(dirname "$$(readlink -f "$$(command -v cargo-lambda)")")/python3; \
+	  export CARGO_ZIGBUILD_ZIG_PATH=$$("$$py" -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))'); \
+	fi; \
+	cargo lambda build --release -p autoproxy-generate -p autoproxy-configure
+	cargo build --profile bench-run -p autoproxy-tests --bin bench --bin bench_sweep
+	target/bench-run/bench $(BENCH_ARGS)
 
 ## The whole pipeline on this machine, narrated (issue 6): moto as AWS (two accounts), both
 ## functions through the Lambda runtime (cargo lambda watch/invoke), the apply document from

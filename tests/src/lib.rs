@@ -2,12 +2,14 @@
 //! the helpers the `it` test binary shares.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
+pub mod bench;
 pub mod check;
 pub mod estate;
 pub mod golden;
 pub mod moto;
 pub mod pipeline;
 pub mod proxy;
+pub mod recording_proxy;
 pub mod ssm_agent;
 
 use std::path::{Path, PathBuf};

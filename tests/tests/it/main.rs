@@ -3,4 +3,5 @@ mod apply;
 mod e2e;
 mod generate;
 mod golden;
+mod ratelimit;
 mod template;

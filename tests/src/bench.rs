@@ -1,0 +1,187 @@
+//! The scale benchmark's building blocks (issue 7): a synthetic estate of zones × records
+//! across accounts, seeded into moto; the generator's Route53 clients pointed at one
+//! [`RecordingProxy`](crate::recording_proxy::RecordingProxy) per account; the minimum number
+//! of Route53 calls a full sweep needs; and a synthetic route set of any size for the renderer.
+
+use std::collections::BTreeMap;
+
+use autoproxy::model::{RecordSet, Route, Zone, ZoneRecords};
+use autoproxy::names::HostName;
+use autoproxy::route53::{AccountRoute53, RECORDS_PER_PAGE, ZONES_PER_PAGE};
+use autoproxy::rules::{DEFAULT_RULES, resolve, zone_routes};
+use autoproxy::settings::RoleArn;
+use aws_config::SdkConfig;
+use aws_config::sts::AssumeRoleProvider;
+use futures_util::future::try_join_all;
+
+use crate::estate::{self, Account, EstateError, Seeded, Wildcard, ZoneSpec};
+use crate::moto::OWN_ACCOUNT;
+
+/// The name every rule CNAME points at.
+pub const PROXY: &str = "peering-proxy.tools.example.com";
+
+/// What to seed: `zones` zones of `records` record sets each, spread evenly over `accounts`
+/// accounts; every `rules_every`-th zone carries both rule pairs (4 of its record sets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub zones: usize,
+    pub records: usize,
+    pub accounts: usize,
+    pub rules_every: usize,
+}
+
+impl Shape {
+    /// The own account first, then member accounts 100000000001, 100000000002, …
+    pub fn account_ids(&self) -> Vec<String> {
+        (0..self.accounts.max(1))
+            .map(|i| match i {
+                0 => OWN_ACCOUNT.to_owned(),
+                _ => format!("{:012}", 100_000_000_000u64 + i as u64),
+            })
+            .collect()
+    }
+
+    /// Whether the zone named `name` (as [`Shape::zone_specs`] names them) has rule pairs.
+    pub fn has_rules(&self, name: &str) -> bool {
+        name.strip_prefix('c')
+            .and_then(|rest| rest.split('.').next()?.parse::<usize>().ok())
+            .is_some_and(|i| self.rules_every > 0 && i % self.rules_every == 0)
+    }
+
+    /// The zones of the account at `index`: zone `i` goes to account `i % accounts`.
+    pub fn zone_specs(&self, index: usize) -> Vec<ZoneSpec> {
+        let accounts = self.accounts.max(1);
+        (index..self.zones)
+            .step_by(accounts)
+            .map(|i| {
+                let name = format!("c{i:05}.bench.internal");
+                let mut records = Vec::with_capacity(self.records);
+                if self.has_rules(&name) {
+                    records.extend(estate::api_pair(&name, PROXY));
+                    records.extend(estate::ingress_pair(&name, PROXY, Wildcard::Literal));
+                }
+                let filler = self.records.saturating_sub(records.len());
+                records.extend(estate::filler(&name, filler));
+                ZoneSpec::private(name, records)
+            })
+            .collect()
+    }
+
+    /// Routes the estate must produce: two per zone with both rule pairs.
+    pub fn expected_routes(&self) -> usize {
+        match self.rules_every {
+            0 => 0,
+            every => 2 * self.zones.div_ceil(every),
+        }
+    }
+}
+
+/// Seeds every account at once (moto keeps assumed-role accounts apart); `parallelism`
+/// zones at a time per account.
+pub async fn seed(
+    sdk: &SdkConfig,
+    shape: &Shape,
+    parallelism: usize,
+) -> Result<BTreeMap<String, Vec<Seeded>>, EstateError> {
+    let seeded = try_join_all(shape.account_ids().into_iter().enumerate().map(
+        |(index, id)| async move {
+            let account = if id == OWN_ACCOUNT {
+                Account::own(sdk)
+            } else {
+                Account::assume(sdk, &id).await?
+            };
+            let zones = account.seed(shape.zone_specs(index), parallelism).await?;
+            Ok::<_, EstateError>((id, zones))
+        },
+    ))
+    .await?;
+    Ok(seeded.into_iter().collect())
+}
+
+/// The fewest Route53 calls that read every private zone of an account once: its pages of
+/// zones plus each zone's pages of records (every listing includes NS and SOA).
+pub fn minimum_calls(zones: &[Seeded]) -> u64 {
+    let pages = |items: usize, per_page: i32| items.div_ceil(per_page as usize).max(1) as u64;
+    pages(zones.len(), ZONES_PER_PAGE)
+        + zones
+            .iter()
+            .map(|zone| pages(zone.listed_records(), RECORDS_PER_PAGE))
+            .sum::<u64>()
+}
+
+/// The generator's Route53 clients as `Deps::new` builds them (the own account's config, an
+/// assumed-role provider per member account), except that each account's Route53 endpoint
+/// is `endpoints[account]`: its recording proxy. STS and S3 stay on `sdk`'s endpoint.
+pub async fn proxied_accounts(
+    sdk: &SdkConfig,
+    own_account: &str,
+    roles: &[RoleArn],
+    endpoints: &BTreeMap<String, String>,
+    requests_per_second: f64,
+) -> Vec<AccountRoute53> {
+    let endpoint = |account: &str| {
+        endpoints
+            .get(account)
+            .unwrap_or_else(|| panic!("no Route53 endpoint for account {account}"))
+            .clone()
+    };
+    let own = aws_sdk_route53::config::Builder::from(sdk)
+        .endpoint_url(endpoint(own_account))
+        .build();
+    let mut accounts = vec![AccountRoute53::new(own_account, &own, requests_per_second)];
+    for role in roles.iter().filter(|role| role.account != own_account) {
+        let provider = AssumeRoleProvider::builder(&role.arn)
+            .session_name("autoproxy-bench")
+            .configure(sdk)
+            .build()
+            .await;
+        let config = aws_sdk_route53::config::Builder::from(sdk)
+            .credentials_provider(provider)
+            .endpoint_url(endpoint(&role.account))
+            .build();
+        accounts.push(AccountRoute53::new(
+            &role.account,
+            &config,
+            requests_per_second,
+        ));
+    }
+    accounts
+}
+
+/// `zones` private zones with both rule pairs: `2 × zones` routes, as the generator would
+/// resolve them.
+pub fn synthetic_routes(zones: usize) -> Vec<Route> {
+    let proxies = [HostName::parse(PROXY).expect("proxy host name")];
+    let mut candidates = Vec::with_capacity(2 * zones);
+    for i in 0..zones {
+        let name = format!("r{i:05}.bench.internal.");
+        let zone = ZoneRecords {
+            zone: Zone {
+                account: format!("{:012}", 100_000_000_000u64 + (i % 50) as u64),
+                id: format!("Z{i:06}"),
+                name: name.clone(),
+                private: true,
+            },
+            records: vec![
+                RecordSet::new(&format!("api.{name}"), "A", &["10.0.0.1"]),
+                RecordSet::new(&format!("proxy.api.{name}"), "CNAME", &[PROXY]),
+                RecordSet::new(&format!("\\052.int.{name}"), "CNAME", &[PROXY]),
+                RecordSet::new(
+                    &format!("ingress-int.{name}"),
+                    "CNAME",
+                    &["elb.example.com"],
+                ),
+            ],
+        };
+        candidates.extend(zone_routes(DEFAULT_RULES, &zone, &proxies).routes);
+    }
+    resolve(candidates).0
+}
+
+/// Peak resident set size of this process so far (`VmHWM`), in bytes.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}

@@ -1,0 +1,473 @@
+//! `make bench`: the scale benchmark of issue 7. Seeds moto with a synthetic estate, runs the
+//! generator (`bench_sweep`, a child process) through one recording proxy per account for a
+//! full sweep and one CloudTrail event, renders and `haproxy -c`-checks the result and a
+//! 10,000-route config, sizes the Lambda binaries, prints the table and writes
+//! `docs/BENCHMARKS.md`.
+//!
+//! `bench [--zones 2000] [--records 200] [--accounts 10] [--rules-every 4] [--rate 5]
+//!        [--big-routes 10000] [--out docs/BENCHMARKS.md]`
+#![allow(clippy::print_stdout, clippy::expect_used, clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Write as _};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use autoproxy::model::Route;
+use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, RenderOptions, Renderer};
+use autoproxy::rules::resolve;
+use autoproxy::s3::ConfigStore;
+use autoproxy::settings::manifest_key;
+use autoproxy_tests::bench::{self, Shape};
+use autoproxy_tests::check::haproxy_check;
+use autoproxy_tests::estate::{self, role_arn};
+use autoproxy_tests::moto::{Moto, OWN_ACCOUNT};
+use autoproxy_tests::recording_proxy::{RecordingProxy, peak_in_window};
+use serde_json::Value;
+
+const BUCKET: &str = "autoproxy-bench";
+const CONFIG_KEY: &str = "haproxy/haproxy.cfg";
+
+struct Args {
+    shape: Shape,
+    rate: f64,
+    big_routes: usize,
+    out: PathBuf,
+}
+
+fn args() -> Args {
+    let mut args = Args {
+        shape: Shape {
+            zones: 2000,
+            records: 200,
+            accounts: 10,
+            rules_every: 4,
+        },
+        rate: 5.0,
+        big_routes: 10_000,
+        out: autoproxy_tests::root().join("docs/BENCHMARKS.md"),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        let number = || -> usize {
+            value
+                .parse()
+                .unwrap_or_else(|_| panic!("{flag}: expected a number, got {value:?}"))
+        };
+        match flag.as_str() {
+            "--zones" => args.shape.zones = number(),
+            "--records" => args.shape.records = number(),
+            "--accounts" => args.shape.accounts = number().max(1),
+            "--rules-every" => args.shape.rules_every = number(),
+            "--big-routes" => args.big_routes = number(),
+            "--rate" => args.rate = value.parse().expect("--rate: a number"),
+            "--out" => args.out = PathBuf::from(value),
+            other => panic!("unknown flag {other}"),
+        }
+    }
+    args
+}
+
+/// One row of the table: what, measured, target (empty when there is none).
+struct Row(String, String, String);
+
+#[tokio::main]
+async fn main() {
+    let args = args();
+    let shape = args.shape;
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+
+    let moto = Moto::start();
+    let sdk = moto.sdk_config().await;
+    println!(
+        "seeding {} zones × {} records across {} accounts …",
+        shape.zones, shape.records, shape.accounts
+    );
+    let seeding = Instant::now();
+    let seeded = bench::seed(&sdk, &shape, estate::DEFAULT_PARALLELISM)
+        .await
+        .expect("seed the estate");
+    estate::versioned_bucket(&sdk, BUCKET)
+        .await
+        .expect("config bucket");
+    let seeding = seeding.elapsed();
+    println!("seeded in {:.1} s", seeding.as_secs_f64());
+
+    let upstream = format!("127.0.0.1:{}", moto.port).parse().unwrap();
+    let proxies: BTreeMap<String, RecordingProxy> = seeded
+        .keys()
+        .map(|account| (account.clone(), RecordingProxy::start(upstream)))
+        .collect();
+    let roles: Vec<String> = seeded
+        .keys()
+        .filter(|a| *a != OWN_ACCOUNT)
+        .map(|a| role_arn(a))
+        .collect();
+    let endpoints: Vec<String> = proxies
+        .iter()
+        .map(|(account, proxy)| format!("{account}={}", proxy.endpoint()))
+        .collect();
+    // The event names a known zone with rules, in a member account when there is one.
+    let event_zone = seeded
+        .iter()
+        .flat_map(|(account, zones)| zones.iter().map(move |zone| (account, zone)))
+        .filter(|(_, zone)| shape.has_rules(&zone.name))
+        .min_by_key(|(account, _)| *account == OWN_ACCOUNT)
+        .map(|(account, zone)| format!("{account}/{}", zone.id))
+        .expect("a zone with rules");
+
+    let exe = std::env::current_exe()
+        .unwrap()
+        .with_file_name("bench_sweep");
+    let mut child = Command::new(&exe)
+        .envs(moto.env())
+        .env("CONFIG_BUCKET", BUCKET)
+        .env("CONFIG_KEY", CONFIG_KEY)
+        .env("PEERING_PROXY_HOSTNAME", bench::PROXY)
+        .env("ACCOUNT_ROLE_ARNS", roles.join(","))
+        .env("ROUTE53_REQUESTS_PER_SECOND", args.rate.to_string())
+        .env("BENCH_ROUTE53_ENDPOINTS", endpoints.join(","))
+        .env("BENCH_EVENT_ZONE", &event_zone)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|err| panic!("{}: {err} (cargo build --bins first)", exe.display()));
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // The generator also prints its CloudWatch EMF metrics line to stdout: skip those.
+    let mut next_line = || -> Value {
+        loop {
+            let line = lines
+                .next()
+                .expect("bench_sweep ended early")
+                .expect("read bench_sweep");
+            let value: Value = serde_json::from_str(&line).unwrap_or_default();
+            if value.get("phase").is_some() {
+                println!("bench_sweep: {line}");
+                return value;
+            }
+        }
+    };
+    println!("full sweep at {} calls/s per account …", args.rate);
+    let sweep = next_line();
+    let sweep_wire: BTreeMap<&String, Vec<Instant>> =
+        proxies.iter().map(|(a, p)| (a, p.take())).collect();
+    writeln!(child.stdin.as_mut().unwrap()).unwrap();
+    let event = next_line();
+    let event_wire: usize = proxies.values().map(|p| p.take().len()).sum();
+    assert!(child.wait().unwrap().success(), "bench_sweep failed");
+
+    // The sweep, as the harness saw it on the wire.
+    let minimum: u64 = seeded
+        .values()
+        .map(|zones| bench::minimum_calls(zones))
+        .sum();
+    let wire_calls: usize = sweep_wire.values().map(Vec::len).sum();
+    let client_calls: u64 = sweep["run"]["calls"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    let largest = sweep_wire.values().map(Vec::len).max().unwrap_or(0);
+    let peak = sweep_wire
+        .values()
+        .map(|times| peak_in_window(times, Duration::from_secs(1)))
+        .max()
+        .unwrap_or(0);
+    let sweep_s = sweep["run"]["wall_ms"].as_f64().unwrap() / 1000.0;
+    let rules = sweep["run"]["rules"].as_u64().unwrap();
+    rows.push(Row(
+        format!(
+            "Estate: {} zones × {} records, {} accounts, 1 in {} zones with both rules",
+            shape.zones, shape.records, shape.accounts, shape.rules_every
+        ),
+        format!(
+            "{} record sets; {rules} routes found (expected {}); seeded in {:.0} s",
+            shape.zones * shape.records,
+            shape.expected_routes(),
+            seeding.as_secs_f64()
+        ),
+        String::new(),
+    ));
+    rows.push(Row(
+        "Full sweep: Route53 calls (counted at the proxies)".into(),
+        format!("{wire_calls} (client counted {client_calls}; largest account {largest})"),
+        format!("minimum {minimum} = pages of zones + pages of records"),
+    ));
+    rows.push(Row(
+        "Full sweep: wall time (S3 reads/writes and render included)".into(),
+        format!("{sweep_s:.1} s"),
+        format!(
+            "≈ largest account ÷ rate = {:.1} s (all calls ÷ rate would be {:.1} s)",
+            largest as f64 / args.rate,
+            wire_calls as f64 / args.rate
+        ),
+    ));
+    rows.push(Row(
+        "Peak Route53 calls per account in any 1-s window".into(),
+        peak.to_string(),
+        format!("≤ {}", args.rate),
+    ));
+    let event_s = event["run"]["wall_ms"].as_f64().unwrap() / 1000.0;
+    rows.push(Row(
+        "CloudTrail event (one known zone): Route53 calls, wall time".into(),
+        format!(
+            "{event_wire} calls, {:.2} s (zones scanned: {})",
+            event_s, event["run"]["zones_scanned"]
+        ),
+        "≤ 3 calls".into(),
+    ));
+    let rss = sweep["peak_rss_bytes"].as_u64().unwrap_or(0);
+    rows.push(Row(
+        format!(
+            "Generator peak RSS (VmHWM of bench_sweep) after the sweep of {} zones",
+            shape.zones
+        ),
+        format!("{:.1} MB", rss as f64 / 1e6),
+        "< 128 MB for 10,000 zones".into(),
+    ));
+
+    // The resulting config: rendered again from the manifest for timing, checked as stored.
+    let store = ConfigStore::new(
+        aws_sdk_s3::Client::new(&sdk),
+        BUCKET,
+        CONFIG_KEY,
+        &manifest_key(CONFIG_KEY),
+    );
+    let stored = store
+        .current_config()
+        .await
+        .expect("read config")
+        .expect("a published config");
+    let manifest = store
+        .manifest()
+        .await
+        .expect("read manifest")
+        .expect("a manifest");
+    let (routes, _) = resolve(manifest.candidate_routes());
+    let (render_ms, _) = time_render(&routes);
+    let (check_ms, valid) = time_check(&stored.text);
+    rows.push(Row(
+        format!("Render the resulting config ({} routes)", routes.len()),
+        format!("{render_ms:.1} ms"),
+        String::new(),
+    ));
+    rows.push(Row(
+        format!(
+            "`haproxy -c` the resulting config ({} KB)",
+            stored.text.len() / 1024
+        ),
+        format!(
+            "{check_ms:.0} ms, {}",
+            if valid { "valid" } else { "INVALID" }
+        ),
+        String::new(),
+    ));
+    let big = bench::synthetic_routes(args.big_routes / 2);
+    let (big_ms, big_text) = time_render(&big);
+    let (big_check_ms, big_valid) = time_check(&big_text);
+    rows.push(Row(
+        format!("Render {} routes", big.len()),
+        format!("{big_ms:.1} ms"),
+        "< 100 ms".into(),
+    ));
+    rows.push(Row(
+        format!(
+            "`haproxy -c` {} routes ({} KB)",
+            big.len(),
+            big_text.len() / 1024
+        ),
+        format!(
+            "{big_check_ms:.0} ms, {}",
+            if big_valid { "valid" } else { "INVALID" }
+        ),
+        String::new(),
+    ));
+
+    for function in ["autoproxy-generate", "autoproxy-configure"] {
+        let (size, note) = binary_size(function);
+        rows.push(Row(
+            format!("Release binary `{function}` (cargo lambda build --release, x86_64)"),
+            size,
+            "< 15 MB".into(),
+        ));
+        notes.extend(note);
+    }
+    drop(proxies);
+    drop(moto);
+
+    let total = started.elapsed();
+    let report = report(&args, &rows, &notes, total);
+    println!("\n{report}");
+    std::fs::write(&args.out, &report).expect("write the report");
+    println!("wrote {}", args.out.display());
+}
+
+/// Median of five renders, in ms, and the rendered text.
+fn time_render(routes: &[Route]) -> (f64, String) {
+    let renderer = Renderer::new(DEFAULT_TEMPLATE).expect("default template");
+    let resolvers = ["169.254.169.253:53".parse().unwrap()];
+    let options = RenderOptions::default();
+    let input = RenderInput {
+        routes,
+        resolvers: &resolvers,
+        options: &options,
+        generation: 1,
+        generated_at: "2026-01-01T00:00:00Z",
+        trigger: "bench",
+    };
+    let mut times = Vec::new();
+    let mut text = String::new();
+    for _ in 0..5 {
+        let started = Instant::now();
+        text = renderer.render(&input).expect("render").text;
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    times.sort_by(f64::total_cmp);
+    (times[2], text)
+}
+
+/// `haproxy -c -dW` as the tests run it (server names mapped in a private /etc/hosts), ms.
+fn time_check(config: &str) -> (f64, bool) {
+    let started = Instant::now();
+    let checked = haproxy_check(config);
+    if !checked.success {
+        println!("haproxy -c:\n{}", checked.output);
+    }
+    (started.elapsed().as_secs_f64() * 1000.0, checked.success)
+}
+
+/// The size of `target/lambda/<function>/bootstrap`, and a note if it is missing or is not
+/// the real function (a stale stub exits 0; the real one refuses to start without settings).
+fn binary_size(function: &str) -> (String, Option<String>) {
+    let path = autoproxy_tests::root().join(format!("target/lambda/{function}/bootstrap"));
+    let Ok(meta) = std::fs::metadata(&path) else {
+        return (
+            "missing".into(),
+            Some(format!(
+                "{}: not built (make bench builds it)",
+                path.display()
+            )),
+        );
+    };
+    let size = format!("{:.2} MB", meta.len() as f64 / 1e6);
+    match Command::new(&path)
+        .env_clear()
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+    {
+        Ok(status) if !status.success() => (size, None),
+        _ => (
+            format!("{size} (NOT the function)"),
+            Some(format!(
+                "{}: started without settings it did not refuse to run: a stale or stub build",
+                path.display()
+            )),
+        ),
+    }
+}
+
+fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
+        .unwrap_or_else(|| "unknown".into());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let memory = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or("unknown".into(), |kib| {
+            format!("{:.1} GiB", kib as f64 / 1048576.0)
+        });
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    let date = output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
+    let kernel = output("uname", &["-sr"]);
+    let haproxy = output("haproxy", &["-v"]);
+    let haproxy = haproxy.lines().next().unwrap_or("");
+    format!(
+        "{date}; {cores} cores (nproc); {memory} memory; CPU: {cpu}; {kernel}; {haproxy}; \
+         moto server 5.2.5 on loopback"
+    )
+}
+
+fn output(program: &str, args: &[&str]) -> String {
+    Command::new(program)
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn report(args: &Args, rows: &[Row], notes: &[String], total: Duration) -> String {
+    let mut out = String::new();
+    let s = args.shape;
+    writeln!(out, "# Benchmarks\n").unwrap();
+    writeln!(
+        out,
+        "Written by `make bench` (`tests/src/bin/bench.rs`); do not edit by hand, run it again.\n"
+    )
+    .unwrap();
+    writeln!(out, "* Machine: {}", machine()).unwrap();
+    writeln!(
+        out,
+        "* Run: `bench --zones {} --records {} --accounts {} --rules-every {} --rate {} \
+         --big-routes {}`, {:.0} s for the benchmark itself (seeding included, builds not)\n",
+        s.zones,
+        s.records,
+        s.accounts,
+        s.rules_every,
+        args.rate,
+        args.big_routes,
+        total.as_secs_f64()
+    )
+    .unwrap();
+    writeln!(out, "| measure | result | target |").unwrap();
+    writeln!(out, "|---|---|---|").unwrap();
+    for Row(what, result, target) in rows {
+        writeln!(out, "| {what} | {result} | {target} |").unwrap();
+    }
+    for note in notes {
+        writeln!(out, "\n**{note}**").unwrap();
+    }
+    out.push_str(HOW);
+    out
+}
+
+const HOW: &str = "
+## How each figure is measured
+
+* **Route53 calls** are counted by the harness, not the code under test: each account's
+  Route53 client talks to its own loopback proxy in front of moto, which timestamps every
+  HTTP request it forwards. The client's own count (`AccountRoute53::calls`, retries
+  included) is shown beside it; they must agree. The minimum is computed from the seeded
+  estate: per account ⌈zones ÷ 100⌉ `ListHostedZones` pages plus, per zone, ⌈(records + NS +
+  SOA) ÷ 300⌉ `ListResourceRecordSets` pages.
+* **Peak calls per second** is the most requests any one account's proxy saw in any
+  half-open one-second window of the sweep.
+* **Wall times** are the generator's `handle` from start to summary, S3 manifest and config
+  reads and writes included, against moto on the same 2 cores (moto is single-threaded
+  Python: at this rate it, not the limiter, can be the bottleneck; compare with the floor).
+* **The CloudTrail event** is `events/change-resource-record-sets.json` pointed at a known
+  zone of a member account, run right after the sweep (the manifest exists).
+* **Peak RSS** is `VmHWM` from `/proc/self/status` of `bench_sweep`, a child process that
+  builds the generator's `Deps` the way `main.rs` does and calls `handler::handle`: the
+  generator's code and SDK clients, not the Lambda runtime client (a few hundred KB).
+* **Render** is the median of five `Renderer::render` calls (each renders the template
+  twice: once to hash the body, once to stamp the hash) in the bench's build profile;
+  **`haproxy -c`** is `haproxy -c -dW` as the tests run it, in a private mount namespace whose
+  `/etc/hosts` maps every backend name (they resolve only inside the VPCs), process start
+  included.
+* **Binary sizes** are `target/lambda/*/bootstrap` from `cargo lambda build --release` for
+  x86_64 (the template deploys arm64; the aarch64 standard library is a toolchain download
+  that is not available here). Each is also started without settings and must refuse to
+  run: a stub would exit 0.
+";

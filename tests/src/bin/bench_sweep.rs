@@ -1,0 +1,108 @@
+//! The generator under measurement, as its own process so its peak RSS is its own: builds
+//! `Deps` like `main.rs` does (settings from the environment, adaptive retries) but with each
+//! account's Route53 endpoint taken from `BENCH_ROUTE53_ENDPOINTS` (`account=url,…`, the
+//! recording proxies), runs one full sweep (a scheduled event), prints a JSON line, waits for
+//! a line on stdin, then runs one CloudTrail event for `BENCH_EVENT_ZONE` (`account/zone-id`)
+//! and prints another. Driven by `bench`; not a tool of its own.
+#![allow(clippy::print_stdout, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use autoproxy::route53::AccountRoute53;
+use autoproxy::settings::GenerateSettings;
+use autoproxy_generate::handler::{self, Deps};
+use autoproxy_tests::bench;
+use aws_config::{BehaviorVersion, retry::RetryConfig};
+use serde_json::{Value, json};
+
+#[tokio::main]
+async fn main() {
+    let settings = GenerateSettings::from_env().expect("generator settings");
+    let endpoints: BTreeMap<String, String> = std::env::var("BENCH_ROUTE53_ENDPOINTS")
+        .expect("BENCH_ROUTE53_ENDPOINTS")
+        .split(',')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(account, url)| (account.to_owned(), url.to_owned()))
+        .collect();
+    let sdk = aws_config::defaults(BehaviorVersion::latest())
+        .retry_config(RetryConfig::adaptive().with_max_attempts(5))
+        .load()
+        .await;
+    let own_account = aws_sdk_sts::Client::new(&sdk)
+        .get_caller_identity()
+        .send()
+        .await
+        .expect("GetCallerIdentity")
+        .account
+        .expect("an account id");
+    let accounts = bench::proxied_accounts(
+        &sdk,
+        &own_account,
+        &settings.account_roles,
+        &endpoints,
+        settings.route53_requests_per_second,
+    )
+    .await;
+    let deps = Deps {
+        store: autoproxy::s3::ConfigStore::new(
+            aws_sdk_s3::Client::new(&sdk),
+            &settings.config_bucket,
+            &settings.config_key,
+            &settings.manifest_key(),
+        ),
+        default_renderer: autoproxy::render::Renderer::new(autoproxy::render::DEFAULT_TEMPLATE)
+            .expect("default template"),
+        accounts,
+        settings,
+    };
+
+    let schedule: Value =
+        serde_json::from_str(include_str!("../../../events/schedule.json")).expect("event");
+    let sweep = run(&deps, &schedule).await;
+    println!(
+        "{}",
+        json!({"phase": "sweep", "peak_rss_bytes": bench::peak_rss_bytes(), "run": sweep})
+    );
+
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).expect("stdin");
+    if let Ok(zone) = std::env::var("BENCH_EVENT_ZONE")
+        && let Some((account, zone_id)) = zone.split_once('/')
+    {
+        let mut event: Value = serde_json::from_str(include_str!(
+            "../../../events/change-resource-record-sets.json"
+        ))
+        .expect("event");
+        event["account"] = json!(account);
+        event["detail"]["recipientAccountId"] = json!(account);
+        event["detail"]["requestParameters"]["hostedZoneId"] = json!(zone_id);
+        let incremental = run(&deps, &event).await;
+        println!("{}", json!({"phase": "event", "run": incremental}));
+    }
+}
+
+/// One invocation: wall time, Route53 calls per account (as the client counted them), and
+/// the summary's counts.
+async fn run(deps: &Deps, payload: &Value) -> Value {
+    let before: Vec<u64> = deps.accounts.iter().map(AccountRoute53::calls).collect();
+    let started = Instant::now();
+    let summary = handler::handle(deps, payload, &handler::now_rfc3339())
+        .await
+        .expect("the generator run succeeds");
+    let wall_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let calls: BTreeMap<&str, u64> = deps
+        .accounts
+        .iter()
+        .zip(before)
+        .map(|(account, before)| (account.account.as_str(), account.calls() - before))
+        .collect();
+    json!({
+        "wall_ms": wall_ms,
+        "calls": calls,
+        "zones_scanned": summary.zones_scanned,
+        "rules": summary.rules,
+        "published": summary.published,
+        "warnings": summary.warnings.len(),
+    })
+}
