@@ -152,7 +152,7 @@ async fn sends_the_apply_document_to_the_tagged_fleet_with_the_version() {
     let parameters = command.parameters().unwrap();
     assert_eq!(parameters["ConfigBucket"], [BUCKET]);
     assert_eq!(parameters["ConfigKey"], [KEY]);
-    assert_eq!(parameters["ConfigVersion"], [version.clone()]);
+    assert_eq!(parameters["ConfigVersion"], std::slice::from_ref(&version));
     assert_eq!(command.max_concurrency(), Some("1"));
     assert_eq!(command.max_errors(), Some("0"));
     assert_eq!(

@@ -1,3 +1,8 @@
+//! The one integration-test binary: golden configs, moto server, real HAProxy.
+// In tests a panic is the failure report: unwrap on test fixtures is the point.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod budget;
 mod configure;
 mod apply;
 mod e2e;
