@@ -26,7 +26,11 @@ fn main() {
                     RecordSet::new(&format!("api.{name}"), "A", &["10.0.0.1"]),
                     RecordSet::new(&format!("proxy.api.{name}"), "CNAME", &[PROXY]),
                     RecordSet::new(&format!("\\052.int.{name}"), "CNAME", &[PROXY]),
-                    RecordSet::new(&format!("ingress-int.{name}"), "CNAME", &["elb.example.com"]),
+                    RecordSet::new(
+                        &format!("ingress-int.{name}"),
+                        "CNAME",
+                        &["elb.example.com"],
+                    ),
                 ],
             }
         })
@@ -67,7 +71,10 @@ fn main() {
     println!("match + resolve (5,000 zones) {:>8.1} ms", ms(matching));
     println!("render, fastest of 7          {:>8.1} ms", ms(times[0]));
     println!("render, median of 7           {:>8.1} ms", ms(times[3]));
-    println!("config size                   {:>8.1} KiB", size as f64 / 1024.0);
+    println!(
+        "config size                   {:>8.1} KiB",
+        size as f64 / 1024.0
+    );
 }
 
 fn ms(d: Duration) -> f64 {

@@ -2,9 +2,9 @@
 // In tests a panic is the failure report: unwrap on test fixtures is the point.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod apply;
 mod budget;
 mod configure;
-mod apply;
 mod e2e;
 mod generate;
 mod golden;
