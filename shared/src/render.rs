@@ -1,7 +1,7 @@
 //! Renders haproxy.cfg from the routes with minijinja (strict undefined behaviour), and stamps
 //! the provenance header (see [`crate::artifact`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 
 use minijinja::value::Serde;
@@ -118,9 +118,7 @@ impl Renderer {
         env.set_syntax(syntax);
         env.set_formatter(|out, state, value| {
             if let Some(text) = value.as_str()
-                && let Some(bad) = text
-                    .chars()
-                    .find(|c| FORBIDDEN.contains(c) || c.is_control())
+                && let Some(bad) = forbidden_char(text)
             {
                 return Err(minijinja::Error::new(
                     minijinja::ErrorKind::InvalidOperation,
@@ -185,6 +183,22 @@ impl Renderer {
     }
 }
 
+/// The first character of `text` that must not reach haproxy.cfg, if any.
+///
+/// Every printed value passes here (5 MB of them for 10,000 routes), so the common case,
+/// printable ASCII without a forbidden character, is decided on bytes; anything else takes
+/// the exact check on characters (which also catches non-ASCII control characters).
+fn forbidden_char(text: &str) -> Option<char> {
+    let plain = text
+        .bytes()
+        .all(|b| (0x20..0x7f).contains(&b) && !matches!(b, b'#' | b'"' | b'\'' | b'$' | b'\\'));
+    if plain {
+        return None;
+    }
+    text.chars()
+        .find(|c| FORBIDDEN.contains(c) || c.is_control())
+}
+
 /// A route as the template sees it, with its HAProxy identifiers.
 #[derive(Debug, Serialize)]
 struct RouteView<'a> {
@@ -204,20 +218,23 @@ struct RouteView<'a> {
 }
 
 fn route_views(routes: &[Route], port_override: Option<u16>) -> Vec<RouteView<'_>> {
-    let mut seen = HashSet::new();
+    let mut seen = HashSet::with_capacity(routes.len());
+    // Both rules of a zone share its tag: hash each zone once.
+    let mut tags: HashMap<(&str, &str), String> = HashMap::with_capacity(routes.len());
     routes
         .iter()
         .map(|route| {
-            let mut tag = short_hash(&route.account, &route.zone_id, 8);
+            let tag = tags
+                .entry((&route.account, &route.zone_id))
+                .or_insert_with(|| short_hash(&route.account, &route.zone_id, 8));
             let mut id = format!("{}_{}_{tag}", route.rule, route.zone_name);
             // Resolved routes never share rule and zone name, so this only guards against a
             // caller that skipped `rules::resolve`: names stay unique whatever arrives.
-            if !seen.insert(id.clone()) {
-                tag = short_hash(&route.account, &route.zone_id, 64);
-                id = format!("{}_{}_{tag}_{}", route.rule, route.zone_name, seen.len());
-                seen.insert(id.clone());
+            if seen.contains(&id) {
+                let long = short_hash(&route.account, &route.zone_id, 64);
+                id = format!("{}_{}_{long}_{}", route.rule, route.zone_name, seen.len());
             }
-            RouteView {
+            let view = RouteView {
                 backend: format!("be_{id}"),
                 acl: format!("sni_{id}"),
                 rule: &route.rule,
@@ -228,7 +245,9 @@ fn route_views(routes: &[Route], port_override: Option<u16>) -> Vec<RouteView<'_
                 zone: route.zone_name.as_str(),
                 zone_id: &route.zone_id,
                 account: &route.account,
-            }
+            };
+            seen.insert(id);
+            view
         })
         .collect()
 }
@@ -349,6 +368,37 @@ mod tests {
             matches!(err, Err(RenderError::Render(_) | RenderError::Header(_))),
             "{err:?}"
         );
+    }
+
+    #[test]
+    fn the_fast_check_agrees_with_the_exact_one() {
+        let exact = |text: &str| {
+            text.chars()
+                .find(|c| FORBIDDEN.contains(c) || c.is_control())
+        };
+        let samples = [
+            "api.prod.example.internal",
+            "be_api_prod.example.internal_282dc026",
+            ":443",
+            "",
+            "a b",
+            "a\tb",
+            "a\u{7f}b",
+            "a\u{85}b",
+            "caf\u{e9}",
+            "a#b",
+            "a\"b",
+            "a'b",
+            "a$b",
+            "a\\b",
+            "a\0b",
+            "a\rb",
+        ];
+        for text in samples {
+            assert_eq!(forbidden_char(text), exact(text), "{text:?}");
+        }
+        assert_eq!(forbidden_char("x\u{85}"), Some('\u{85}'));
+        assert_eq!(forbidden_char("api.example.internal"), None);
     }
 
     #[test]
