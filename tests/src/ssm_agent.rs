@@ -17,7 +17,8 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use regex::Regex;
+use regex_automata::dfa::regex::Regex;
+use regex_automata::util::syntax;
 use serde_yaml::Value;
 
 /// The logical id of the document in `template.yaml`.
@@ -41,7 +42,7 @@ pub enum AgentError {
         name: String,
         pattern: String,
         #[source]
-        source: regex::Error,
+        source: Box<regex_automata::dfa::dense::BuildError>,
     },
     #[error("expected one of the document's parameters ({known}), got {name}")]
     Unknown { name: String, known: String },
@@ -62,7 +63,11 @@ pub enum AgentError {
 pub struct Parameter {
     pub name: String,
     pub default: Option<String>,
-    pub allowed_pattern: Regex,
+    /// As the document spells it.
+    pub allowed_pattern: String,
+    /// Compiled with ASCII classes, as Java (SSM) reads them; searched, not anchored: the
+    /// document's patterns carry their own `^...$`.
+    matcher: Regex,
 }
 
 /// The apply document: its parameters and the script of its single step.
@@ -141,15 +146,19 @@ impl Document {
             }
             let pattern = field("allowedPattern")
                 .ok_or_else(|| shape(&format!("{name}: an allowedPattern"), "none"))?;
-            let allowed_pattern = Regex::new(pattern).map_err(|source| AgentError::Pattern {
-                name: name.clone(),
-                pattern: pattern.to_owned(),
-                source,
-            })?;
+            let matcher = Regex::builder()
+                .syntax(syntax::Config::new().unicode(false))
+                .build(pattern)
+                .map_err(|source| AgentError::Pattern {
+                    name: name.clone(),
+                    pattern: pattern.to_owned(),
+                    source: Box::new(source),
+                })?;
             parameters.push(Parameter {
                 default: field("default").map(str::to_owned),
                 name,
-                allowed_pattern,
+                allowed_pattern: pattern.to_owned(),
+                matcher,
             });
         }
 
@@ -206,11 +215,11 @@ impl Document {
                 .map(|(_, value)| (*value).to_owned())
                 .or_else(|| parameter.default.clone())
                 .ok_or_else(|| AgentError::Missing(parameter.name.clone()))?;
-            if !parameter.allowed_pattern.is_match(&value) {
+            if !parameter.matcher.is_match(value.as_bytes()) {
                 return Err(AgentError::Rejected {
                     name: parameter.name.clone(),
                     value,
-                    pattern: parameter.allowed_pattern.as_str().to_owned(),
+                    pattern: parameter.allowed_pattern.clone(),
                 });
             }
             values.insert(parameter.name.clone(), value);
