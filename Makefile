@@ -28,7 +28,8 @@ templates: tools
 
 ## The scale benchmark (issue 7): seeds moto with 2,000 zones x 200 records in 10 accounts,
 ## sweeps through per-account recording proxies, renders, runs haproxy -c, sizes the Lambda
-## binaries; prints the table and writes docs/BENCHMARKS.md. Smaller: BENCH_ARGS="--zones 400".
+## binaries, then sweeps 10,000 zones in 50 accounts for the generator's peak memory; prints
+## the table and writes docs/BENCHMARKS.md. Smaller: BENCH_ARGS="--zones 400 --memory-zones 0".
 ## The binaries are (re)built for the host arch (x86_64 here; arm64 needs a toolchain download);
 ## cargo-lambda links through the Zig its venv carries, as .ci/check-templates.sh finds it.
 bench: core-tools
