@@ -96,31 +96,12 @@ async fn main() {
     let mut rows = Vec::new();
     let mut notes = Vec::new();
 
-    let moto = Moto::start();
-    let sdk = moto.sdk_config().await;
-    println!(
-        "seeding {} zones × {} records across {} accounts …",
-        shape.zones, shape.records, shape.accounts
-    );
-    let seeding = Instant::now();
-    let seeded = bench::seed(&sdk, &shape, estate::DEFAULT_PARALLELISM)
-        .await
-        .expect("seed the estate");
-    estate::versioned_bucket(&sdk, BUCKET)
-        .await
-        .expect("config bucket");
-    let seeding = seeding.elapsed();
-    println!("seeded in {:.1} s", seeding.as_secs_f64());
+    let (moto, sdk, seeded, seeding) = seeded_moto(&shape, "estate").await;
 
     let upstream = format!("127.0.0.1:{}", moto.port).parse().unwrap();
     let proxies: BTreeMap<String, RecordingProxy> = seeded
         .keys()
         .map(|account| (account.clone(), RecordingProxy::start(upstream)))
-        .collect();
-    let roles: Vec<String> = seeded
-        .keys()
-        .filter(|a| *a != OWN_ACCOUNT)
-        .map(|a| role_arn(a))
         .collect();
     let endpoints: Vec<String> = proxies
         .iter()
@@ -135,22 +116,12 @@ async fn main() {
         .map(|(account, zone)| format!("{account}/{}", zone.id))
         .expect("a zone with rules");
 
-    let exe = std::env::current_exe()
-        .unwrap()
-        .with_file_name("bench_sweep");
-    let mut child = Command::new(&exe)
-        .envs(moto.env())
-        .env("CONFIG_BUCKET", BUCKET)
-        .env("CONFIG_KEY", CONFIG_KEY)
-        .env("PEERING_PROXY_HOSTNAME", bench::PROXY)
-        .env("ACCOUNT_ROLE_ARNS", roles.join(","))
-        .env("ROUTE53_REQUESTS_PER_SECOND", args.rate.to_string())
-        .env("BENCH_ROUTE53_ENDPOINTS", endpoints.join(","))
+    let mut child = sweep_command(&moto, &seeded, &endpoints, args.rate)
         .env("BENCH_EVENT_ZONE", &event_zone)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|err| panic!("{}: {err} (cargo build --bins first)", exe.display()));
+        .unwrap_or_else(|err| panic!("bench_sweep: {err} (cargo build --bins first)"));
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     // The generator also prints its CloudWatch EMF metrics line to stdout: skip those.
     let mut next_line = || -> Value {
@@ -336,6 +307,51 @@ async fn main() {
     println!("wrote {}", args.out.display());
 }
 
+type Seeded = BTreeMap<String, Vec<estate::Seeded>>;
+
+/// A fresh moto seeded with `shape` and the config bucket, and how long the seeding took.
+async fn seeded_moto(shape: &Shape, what: &str) -> (Moto, aws_config::SdkConfig, Seeded, Duration) {
+    let moto = Moto::start();
+    let sdk = moto.sdk_config().await;
+    println!(
+        "{what}: seeding {} zones × {} records across {} accounts …",
+        shape.zones, shape.records, shape.accounts
+    );
+    let seeding = Instant::now();
+    let seeded = bench::seed(&sdk, shape, estate::DEFAULT_PARALLELISM)
+        .await
+        .unwrap_or_else(|err| panic!("seed the {what}: {err}"));
+    estate::versioned_bucket(&sdk, BUCKET)
+        .await
+        .expect("config bucket");
+    let seeding = seeding.elapsed();
+    println!("seeded in {:.1} s", seeding.as_secs_f64());
+    (moto, sdk, seeded, seeding)
+}
+
+/// `bench_sweep` with the generator's settings for this estate: every member account through
+/// its role, each account's Route53 at its endpoint (`account=url`), `rate` calls/s each.
+fn sweep_command(moto: &Moto, seeded: &Seeded, endpoints: &[String], rate: f64) -> Command {
+    let roles: Vec<String> = seeded
+        .keys()
+        .filter(|a| *a != OWN_ACCOUNT)
+        .map(|a| role_arn(a))
+        .collect();
+    let exe = std::env::current_exe()
+        .unwrap()
+        .with_file_name("bench_sweep");
+    let mut command = Command::new(exe);
+    command
+        .envs(moto.env())
+        .env("CONFIG_BUCKET", BUCKET)
+        .env("CONFIG_KEY", CONFIG_KEY)
+        .env("PEERING_PROXY_HOSTNAME", bench::PROXY)
+        .env("ACCOUNT_ROLE_ARNS", roles.join(","))
+        .env("ROUTE53_REQUESTS_PER_SECOND", rate.to_string())
+        .env("BENCH_ROUTE53_ENDPOINTS", endpoints.join(","));
+    command
+}
+
 const MOTO_SAMPLES: u32 = 20;
 
 /// Mean time moto takes to answer a first `ListResourceRecordSets` page of one of the
@@ -362,45 +378,16 @@ async fn moto_page_ms(sdk: &aws_config::SdkConfig, zones: &[estate::Seeded]) -> 
 /// is not rate limited here (this measures memory, the sweep's pace is measured above), and
 /// the accounts talk to moto directly.
 async fn memory_row(shape: Shape) -> Row {
-    let moto = Moto::start();
-    let sdk = moto.sdk_config().await;
-    println!(
-        "memory estate: seeding {} zones × {} records across {} accounts …",
-        shape.zones, shape.records, shape.accounts
-    );
-    let seeding = Instant::now();
-    let seeded = bench::seed(&sdk, &shape, estate::DEFAULT_PARALLELISM)
-        .await
-        .expect("seed the memory estate");
-    estate::versioned_bucket(&sdk, BUCKET)
-        .await
-        .expect("config bucket");
-    let seeding = seeding.elapsed();
-    println!("seeded in {:.1} s", seeding.as_secs_f64());
-    let roles: Vec<String> = seeded
-        .keys()
-        .filter(|a| *a != OWN_ACCOUNT)
-        .map(|a| role_arn(a))
-        .collect();
+    let (moto, _, seeded, seeding) = seeded_moto(&shape, "memory estate").await;
     let endpoints: Vec<String> = seeded
         .keys()
         .map(|account| format!("{account}=http://127.0.0.1:{}", moto.port))
         .collect();
-    let exe = std::env::current_exe()
-        .unwrap()
-        .with_file_name("bench_sweep");
-    let out = Command::new(&exe)
-        .envs(moto.env())
-        .env("CONFIG_BUCKET", BUCKET)
-        .env("CONFIG_KEY", CONFIG_KEY)
-        .env("PEERING_PROXY_HOSTNAME", bench::PROXY)
-        .env("ACCOUNT_ROLE_ARNS", roles.join(","))
-        .env("ROUTE53_REQUESTS_PER_SECOND", "1000")
-        .env("BENCH_ROUTE53_ENDPOINTS", endpoints.join(","))
+    let out = sweep_command(&moto, &seeded, &endpoints, 1000.0)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
-        .unwrap_or_else(|err| panic!("{}: {err}", exe.display()));
+        .unwrap_or_else(|err| panic!("bench_sweep: {err}"));
     assert!(
         out.status.success(),
         "bench_sweep failed on the memory estate"
