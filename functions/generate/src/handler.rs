@@ -58,6 +58,16 @@ impl Deps {
                 .build();
             accounts.push(AccountRoute53::new(&role.account, &config, rate));
         }
+        Self::with_accounts(settings, sdk, accounts)
+    }
+
+    /// The rest of the wiring around Route53 clients built elsewhere (the benchmark and the
+    /// rate-limit test point each account at its own recording proxy).
+    pub fn with_accounts(
+        settings: GenerateSettings,
+        sdk: &SdkConfig,
+        accounts: Vec<AccountRoute53>,
+    ) -> Result<Self, GenerateError> {
         let store = ConfigStore::new(
             aws_sdk_s3::Client::new(sdk),
             &settings.config_bucket,

@@ -44,18 +44,7 @@ async fn main() {
         settings.route53_requests_per_second,
     )
     .await;
-    let deps = Deps {
-        store: autoproxy::s3::ConfigStore::new(
-            aws_sdk_s3::Client::new(&sdk),
-            &settings.config_bucket,
-            &settings.config_key,
-            &settings.manifest_key(),
-        ),
-        default_renderer: autoproxy::render::Renderer::new(autoproxy::render::DEFAULT_TEMPLATE)
-            .expect("default template"),
-        accounts,
-        settings,
-    };
+    let deps = Deps::with_accounts(settings, &sdk, accounts).expect("generator wiring");
 
     let schedule: Value =
         serde_json::from_str(include_str!("../../../events/schedule.json")).expect("event");

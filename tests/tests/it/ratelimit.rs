@@ -68,18 +68,7 @@ async fn sweep_three_accounts() {
         settings.route53_requests_per_second,
     )
     .await;
-    let deps = Deps {
-        store: autoproxy::s3::ConfigStore::new(
-            aws_sdk_s3::Client::new(&sdk),
-            BUCKET,
-            &settings.config_key,
-            &settings.manifest_key(),
-        ),
-        default_renderer: autoproxy::render::Renderer::new(autoproxy::render::DEFAULT_TEMPLATE)
-            .unwrap(),
-        accounts,
-        settings,
-    };
+    let deps = Deps::with_accounts(settings, &sdk, accounts).unwrap();
     let schedule = serde_json::from_str(include_str!("../../../events/schedule.json")).unwrap();
 
     let started = Instant::now();
