@@ -14,6 +14,20 @@
 //! first line that does not, to the end of the file, byte for byte (on an instance:
 //! `tail -n +N`). The same values are stored as S3 object metadata under [`META_GENERATION`]
 //! and its siblings.
+//!
+//! The body also carries the route tables, as comment lines HAProxy skips, at its end:
+//!
+//! ```text
+//! #@route proxy.api.prod.example.internal api.prod.example.internal:443 api 111111111111 Z0AAA
+//! #@suffix int.prod.example.internal ingress-int.prod.example.internal:443 ingress-int 111111111111 Z0AAA
+//! #@nameserver 169.254.169.253:53
+//! ```
+//! The apply document writes the first two fields (key, `host:port`) of the `#@route` and
+//! `#@suffix` lines to the map files of
+//! [`MapFiles`] beside the config before it checks it, so the one S3 object (one version,
+//! one sha256) holds everything HAProxy reads but the addresses. Those come from
+//! `autoproxy-resolver` on the instance, which reads the host names and `#@nameserver` lines
+//! from the installed config.
 
 use sha2::{Digest, Sha256};
 
@@ -79,6 +93,57 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Where a config's map files live, relative to the config's directory (the template says
+/// `default-path config`). The route maps are per generation: they are written before the
+/// config that names them is swapped in, and the last-known-good config still finds its own.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct MapFiles {
+    /// Exact SNI → `host:port`.
+    pub routes: String,
+    /// SNI suffix (without its leading dot) → `host:port`.
+    pub suffixes: String,
+    /// Host name → IPv4 address; kept by autoproxy-resolver, shared by every generation.
+    pub addresses: String,
+}
+
+/// The prefix of a route-table line in the body: exact routes, suffix routes, nameservers.
+pub const ROUTE_LINE: &str = "#@route ";
+pub const SUFFIX_LINE: &str = "#@suffix ";
+pub const NAMESERVER_LINE: &str = "#@nameserver ";
+
+impl MapFiles {
+    pub fn for_generation(generation: u64) -> MapFiles {
+        MapFiles {
+            routes: format!("autoproxy/gen-{generation}/routes.map"),
+            suffixes: format!("autoproxy/gen-{generation}/suffixes.map"),
+            addresses: "autoproxy/addresses.map".to_owned(),
+        }
+    }
+
+    /// The contents of the two route maps of a config, as the apply document writes them:
+    /// the key and `host:port` of each `#@route` / `#@suffix` line, in order.
+    pub fn route_tables(text: &str) -> (String, String) {
+        let (mut routes, mut suffixes) = (String::new(), String::new());
+        for line in body(text).lines() {
+            let (table, entry) = if let Some(entry) = line.strip_prefix(ROUTE_LINE) {
+                (&mut routes, entry)
+            } else if let Some(entry) = line.strip_prefix(SUFFIX_LINE) {
+                (&mut suffixes, entry)
+            } else {
+                continue;
+            };
+            let mut fields = entry.split_whitespace();
+            if let (Some(key), Some(target)) = (fields.next(), fields.next()) {
+                table.push_str(key);
+                table.push(' ');
+                table.push_str(target);
+                table.push('\n');
+            }
+        }
+        (routes, suffixes)
+    }
+}
 
 /// Reads the header back and checks the body against its sha256.
 pub fn parse_header(text: &str) -> Result<Header, HeaderError> {
@@ -180,6 +245,21 @@ mod tests {
         assert!(err_mentions(&text, "64 lower-case hex"));
         let text = "# generation: x\n# sha256: 00\nglobal\n";
         assert!(err_mentions(text, "a whole number"));
+    }
+
+    #[test]
+    fn route_tables_come_from_the_body_lines() {
+        let body = "global\n#@route a.example x.example:443 api 1 Z1\n\
+                    #@suffix int.example y.example:443 ingress-int 1 Z1\n\
+                    #@nameserver 10.0.0.2:53\n#@route b.example z.example:443\n";
+        let text = config(body, &sha256_hex(body.as_bytes()));
+        let (routes, suffixes) = MapFiles::route_tables(&text);
+        assert_eq!(routes, "a.example x.example:443\nb.example z.example:443\n");
+        assert_eq!(suffixes, "int.example y.example:443\n");
+        assert_eq!(
+            MapFiles::for_generation(7).routes,
+            "autoproxy/gen-7/routes.map"
+        );
     }
 
     fn err_mentions(text: &str, fragment: &str) -> bool {

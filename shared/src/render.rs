@@ -8,7 +8,7 @@ use minijinja::value::Serde;
 use minijinja::{Environment, UndefinedBehavior, Value, syntax::SyntaxConfig};
 use serde::{Deserialize, Serialize};
 
-use crate::artifact::{self, Header, HeaderError};
+use crate::artifact::{self, Header, HeaderError, MapFiles};
 use crate::model::{Route, SniMatch};
 
 /// The default template, embedded: a Lambda ships only its `bootstrap`.
@@ -148,6 +148,7 @@ impl Renderer {
             .map_err(RenderError::Template)?;
         let routes = route_views(input.routes, input.options.backend_port);
         let resolvers: Vec<String> = input.resolvers.iter().map(ToString::to_string).collect();
+        let maps = MapFiles::for_generation(input.generation);
         let mut header = Header {
             generation: input.generation,
             sha256: "0".repeat(64),
@@ -161,6 +162,7 @@ impl Renderer {
                 routes => Value::from(Serde(&routes)),
                 resolvers => Value::from(Serde(&resolvers)),
                 options => Value::from(Serde(input.options)),
+                maps => Value::from(Serde(&maps)),
             }
         };
         let draft = template
@@ -208,6 +210,8 @@ struct RouteView<'a> {
     acl: String,
     rule: &'a str,
     sni: &'a str,
+    /// The key of the route's map entry: the exact SNI, or the suffix without its dot.
+    map_key: &'a str,
     #[serde(rename = "match")]
     sni_match: SniMatch,
     server: &'a str,
@@ -239,6 +243,7 @@ fn route_views(routes: &[Route], port_override: Option<u16>) -> Vec<RouteView<'_
                 acl: format!("sni_{id}"),
                 rule: &route.rule,
                 sni: &route.sni,
+                map_key: route.sni.strip_prefix('.').unwrap_or(&route.sni),
                 sni_match: route.sni_match,
                 server: route.backend.as_str(),
                 port: port_override.unwrap_or(route.port),

@@ -4,7 +4,8 @@
 //! resolve inside the member VPCs, so here every one would be a "could not resolve" warning.
 //! The check therefore runs in a private mount namespace whose /etc/hosts maps every server
 //! name to loopback: what remains are the config's own warnings, and `-dW` makes each of them
-//! fatal.
+//! fatal. (The default template names no server: its routes live in map files, written
+//! beside the config as the apply document does.)
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -37,7 +38,7 @@ pub fn haproxy_check(config: &str) -> Checked {
     let dir = tempfile::tempdir().expect("temp dir");
     let cfg = dir.path().join("haproxy.cfg");
     let hosts = dir.path().join("hosts");
-    std::fs::write(&cfg, config).expect("write config");
+    crate::proxy::install_config(dir.path(), config);
     let mut lines = String::from("127.0.0.1 localhost\n");
     for name in server_names(config) {
         lines.push_str(&format!("127.0.0.1 {name}\n"));

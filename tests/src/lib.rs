@@ -4,12 +4,14 @@
 
 pub mod bench;
 pub mod check;
+pub mod dns;
 pub mod estate;
 pub mod golden;
 pub mod moto;
 pub mod pipeline;
 pub mod proxy;
 pub mod recording_proxy;
+pub mod resolver;
 pub mod ssm_agent;
 
 use std::path::{Path, PathBuf};

@@ -8,8 +8,9 @@
 //!
 //! Names resolve the way they do in the VPC: a dnsmasq on a loopback port serves the Route53
 //! records of both accounts (regenerated whenever the estate changes), plus the names AWS
-//! itself answers for (the ELBs, the peering proxy). HAProxy's `resolvers` section points at
-//! it, and the client resolves `proxy.api.<zone>` through it before connecting.
+//! itself answers for (the ELBs, the peering proxy). autoproxy-resolver (the program the apply
+//! document installs on an instance) resolves the routes' names through it into HAProxy's
+//! address map, and the client resolves `proxy.api.<zone>` through it before connecting.
 //!
 //! moto runs nothing for `SendCommand`, so the stand-in reads the command back (`ListCommands`:
 //! document and parameters) and runs it; both moto instances tagged as peering proxies are
@@ -33,6 +34,7 @@ use serde_json::{Value, json};
 use crate::estate::{self, Account, Record, ZoneSpec};
 use crate::moto::{Moto, OWN_ACCOUNT};
 use crate::proxy::Haproxy;
+use crate::resolver::{Knobs, Resolver as AddressAgent};
 use crate::ssm_agent::{AgentError, Document, Run};
 
 /// The name every rule CNAME must point at.
@@ -896,6 +898,8 @@ pub struct Pipeline {
     pub dir: PathBuf,
     pub runner: Runner,
     pub haproxy: Haproxy,
+    /// autoproxy-resolver, keeping HAProxy's address map.
+    pub addresses: AddressAgent,
     pub resolver: Resolver,
     pub backends: TlsBackends,
     pub document: Document,
@@ -1008,6 +1012,23 @@ impl Pipeline {
             haproxy.https
         ));
 
+        // What the apply document installs as a service on an instance: it resolves the routes'
+        // names through the VPC resolver into the address map HAProxy routes with.
+        let addresses = AddressAgent::start(
+            &haproxy.config_path(),
+            Knobs {
+                refresh_seconds: 5.0,
+                ..Knobs::default()
+            },
+        );
+        register(Started::Pid(addresses.pid()));
+        say(&format!(
+            "address agent: autoproxy-resolver (from the apply document) on {}, every name \
+             resolved through {} every 5 s",
+            haproxy.config_path().display(),
+            resolver.addr
+        ));
+
         let options = haproxy.options(backends.port);
         let mut env = moto.env();
         env.extend(
@@ -1047,6 +1068,7 @@ impl Pipeline {
             dir,
             runner,
             haproxy,
+            addresses,
             resolver,
             backends,
             document,
@@ -1322,8 +1344,8 @@ impl Pipeline {
     }
 
     /// Probes until `sni` reaches `backend` (or, with `None`, until nothing answers); how
-    /// long that took, or the last probe when `timeout` ran out. HAProxy resolves a new
-    /// worker's server names within about a second of a reload.
+    /// long that took, or the last probe when `timeout` ran out. autoproxy-resolver sees a
+    /// new config within a second and resolves its new names first.
     pub fn wait_for(
         &self,
         sni: &str,

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use autoproxy::artifact::MapFiles;
 use autoproxy::model::{Route, SniMatch};
 use autoproxy::names::HostName;
 use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, RenderOptions, Renderer};
@@ -116,7 +117,7 @@ impl Haproxy {
     /// Installs `config` directly and starts HAProxy on it (for tests that do not begin with
     /// the apply document's first install); waits until it serves that generation.
     pub fn start(&self, config: &str) {
-        std::fs::write(self.config_path(), config).expect("write haproxy.cfg");
+        install_config(self.dir(), config);
         let status = Command::new(self.dir().join("reload.sh"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -239,6 +240,31 @@ fn is_zombie(pid: u32) -> bool {
             Some(state == 'Z')
         })
         .unwrap_or(true)
+}
+
+/// Writes `config` as `dir/haproxy.cfg` with its map files beside it, the way the apply
+/// document lays them out (the route maps of its generation, and an address map, created
+/// empty if there is none yet).
+pub fn install_config(dir: &Path, config: &str) {
+    write_maps(dir, config);
+    std::fs::write(dir.join("haproxy.cfg"), config).expect("write haproxy.cfg");
+}
+
+/// Writes the map files `config` names into `dir`, without the config itself.
+pub fn write_maps(dir: &Path, config: &str) {
+    let generation = autoproxy::artifact::parse_header(config).map_or(0, |h| h.generation);
+    let maps = MapFiles::for_generation(generation);
+    let (routes, suffixes) = MapFiles::route_tables(config);
+    for (path, text) in [(&maps.routes, routes), (&maps.suffixes, suffixes)] {
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().expect("a map path has a directory"))
+            .expect("create the map directory");
+        std::fs::write(path, text).expect("write a route map");
+    }
+    let addresses = dir.join(&maps.addresses);
+    if !addresses.exists() {
+        std::fs::write(addresses, "").expect("create the address map");
+    }
 }
 
 /// A route as the rules would produce it for zone `zone`: SNI `proxy.api.<zone>` to the

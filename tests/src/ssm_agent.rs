@@ -190,6 +190,21 @@ impl Document {
         Ok(Document { parameters, script })
     }
 
+    /// The autoproxy-resolver program the script installs: the text of its quoted heredoc.
+    pub fn resolver_script(&self) -> Result<&str, AgentError> {
+        const START: &str = "<<'AUTOPROXY_RESOLVER'\n";
+        const END: &str = "\nAUTOPROXY_RESOLVER\n";
+        let start = self
+            .script
+            .find(START)
+            .ok_or_else(|| shape("a heredoc <<'AUTOPROXY_RESOLVER' in the script", "none"))?
+            + START.len();
+        let len = self.script[start..]
+            .find(END)
+            .ok_or_else(|| shape("the line AUTOPROXY_RESOLVER ending the heredoc", "none"))?;
+        Ok(&self.script[start..=start + len])
+    }
+
     pub fn parameter(&self, name: &str) -> Option<&Parameter> {
         self.parameters.iter().find(|p| p.name == name)
     }

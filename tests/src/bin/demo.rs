@@ -188,12 +188,11 @@ fn narrate(rollout: &Rollout) -> Result<(), PipelineError> {
         pipeline::CONFIG_KEY,
         s["version_id"].as_str().unwrap_or("?")
     ));
-    for line in s["diff"]
-        .as_str()
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.starts_with("+    use_backend") || l.starts_with("-    use_backend"))
-    {
+    for line in s["diff"].as_str().unwrap_or_default().lines().filter(|l| {
+        ["+#@route ", "-#@route ", "+#@suffix ", "-#@suffix "]
+            .iter()
+            .any(|prefix| l.starts_with(prefix))
+    }) {
         say(&format!("     {}", line.trim_end()));
     }
     if let Some(command) = &rollout.command {

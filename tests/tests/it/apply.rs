@@ -453,6 +453,75 @@ fn a_config_that_cannot_start_is_rolled_back_to_the_last_known_good() {
     drop(squatter);
 }
 
+/// The generations whose route maps are on disk, and any staging left behind.
+fn map_dirs(f: &Fixture) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(f.haproxy.dir().join("autoproxy"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name != "addresses.map")
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn route_maps_are_installed_and_rolled_back_with_their_generation() {
+    let f = Fixture::new(&["a", "b"]);
+    let first = f.config(1, &[("g1.test", "a")]);
+    f.install_first(&first);
+    let maps = f.haproxy.dir().join("autoproxy");
+    let routes = std::fs::read_to_string(maps.join("gen-1/routes.map")).unwrap();
+    let a = f.backends.get("a").addr;
+    assert_eq!(
+        routes,
+        format!("proxy.api.g1.test {}:{}\n", a.ip(), a.port())
+    );
+    assert_eq!(
+        std::fs::read_to_string(maps.join("gen-1/suffixes.map")).unwrap(),
+        ""
+    );
+    assert!(maps.join("addresses.map").is_file());
+
+    let second = f.config(2, &[("g1.test", "a"), ("g2.test", "b")]);
+    let run = f.apply(&f.upload(&second));
+    assert!(run.success(), "{run}");
+    assert!(
+        run.step("maps")[0].contains("2 exact, 0 suffix routes"),
+        "{run}"
+    );
+    assert_eq!(map_dirs(&f), ["gen-1", "gen-2"]);
+
+    // Only the running generation's maps and last-known-good's stay.
+    let third = f.config(3, &[("g3.test", "a")]);
+    assert!(f.apply(&f.upload(&third)).success());
+    assert_eq!(map_dirs(&f), ["gen-2", "gen-3"]);
+    f.assert_routes("g3.test", "a");
+    f.assert_no_route("g2.test");
+
+    // A generation that cannot start rolls back to a config whose maps are still there.
+    let squatter = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut options = f.haproxy.options(f.backends.port);
+    options.http_bind = squatter.local_addr().unwrap().to_string();
+    let fourth = f.config_with(4, &[("g4.test", "b")], &options);
+    let run = f.apply(&f.upload(&fourth));
+    assert_eq!(run.status, Some(2), "{run}");
+    assert_eq!(f.haproxy.running_generation(), Some(3));
+    f.assert_routes("g3.test", "a");
+    f.assert_no_route("g4.test");
+    assert!(
+        map_dirs(&f).contains(&"gen-3".to_owned()),
+        "{:?}",
+        map_dirs(&f)
+    );
+    drop(squatter);
+
+    // The next good generation tidies what the failed one left.
+    let fifth = f.config(5, &[("g5.test", "b")]);
+    assert!(f.apply(&f.upload(&fifth)).success());
+    assert_eq!(map_dirs(&f), ["gen-3", "gen-5"]);
+    f.assert_routes("g5.test", "b");
+}
+
 #[test]
 fn a_failing_reload_command_is_rolled_back() {
     let f = Fixture::new(&["a", "b"]);

@@ -237,12 +237,19 @@ fn event(file: &str, account: &str, zone_id: &str) -> Value {
     event
 }
 
-/// The SNI matches of a config, in order: `proxy.api.x` or `-m end .int.x`.
+/// The route keys of a config, in order: `proxy.api.x` (exact) or `*.int.x` (suffix).
 fn snis(config: &str) -> Vec<String> {
     config
         .lines()
-        .filter_map(|line| line.split_once("req.ssl_sni -i "))
-        .map(|(_, sni)| sni.trim().to_owned())
+        .filter_map(|line| {
+            let (kind, rest) = line.split_once(' ')?;
+            let key = rest.split_whitespace().next()?;
+            match kind {
+                "#@route" => Some(key.to_owned()),
+                "#@suffix" => Some(format!("*.{key}")),
+                _ => None,
+            }
+        })
         .collect()
 }
 
@@ -251,7 +258,7 @@ fn api_sni(zone: &str) -> String {
 }
 
 fn ingress_sni(zone: &str) -> String {
-    format!("-m end .int.{zone}")
+    format!("*.int.{zone}")
 }
 
 /// Pages a listing of `items` takes at `per_page` (an empty listing is one page too).
@@ -393,7 +400,7 @@ async fn full_run_and_event_costs() {
     assert!(
         artifact
             .text
-            .contains(&format!("({}, account {MEMBER_A})", a_private[0].id))
+            .contains(&format!(" {MEMBER_A} {}\n", a_private[0].id))
     );
     assert_warning(
         &full,
@@ -579,7 +586,7 @@ async fn names_and_targets_as_route53_spells_them() {
     assert!(
         artifact
             .text
-            .contains(&format!("({}, account {MEMBER_A})", in_a.id)),
+            .contains(&format!(" {MEMBER_A} {}\n", in_a.id)),
     );
     assert!(!artifact.text.contains(&in_b.id));
     assert_warning(
@@ -883,7 +890,7 @@ async fn a_dry_run_writes_nothing() {
     assert!(
         dry.diff
             .lines()
-            .any(|l| l.starts_with('+') && l.contains(&ingress_sni(zone))),
+            .any(|l| l.starts_with(&format!("+#@suffix int.{zone} "))),
         "{}",
         dry.diff
     );

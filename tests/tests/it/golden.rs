@@ -19,25 +19,25 @@ fn golden(case: &str) -> (String, Vec<String>) {
     (rendered.text, warnings)
 }
 
-fn sni_lines(config: &str) -> Vec<&str> {
+/// The route-table lines: `#@route <sni> <host>:<port>` and `#@suffix <suffix> <host>:<port>`.
+fn route_lines(config: &str) -> Vec<&str> {
     config
         .lines()
-        .filter(|l| l.contains("req.ssl_sni"))
-        .map(str::trim)
+        .filter(|l| l.starts_with("#@route ") || l.starts_with("#@suffix "))
         .collect()
 }
 
 #[test]
 fn both_rules() {
     let (config, warnings) = golden("both_rules");
-    assert_eq!(sni_lines(&config).len(), 2);
-    assert!(config.contains("req.ssl_sni -i proxy.api.prod.example.internal\n"));
-    assert!(config.contains("req.ssl_sni -i -m end .int.prod.example.internal\n"));
-    assert!(
-        config.contains(
-            " ingress-int.prod.example.internal:443 resolvers vpc init-addr last,libc,none"
-        )
+    assert_eq!(
+        route_lines(&config),
+        [
+            "#@route proxy.api.prod.example.internal api.prod.example.internal:443 api 111111111111 Z0AAA",
+            "#@suffix int.prod.example.internal ingress-int.prod.example.internal:443 ingress-int 111111111111 Z0AAA",
+        ]
     );
+    assert!(config.contains("\n#@nameserver 169.254.169.253:53\n"));
     assert!(warnings.is_empty(), "{warnings:?}");
 }
 
@@ -45,24 +45,31 @@ fn both_rules() {
 fn api_only() {
     let (config, _) = golden("api_only");
     // Alias A and the k8s variant both count.
-    assert!(config.contains("req.ssl_sni -i proxy.api.staging.example.internal\n"));
-    assert!(config.contains("req.ssl_sni -i proxy.api.k8s.staging.example.internal\n"));
-    assert_eq!(sni_lines(&config).len(), 2);
+    assert_eq!(
+        route_lines(&config),
+        [
+            "#@route proxy.api.k8s.staging.example.internal api.k8s.staging.example.internal:443 api-k8s 111111111111 Z0AAA",
+            "#@route proxy.api.staging.example.internal api.staging.example.internal:443 api 111111111111 Z0AAA",
+        ]
+    );
 }
 
 #[test]
 fn ingress_only() {
     let (config, _) = golden("ingress_only");
-    let lines = sni_lines(&config);
-    assert_eq!(lines.len(), 1, "{lines:?}");
-    assert!(lines[0].ends_with("req.ssl_sni -i -m end .int.dev.example.internal"));
+    assert_eq!(
+        route_lines(&config),
+        [
+            "#@suffix int.dev.example.internal ingress-int.dev.example.internal:443 ingress-int 111111111111 Z0AAA"
+        ]
+    );
 }
 
 #[test]
 fn wrong_target() {
     let (config, warnings) = golden("wrong_target");
     assert!(
-        sni_lines(&config).is_empty(),
+        route_lines(&config).is_empty(),
         "a CNAME to anything but the proxy must not route"
     );
     assert!(warnings.is_empty(), "{warnings:?}");
@@ -71,20 +78,20 @@ fn wrong_target() {
 #[test]
 fn public_zone() {
     let (config, _) = golden("public_zone");
-    assert!(sni_lines(&config).is_empty());
+    assert!(route_lines(&config).is_empty());
 }
 
 #[test]
 fn escaped_wildcard() {
     let (config, _) = golden("escaped_wildcard");
-    assert!(config.contains("-m end .int.escaped.example.internal\n"));
+    assert!(config.contains("\n#@suffix int.escaped.example.internal "));
 }
 
 #[test]
 fn case_and_dots() {
     let (config, _) = golden("case_and_dots");
-    assert!(config.contains("req.ssl_sni -i proxy.api.mixed.example.internal\n"));
-    assert!(config.contains("-m end .int.mixed.example.internal\n"));
+    assert!(config.contains("\n#@route proxy.api.mixed.example.internal "));
+    assert!(config.contains("\n#@suffix int.mixed.example.internal "));
     assert!(!config.to_lowercase().contains("mixed.example.internal.:"));
 }
 
@@ -92,8 +99,10 @@ fn case_and_dots() {
 fn same_zone_two_accounts() {
     let (config, warnings) = golden("same_zone_two_accounts");
     // The API name is claimed twice: account 111… wins; the ingress suffix only once.
-    assert_eq!(sni_lines(&config).len(), 2);
-    assert!(config.contains("account 111111111111)\nbackend be_api_shared.example.internal_"));
+    assert!(config.contains(
+        "\n#@route proxy.api.shared.example.internal api.shared.example.internal:443 api 111111111111 Z0AAA\n"
+    ));
+    assert_eq!(route_lines(&config).len(), 2);
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(warnings[0].contains("Z0AAA in account 111111111111"));
     assert!(warnings[0].contains("Z0BBB in account 222222222222"));
@@ -102,7 +111,7 @@ fn same_zone_two_accounts() {
 #[test]
 fn hostile_names() {
     let (config, warnings) = golden("hostile_names");
-    assert_eq!(sni_lines(&config).len(), 1, "only the plain zone routes");
+    assert_eq!(route_lines(&config).len(), 1, "only the plain zone routes");
     assert!(config.contains("proxy.api.ok.example.internal"));
     for bad in ["evil", "caf", "HOME", "x\"y"] {
         assert!(!config.contains(bad), "{bad} reached the config");
@@ -114,7 +123,7 @@ fn hostile_names() {
 #[test]
 fn zero_rules() {
     let (config, _) = golden("zero_rules");
-    assert!(sni_lines(&config).is_empty());
+    assert!(route_lines(&config).is_empty());
     assert!(config.contains("# rules: 0\n"));
 }
 

@@ -5,8 +5,10 @@
 mod apply;
 mod budget;
 mod configure;
+mod dataplane;
 mod e2e;
 mod generate;
 mod golden;
 mod ratelimit;
+mod resolver;
 mod template;

@@ -1,0 +1,157 @@
+//! autoproxy-resolver, the agent that keeps HAProxy's address map current, run as the
+//! instances run it: `python3 resolver.py <haproxy.cfg>`, with its knobs in the environment.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// The name HAProxy's runtime API gives the address map (as the config writes it).
+pub const ADDRESS_MAP: &str = "autoproxy/addresses.map";
+
+/// The text of the resolver script the instances install: the one copy, in the apply
+/// document of `template.yaml` (or of the template named by `AUTOPROXY_TEMPLATE`).
+pub fn resolver_script() -> String {
+    let document = crate::ssm_agent::Document::from_workspace()
+        .unwrap_or_else(|err| panic!("cannot read the apply document: {err}"));
+    document
+        .resolver_script()
+        .unwrap_or_else(|err| panic!("the apply document carries no resolver: {err}"))
+        .to_owned()
+}
+
+/// The knobs the resolver reads from its environment.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Knobs {
+    /// Every name is asked once per this period (`AUTOPROXY_REFRESH_SECONDS`).
+    pub refresh_seconds: f64,
+    /// The most queries in any second (`AUTOPROXY_MAX_QPS`).
+    pub max_qps: u32,
+    /// Seconds before a query counts as unanswered (`AUTOPROXY_QUERY_TIMEOUT`).
+    pub query_timeout: f64,
+}
+
+impl Default for Knobs {
+    /// The production values.
+    fn default() -> Knobs {
+        Knobs {
+            refresh_seconds: 50.0,
+            max_qps: 200,
+            query_timeout: 1.0,
+        }
+    }
+}
+
+/// A running resolver; killed when dropped. Its output (stdout and stderr) goes to a file.
+#[derive(Debug)]
+pub struct Resolver {
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl Resolver {
+    /// Starts the script on the installed config at `config`.
+    pub fn start(config: &Path, knobs: Knobs) -> Resolver {
+        let dir = tempfile::Builder::new()
+            .prefix("autoproxy-resolver-")
+            .tempdir()
+            .expect("temp dir");
+        let script = dir.path().join("resolver.py");
+        std::fs::write(&script, resolver_script()).expect("write resolver.py");
+        let output = std::fs::File::create(dir.path().join("output.log")).expect("output file");
+        let child = Command::new("python3")
+            .arg(&script)
+            .arg(config)
+            .env(
+                "AUTOPROXY_REFRESH_SECONDS",
+                knobs.refresh_seconds.to_string(),
+            )
+            .env("AUTOPROXY_MAX_QPS", knobs.max_qps.to_string())
+            .env("AUTOPROXY_QUERY_TIMEOUT", knobs.query_timeout.to_string())
+            .stdin(Stdio::null())
+            .stdout(output.try_clone().expect("clone the output file"))
+            .stderr(output)
+            .spawn()
+            .expect("start python3");
+        Resolver { child, dir }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Everything it printed so far.
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("output.log")).unwrap_or_default()
+    }
+
+    /// Whether it still runs.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// SIGTERM, as systemd stops it; its exit status, or None when it did not exit in 5 s.
+    pub fn terminate(&mut self) -> Option<ExitStatus> {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Resolver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The address map file beside the installed config at `config`.
+pub fn address_map_path(config: &Path) -> PathBuf {
+    config
+        .parent()
+        .expect("a config path has a directory")
+        .join(ADDRESS_MAP)
+}
+
+/// The `name address` lines of a map file (none when it does not exist).
+pub fn read_map_file(path: &Path) -> BTreeMap<String, String> {
+    parse_map(&std::fs::read_to_string(path).unwrap_or_default(), 0)
+}
+
+/// The entries of map `map` in the running HAProxy worker, by `show map` on its stats socket.
+pub fn show_map(stats_socket: &Path, map: &str) -> std::io::Result<BTreeMap<String, String>> {
+    let mut socket = UnixStream::connect(stats_socket)?;
+    socket.set_read_timeout(Some(Duration::from_secs(5)))?;
+    socket.write_all(format!("show map {map}\n").as_bytes())?;
+    let mut answer = String::new();
+    socket.read_to_string(&mut answer)?;
+    // Each entry reads `0x<entry id> <key> <value>`; anything else is an error message.
+    let entries: String = answer
+        .lines()
+        .filter(|line| line.starts_with("0x"))
+        .flat_map(|line| [line, "\n"])
+        .collect();
+    Ok(parse_map(&entries, 1))
+}
+
+fn parse_map(text: &str, skip: usize) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace().skip(skip);
+            let (key, value) = (words.next()?, words.next()?);
+            Some((key.to_owned(), value.to_owned()))
+        })
+        .collect()
+}
