@@ -262,7 +262,9 @@ pub fn write_maps(dir: &Path, config: &str) {
         std::fs::write(path, text).expect("write a route map");
     }
     let addresses = dir.join(&maps.addresses);
-    if !addresses.exists() {
+    // Only a config that routes through the address map needs one (a per-route config does
+    // not, and the apply document seeds the map when it first meets one).
+    if config.contains(&maps.addresses) && !addresses.exists() {
         std::fs::write(addresses, "").expect("create the address map");
     }
 }

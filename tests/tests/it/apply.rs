@@ -3,13 +3,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use autoproxy::artifact;
+use autoproxy_tests::dns::DnsServer;
 use autoproxy_tests::moto::Moto;
 use autoproxy_tests::proxy::{self, Backends, Haproxy, ProbeError};
 use autoproxy_tests::ssm_agent::{AgentError, Document, Run};
@@ -486,7 +487,9 @@ fn route_maps_are_installed_and_rolled_back_with_their_generation() {
     let run = f.apply(&f.upload(&second));
     assert!(run.success(), "{run}");
     assert!(
-        run.step("maps")[0].contains("2 exact, 0 suffix routes"),
+        run.step("maps")
+            .iter()
+            .any(|l| l.contains("2 exact, 0 suffix routes")),
         "{run}"
     );
     assert_eq!(map_dirs(&f), ["gen-1", "gen-2"]);
@@ -520,6 +523,76 @@ fn route_maps_are_installed_and_rolled_back_with_their_generation() {
     assert!(f.apply(&f.upload(&fifth)).success());
     assert_eq!(map_dirs(&f), ["gen-3", "gen-5"]);
     f.assert_routes("g5.test", "b");
+}
+
+/// A config of the per-route layout: one backend whose server `host` HAProxy resolves
+/// through `dns`, for the SNI `proxy.api.<zone>`.
+fn per_route_config(
+    f: &Fixture,
+    generation: u64,
+    zone: &str,
+    host: &str,
+    dns: SocketAddr,
+) -> String {
+    let port = f.backends.port;
+    let socket = f.haproxy.stats_socket();
+    let body = format!(
+        "global\n    master-worker\n    description autoproxy generation {generation}\n    \
+         stats socket {} mode 660 level admin expose-fd listeners\n\
+         resolvers vpc\n    nameserver ns1 {dns}\n    timeout resolve 1s\n\
+         defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 5s\n    timeout server 5s\n\
+         frontend tls\n    bind {}\n    tcp-request inspect-delay 5s\n    \
+         tcp-request content accept if {{ req.ssl_hello_type 1 }}\n    \
+         use_backend be_one if {{ req.ssl_sni -i proxy.api.{zone} }}\n\
+         backend be_one\n    server {host} {host}:{port} resolvers vpc init-addr none resolve-prefer ipv4\n",
+        socket.display(),
+        f.haproxy.https,
+    );
+    format!(
+        "# autoproxy: generated\n# generation: {generation}\n# sha256: {}\n\
+         # generated-at: 2026-01-01T00:00:00Z\n# trigger: test\n# rules: 1\n{body}",
+        artifact::sha256_hex(body.as_bytes())
+    )
+}
+
+#[test]
+fn the_first_config_with_an_address_map_starts_from_what_haproxy_had_resolved() {
+    let f = Fixture::new(&["a"]);
+    let dns = DnsServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
+    let a = f.backends.get("a").addr;
+    let std::net::IpAddr::V4(ip) = a.ip() else {
+        panic!("backends listen on IPv4 loopback")
+    };
+    dns.set("api.up.test", &[ip]);
+    f.install_first(&per_route_config(
+        &f,
+        1,
+        "up.test",
+        "api.up.test",
+        dns.addr(),
+    ));
+    // HAProxy resolves the server's name at run time; wait until it routes.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while f.haproxy.probe("proxy.api.up.test").ok().as_deref() != Some("backend a") {
+        assert!(std::time::Instant::now() < deadline, "{}", f.haproxy.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // The new layout names the same host; no autoproxy-resolver runs here, so only the
+    // seeded address can route it.
+    let mut route = proxy::api_route("up.test", f.backends.get("a"));
+    route.backend = autoproxy::names::HostName::parse("api.up.test").unwrap();
+    let text = proxy::render(2, &[route], &f.haproxy.options(f.backends.port));
+    let run = f.apply(&f.upload(&text));
+    assert!(run.success(), "{run}");
+    assert!(
+        run.step("maps").iter().any(|l| l.contains("started")
+            && l.contains("with 1 addresses the running HAProxy had resolved")),
+        "{run}"
+    );
+    let map = std::fs::read_to_string(f.haproxy.dir().join("autoproxy/addresses.map")).unwrap();
+    assert_eq!(map, format!("api.up.test {ip}\n"));
+    f.assert_routes("up.test", "a");
 }
 
 #[test]
