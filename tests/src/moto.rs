@@ -1,8 +1,10 @@
 //! A moto server per test: the real AWS stand-in (Route53, S3, SSM, STS) on a loopback port.
 
+use std::collections::BTreeSet;
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use aws_config::{BehaviorVersion, SdkConfig, retry::RetryConfig};
@@ -20,29 +22,48 @@ pub struct Moto {
 }
 
 impl Moto {
-    /// Starts a fresh server on a free loopback port and waits until it answers.
+    /// Starts a fresh server on a free loopback port and waits until it answers. A server that
+    /// exits before it listens (its port was taken in between) is started again on another.
     pub fn start() -> Moto {
-        let port = free_port();
         let exe = crate::tool("moto_server");
-        let child = Command::new(&exe)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|err| {
-                panic!("cannot start {exe:?} ({err}); run .ci/tools.sh to install the test tools")
-            });
-        let moto = Moto { child, port };
+        for _attempt in 0..3 {
+            let port = free_port();
+            let child = Command::new(&exe)
+                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|err| {
+                    panic!(
+                        "cannot start {exe:?} ({err}); run .ci/tools.sh to install the test tools"
+                    )
+                });
+            let mut moto = Moto { child, port };
+            if moto.wait_listening() {
+                return moto;
+            }
+        }
+        panic!("moto_server exited before it listened, three times over");
+    }
+
+    /// Waits until this server listens; false when it exited first.
+    fn wait_listening(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        loop {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return false;
+            }
+            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return true;
+            }
             assert!(
                 Instant::now() < deadline,
-                "moto_server did not listen on {port} within 20 s"
+                "moto_server did not listen on {} within 20 s",
+                self.port
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        moto
     }
 
     /// The server's process id (so an interrupted demo can stop it).
@@ -89,10 +110,24 @@ impl Drop for Moto {
     }
 }
 
-/// A loopback port nobody listens on right now.
+/// A loopback port nobody listens on right now, and never handed out before by this process:
+/// the kernel may give a just-released port to the next `bind(0)`, so two servers started at
+/// once could otherwise be told the same port, one fail to bind, and its test talk to the other.
 pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral loopback port");
-    listener.local_addr().expect("local address").port()
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let mut handed_out = HANDED_OUT
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    // Repeats stay bound until a new port turns up, so the kernel cannot offer them again.
+    let mut repeats = Vec::new();
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral loopback port");
+        let port = listener.local_addr().expect("local address").port();
+        if handed_out.insert(port) {
+            return port;
+        }
+        repeats.push(listener);
+    }
 }
 
 /// Where the project's tools are installed by `.ci/tools.sh`.
