@@ -15,6 +15,15 @@ use autoproxy::names::HostName;
 use autoproxy_tests::dns::DnsServer;
 use autoproxy_tests::proxy::{self, Backends, Haproxy, ProbeError};
 
+/// The backends: one for each end of each kind of route, one for every route between.
+const BACKENDS: [&str; 5] = [
+    "api-first",
+    "api-last",
+    "ingress-first",
+    "ingress-last",
+    "other",
+];
+
 /// Zones in the test estate; each has an API route and an internal-ingress route.
 const ZONES: usize = 2_000;
 /// The counting DNS server that stands in for the VPC resolver, reachable through the
@@ -76,20 +85,19 @@ fn address_map(backends: &Backends) -> String {
     map
 }
 
+/// Writes the address map as autoproxy-resolver would have.
+fn write_addresses(haproxy: &Haproxy, text: &str) {
+    let path = haproxy.dir().join(MapFiles::for_generation(1).addresses);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
 #[test]
 fn first_last_exact_and_suffix_routes_reach_their_backends_at_four_thousand_routes() {
-    let backends = Backends::start(&[
-        "api-first",
-        "api-last",
-        "ingress-first",
-        "ingress-last",
-        "other",
-    ]);
+    let backends = Backends::start(&BACKENDS);
     let haproxy = Haproxy::new();
     let config = proxy::render(1, &routes(), &haproxy.options(backends.port));
-    let addresses = haproxy.dir().join(MapFiles::for_generation(1).addresses);
-    std::fs::create_dir_all(addresses.parent().unwrap()).unwrap();
-    std::fs::write(&addresses, address_map(&backends)).unwrap();
+    write_addresses(&haproxy, &address_map(&backends));
     haproxy.start(&config);
 
     let last = zone(ZONES - 1);
@@ -130,10 +138,8 @@ fn a_route_without_an_address_yet_is_closed_not_misrouted() {
     let haproxy = Haproxy::new();
     let routes = [route(0, SniMatch::Exact), route(1, SniMatch::Exact)];
     let config = proxy::render(1, &routes, &haproxy.options(backends.port));
-    let addresses = haproxy.dir().join(MapFiles::for_generation(1).addresses);
-    std::fs::create_dir_all(addresses.parent().unwrap()).unwrap();
     let ip = backends.get("a").addr.ip();
-    std::fs::write(&addresses, format!("api.{} {ip}\n", zone(0))).unwrap();
+    write_addresses(&haproxy, &format!("api.{} {ip}\n", zone(0)));
     haproxy.start(&config);
     assert_eq!(
         haproxy.probe(&format!("proxy.api.{}", zone(0))).unwrap(),
@@ -169,13 +175,7 @@ fn in_namespace(dir: &Path, script: &str, args: &[&str]) -> std::process::Output
 #[test]
 fn check_start_and_reload_of_a_large_config_send_no_dns_query() {
     let dns = DnsServer::start(RESOLVER.parse::<SocketAddr>().unwrap()).unwrap();
-    let backends = Backends::start(&[
-        "api-first",
-        "api-last",
-        "ingress-first",
-        "ingress-last",
-        "other",
-    ]);
+    let backends = Backends::start(&BACKENDS);
     for index in 0..ZONES {
         dns.set(&format!("api.{}", zone(index)), &[Ipv4Addr::LOCALHOST]);
         dns.set(

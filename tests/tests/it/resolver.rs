@@ -139,6 +139,13 @@ fn asked(dns: &DnsServer, name: &str, since: Instant) -> usize {
         .count()
 }
 
+/// A short refresh and timeout, so changes and failures show within seconds.
+const QUICK: Knobs = Knobs {
+    refresh_seconds: 2.0,
+    max_qps: 50,
+    query_timeout: 0.3,
+};
+
 #[test]
 fn two_thousand_names_resolve_under_the_rate_cap() {
     const NAMES: usize = 2_000;
@@ -198,11 +205,7 @@ fn two_thousand_names_resolve_under_the_rate_cap() {
 
 #[test]
 fn changes_follow_and_failures_keep_the_last_address() {
-    let knobs = Knobs {
-        refresh_seconds: 2.0,
-        max_qps: 50,
-        query_timeout: 0.3,
-    };
+    let knobs = QUICK;
     let f = Fixture::start(5, &["first", "second"]);
     let (first, second) = (f.backend_ip("first"), f.backend_ip("second"));
     // 0: an A record that moves; 1: a CNAME chain; 2: will stop answering; 3: will vanish;
@@ -287,11 +290,7 @@ fn changes_follow_and_failures_keep_the_last_address() {
 
 #[test]
 fn a_reload_keeps_the_current_addresses() {
-    let knobs = Knobs {
-        refresh_seconds: 2.0,
-        max_qps: 50,
-        query_timeout: 0.3,
-    };
+    let knobs = QUICK;
     let f = Fixture::start(20, &["first", "second"]);
     let (first, second) = (f.backend_ip("first"), f.backend_ip("second"));
     let mut table: Vec<(String, Ipv4Addr)> =
