@@ -462,3 +462,45 @@ pub async fn versioned_bucket(sdk: &SdkConfig, bucket: &str) -> Result<(), Estat
         .map_err(|err| EstateError::sdk("PutBucketVersioning", bucket, err))?;
     Ok(())
 }
+
+/// Uploads a rendered config as the generator does (its header values as object metadata);
+/// the new version's id.
+pub async fn upload_config(
+    sdk: &SdkConfig,
+    bucket: &str,
+    key: &str,
+    text: &str,
+) -> Result<String, EstateError> {
+    use autoproxy::artifact;
+    let header = &text[..artifact::body_offset(text)];
+    let mut put = aws_sdk_s3::Client::new(sdk)
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(text.as_bytes().to_vec().into());
+    for (name, value) in header
+        .lines()
+        .filter_map(|line| line.strip_prefix("# ")?.split_once(": "))
+    {
+        if [
+            artifact::META_GENERATION,
+            artifact::META_SHA256,
+            artifact::META_GENERATED_AT,
+            artifact::META_TRIGGER,
+            artifact::META_RULES,
+        ]
+        .contains(&name)
+        {
+            put = put.metadata(name, value.trim());
+        }
+    }
+    let output = put
+        .send()
+        .await
+        .map_err(|err| EstateError::sdk("PutObject", key, err))?;
+    output.version_id().map(str::to_owned).ok_or(EstateError {
+        operation: "PutObject",
+        target: key.to_owned(),
+        message: format!("bucket {bucket} is not versioned: no version id"),
+    })
+}

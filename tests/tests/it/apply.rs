@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use autoproxy::artifact;
 use autoproxy_tests::dns::DnsServer;
+use autoproxy_tests::estate;
 use autoproxy_tests::moto::Moto;
 use autoproxy_tests::proxy::{self, Backends, Haproxy, ProbeError};
 use autoproxy_tests::ssm_agent::{AgentError, Document, Run};
@@ -24,7 +25,7 @@ struct Fixture {
     haproxy: Haproxy,
     backends: Backends,
     document: Document,
-    s3: aws_sdk_s3::Client,
+    sdk: aws_config::SdkConfig,
     rt: tokio::runtime::Runtime,
     moto: Moto,
 }
@@ -36,27 +37,16 @@ impl Fixture {
             .enable_all()
             .build()
             .unwrap();
-        let s3 = rt.block_on(async {
-            let config = moto.sdk_config().await;
-            let s3 = aws_sdk_s3::Client::new(&config);
-            s3.create_bucket().bucket(BUCKET).send().await.unwrap();
-            s3.put_bucket_versioning()
-                .bucket(BUCKET)
-                .versioning_configuration(
-                    aws_sdk_s3::types::VersioningConfiguration::builder()
-                        .status(aws_sdk_s3::types::BucketVersioningStatus::Enabled)
-                        .build(),
-                )
-                .send()
-                .await
-                .unwrap();
-            s3
+        let sdk = rt.block_on(async {
+            let sdk = moto.sdk_config().await;
+            estate::versioned_bucket(&sdk, BUCKET).await.unwrap();
+            sdk
         });
         Fixture {
             haproxy: Haproxy::new(),
             backends: Backends::start(backends),
             document: Document::from_workspace().unwrap(),
-            s3,
+            sdk,
             rt,
             moto,
         }
@@ -84,28 +74,11 @@ impl Fixture {
         proxy::render(generation, &routes, options)
     }
 
-    /// Uploads a config as the generator does (header values as metadata); its version id.
+    /// Uploads a config as the generator does; its version id.
     fn upload(&self, text: &str) -> String {
-        let metadata = header_fields(text);
-        let mut put = self
-            .s3
-            .put_object()
-            .bucket(BUCKET)
-            .key(KEY)
-            .body(text.as_bytes().to_vec().into());
-        for key in [
-            artifact::META_GENERATION,
-            artifact::META_SHA256,
-            artifact::META_GENERATED_AT,
-            artifact::META_TRIGGER,
-            artifact::META_RULES,
-        ] {
-            if let Some(value) = metadata.get(key) {
-                put = put.metadata(key, value);
-            }
-        }
-        let output = self.rt.block_on(put.send()).unwrap();
-        output.version_id().expect("a versioned bucket").to_owned()
+        self.rt
+            .block_on(estate::upload_config(&self.sdk, BUCKET, KEY, text))
+            .unwrap()
     }
 
     /// The parameters the configure function would pass, then `overrides`.
@@ -167,15 +140,6 @@ impl Fixture {
             "SNI {sni}: {answer:?}"
         );
     }
-}
-
-/// The header's `# key: value` lines, for the object metadata.
-fn header_fields(text: &str) -> BTreeMap<String, String> {
-    text[..artifact::body_offset(text)]
-        .lines()
-        .filter_map(|line| line.strip_prefix("# ")?.split_once(": "))
-        .map(|(key, value)| (key.to_owned(), value.trim().to_owned()))
-        .collect()
 }
 
 /// The same header over a new body, with the body's sha256: a config whose checksum is
