@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod check;
+pub mod dataplane;
 pub mod dns;
 pub mod estate;
 pub mod golden;

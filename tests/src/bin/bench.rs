@@ -303,7 +303,13 @@ async fn main() {
     let total = started.elapsed();
     let report = report(&args, &rows, &notes, total);
     println!("\n{report}");
-    std::fs::write(&args.out, &report).expect("write the report");
+    // The data-plane section is `bench_dataplane`'s: kept as it was, after a blank line.
+    let previous = std::fs::read_to_string(&args.out).unwrap_or_default();
+    let document = match previous.find(autoproxy_tests::dataplane::BEGIN) {
+        Some(at) => format!("{}\n\n{}", report.trim_end(), &previous[at..]),
+        None => report,
+    };
+    std::fs::write(&args.out, document).expect("write the report");
     println!("wrote {}", args.out.display());
 }
 
