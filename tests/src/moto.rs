@@ -110,24 +110,33 @@ impl Drop for Moto {
     }
 }
 
-/// A loopback port nobody listens on right now, and never handed out before by this process:
-/// the kernel may give a just-released port to the next `bind(0)`, so two servers started at
-/// once could otherwise be told the same port, one fail to bind, and its test talk to the other.
+/// A loopback port nobody listens on right now, for a server started next (moto, HAProxy).
+///
+/// Taken below the kernel's ephemeral range and never twice by this process: a port from
+/// `bind(0)` is released before the server binds it (moto needs about a second to start),
+/// and in that gap the kernel may hand it to any other `bind(0)` or outgoing connection; the
+/// server then fails to bind while its test talks to whoever holds the port.
 pub fn free_port() -> u16 {
+    const LOWEST: u32 = 10_000;
     static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     let mut handed_out = HANDED_OUT
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    // Repeats stay bound until a new port turns up, so the kernel cannot offer them again.
-    let mut repeats = Vec::new();
-    loop {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral loopback port");
-        let port = listener.local_addr().expect("local address").port();
-        if handed_out.insert(port) {
-            return port;
-        }
-        repeats.push(listener);
-    }
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    let span = ephemeral_low.saturating_sub(LOWEST).max(1);
+    // Processes started one after another begin at different places.
+    let start = std::process::id().wrapping_mul(7_919) % span;
+    (0..span)
+        .map(|i| LOWEST + (start + handed_out.len() as u32 + i) % span)
+        .filter_map(|port| u16::try_from(port).ok())
+        .find(|port| !handed_out.contains(port) && TcpListener::bind(("127.0.0.1", *port)).is_ok())
+        .inspect(|port| {
+            handed_out.insert(*port);
+        })
+        .expect("a free loopback port below the ephemeral range")
 }
 
 /// Where the project's tools are installed by `.ci/tools.sh`.
