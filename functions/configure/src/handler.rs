@@ -51,6 +51,16 @@ pub enum ConfigureError {
         version_id: String,
         message: String,
     },
+    #[error(
+        "rollout of generation {generation} reached no instance: command {command_id} targeted \
+         none tagged {tag_key}={tag_value} in this region (a tag typo, or a fleet elsewhere?)"
+    )]
+    NoTargets {
+        generation: String,
+        command_id: String,
+        tag_key: String,
+        tag_value: String,
+    },
     #[error("rollout of generation {generation} failed: {failures}")]
     Rollout {
         generation: String,
@@ -63,6 +73,7 @@ impl From<ConfigureError> for Diagnostic {
         let kind = match &err {
             ConfigureError::Malformed { .. } => "InvalidEvent",
             ConfigureError::Aws { .. } => "AwsError",
+            ConfigureError::NoTargets { .. } => "NoTargets",
             ConfigureError::Rollout { .. } => "RolloutFailed",
         };
         Diagnostic {
@@ -83,6 +94,11 @@ pub struct Outcome {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Rollout {
     pub command_id: String,
+    /// False when a command for this version was already under way (a Lambda retry, a
+    /// duplicate event): it was followed instead of sending another.
+    pub sent: bool,
+    /// Instances the command targeted (known once SSM has resolved the tag).
+    pub targets: i32,
     pub generation: String,
     pub version_id: String,
     pub status: String,
@@ -196,11 +212,22 @@ pub async fn handle(
             .filter(|i| i.status != "Success")
             .collect();
         let succeeded = rollout.instances.len() - failed.len();
+        let no_targets = rollout.targets == 0 && !is_running(&rollout.status);
         Metrics::new("configure")
-            .count("Dispatched", 1)
+            .count("Dispatched", u64::from(rollout.sent))
+            .count("NoTargets", u64::from(no_targets))
             .count("InstancesSucceeded", succeeded as u64)
             .count("InstancesFailed", failed.len() as u64)
             .emit();
+        if no_targets {
+            error!(command_id = %rollout.command_id, "the rollout reached no instance");
+            return Err(ConfigureError::NoTargets {
+                generation: rollout.generation,
+                command_id: rollout.command_id,
+                tag_key: deps.settings.target_tag_key.clone(),
+                tag_value: deps.settings.target_tag_value.clone(),
+            });
+        }
         if is_failure(&rollout.status) || !failed.is_empty() {
             let detail = if failed.is_empty() {
                 format!("command {} ended {}", rollout.command_id, rollout.status)
@@ -234,6 +261,73 @@ fn is_failure(status: &str) -> bool {
     matches!(status, "Failed" | "TimedOut" | "Cancelled" | "Cancelling")
 }
 
+fn is_running(status: &str) -> bool {
+    matches!(status, "Pending" | "InProgress")
+}
+
+/// How far back a command for the same version counts as this rollout.
+const SAME_ROLLOUT_WITHIN: Duration = Duration::from_secs(3_600);
+
+/// A command of the apply document for exactly this version, sent within the last hour and
+/// not failed: pending, running or done. A Lambda retry after a timeout, or S3 delivering the
+/// event twice, follows it instead of sending a second command that would meet the first
+/// one's lock on every instance. A failed one is sent again (the retry is the point).
+async fn earlier_command(
+    deps: &Deps,
+    dispatch: &Dispatch,
+) -> Result<Option<(String, i32)>, String> {
+    use aws_sdk_ssm::primitives::{DateTime, DateTimeFormat};
+    use aws_sdk_ssm::types::{CommandFilter, CommandFilterKey};
+    let since = std::time::SystemTime::now()
+        .checked_sub(SAME_ROLLOUT_WITHIN)
+        .unwrap_or(std::time::UNIX_EPOCH);
+    let since = DateTime::from(since);
+    let filter = |key: CommandFilterKey, value: String| {
+        CommandFilter::builder()
+            .key(key)
+            .value(value)
+            .build()
+            .map_err(|err| err.to_string())
+    };
+    let mut pages = deps
+        .ssm
+        .list_commands()
+        .filters(filter(
+            CommandFilterKey::DocumentName,
+            deps.settings.apply_document.clone(),
+        )?)
+        .filters(filter(
+            CommandFilterKey::InvokedAfter,
+            since
+                .fmt(DateTimeFormat::DateTime)
+                .map_err(|err| err.to_string())?,
+        )?)
+        .into_paginator()
+        .send();
+    let param = |command: &aws_sdk_ssm::types::Command, name: &str| -> Option<String> {
+        command.parameters()?.get(name)?.first().cloned()
+    };
+    while let Some(page) = pages.next().await {
+        let page = page.map_err(|err| DisplayErrorContext(err).to_string())?;
+        // Newest first as SSM lists them; the filters are checked here too.
+        let found = page.commands().iter().find(|command| {
+            command.document_name() == Some(deps.settings.apply_document.as_str())
+                && command.requested_date_time().is_some_and(|t| *t >= since)
+                && param(command, "ConfigBucket").as_deref() == Some(dispatch.bucket.as_str())
+                && param(command, "ConfigKey").as_deref() == Some(dispatch.key.as_str())
+                && param(command, "ConfigVersion").as_deref() == Some(dispatch.version_id.as_str())
+                && !command.status().is_some_and(|s| is_failure(s.as_str()))
+        });
+        if let Some(command) = found {
+            return Ok(Some((
+                command.command_id().unwrap_or_default().to_owned(),
+                command.target_count(),
+            )));
+        }
+    }
+    Ok(None)
+}
+
 async fn dispatch_one(
     deps: &Deps,
     dispatch: &Dispatch,
@@ -260,6 +354,51 @@ async fn dispatch_one(
         .and_then(|m| m.get(META_GENERATION))
         .cloned()
         .unwrap_or_else(|| "unknown".to_owned());
+    let earlier = earlier_command(deps, dispatch)
+        .await
+        .map_err(|message| aws_error("ListCommands", message))?;
+    let sent = earlier.is_none();
+    let command_id = match earlier {
+        Some((command_id, _)) => {
+            info!(
+                command_id,
+                generation,
+                version_id = %dispatch.version_id,
+                "a command for this version is already under way or done: following it, not sending another"
+            );
+            command_id
+        }
+        None => send(deps, dispatch, &generation)
+            .await
+            .map_err(|message| aws_error("SendCommand", message))?,
+    };
+
+    let (status, targets) = follow(deps, &command_id, follow_until)
+        .await
+        .map_err(|message| aws_error("ListCommands", message))?;
+    let instances = instance_results(deps, &command_id).await;
+    for instance in &instances {
+        info!(
+            command_id,
+            instance_id = %instance.instance_id,
+            status = %instance.status,
+            detail = %instance.detail,
+            "instance result"
+        );
+    }
+    Ok(Rollout {
+        command_id,
+        sent,
+        targets,
+        generation,
+        version_id: dispatch.version_id.clone(),
+        status,
+        instances,
+    })
+}
+
+/// Sends the apply document to the tagged fleet; the command's id.
+async fn send(deps: &Deps, dispatch: &Dispatch, generation: &str) -> Result<String, String> {
     let settings = &deps.settings;
     let mut output = CloudWatchOutputConfig::builder().cloud_watch_output_enabled(true);
     if let Some(group) = &settings.command_log_group {
@@ -290,38 +429,19 @@ async fn dispatch_one(
         .cloud_watch_output_config(output.build())
         .send()
         .await
-        .map_err(|err| aws_error("SendCommand", DisplayErrorContext(err).to_string()))?;
+        .map_err(|err| DisplayErrorContext(err).to_string())?;
     let command_id = sent
         .command()
         .and_then(|c| c.command_id())
         .unwrap_or_default()
         .to_owned();
     info!(command_id, generation, version_id = %dispatch.version_id, "command sent");
-
-    let status = follow(deps, &command_id, follow_until)
-        .await
-        .map_err(|message| aws_error("ListCommands", message))?;
-    let instances = instance_results(deps, &command_id).await;
-    for instance in &instances {
-        info!(
-            command_id,
-            instance_id = %instance.instance_id,
-            status = %instance.status,
-            detail = %instance.detail,
-            "instance result"
-        );
-    }
-    Ok(Rollout {
-        command_id,
-        generation,
-        version_id: dispatch.version_id.clone(),
-        status,
-        instances,
-    })
+    Ok(command_id)
 }
 
-/// Polls the command until it ends or time runs out; returns its last status.
-async fn follow(deps: &Deps, command_id: &str, until: Instant) -> Result<String, String> {
+/// Polls the command until it ends or time runs out; returns its last status and how many
+/// instances it targeted.
+async fn follow(deps: &Deps, command_id: &str, until: Instant) -> Result<(String, i32), String> {
     loop {
         let listed = deps
             .ssm
@@ -330,15 +450,15 @@ async fn follow(deps: &Deps, command_id: &str, until: Instant) -> Result<String,
             .send()
             .await
             .map_err(|err| DisplayErrorContext(err).to_string())?;
-        let status = listed
-            .commands()
-            .first()
+        let command = listed.commands().first();
+        let status = command
             .and_then(|c| c.status())
             .cloned()
             .unwrap_or(CommandStatus::Pending);
+        let targets = command.map_or(0, |c| c.target_count());
         let done = !matches!(status, CommandStatus::Pending | CommandStatus::InProgress);
         if done {
-            return Ok(status.as_str().to_owned());
+            return Ok((status.as_str().to_owned(), targets));
         }
         if Instant::now() + deps.poll_every > until {
             warn!(
@@ -347,7 +467,7 @@ async fn follow(deps: &Deps, command_id: &str, until: Instant) -> Result<String,
                 "still running when this invocation must end; SSM carries on and the \
                  command's own output and alarms report the end"
             );
-            return Ok(status.as_str().to_owned());
+            return Ok((status.as_str().to_owned(), targets));
         }
         tokio::time::sleep(deps.poll_every).await;
     }

@@ -231,3 +231,47 @@ async fn a_version_that_does_not_exist_is_an_error_and_nothing_is_sent() {
     assert!(err.to_string().contains("HeadObject failed"), "{err}");
     assert!(commands(&fx).await.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rollout_that_reaches_no_instance_is_an_error() {
+    // A typo in the tag: the command is sent, SSM targets nobody, and says "Success".
+    let fx = fixture(&[("TARGET_TAG_VALUE", "peering-proxies")]).await;
+    let version = put_config(&fx, KEY, 9).await;
+    let err = handler::handle(&fx.deps, &s3_event(KEY, &version), soon())
+        .await
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("generation 9 reached no instance")
+            && message.contains("tagged Role=peering-proxies"),
+        "{message}"
+    );
+    assert!(matches!(err, handler::ConfigureError::NoTargets { .. }));
+    assert_eq!(commands(&fx).await[0].target_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_or_a_duplicate_event_follows_the_command_already_sent() {
+    let fx = fixture(&[]).await;
+    let version = put_config(&fx, KEY, 10).await;
+    let event = s3_event(KEY, &version);
+    let first = handler::handle(&fx.deps, &event, soon()).await.unwrap();
+    // The Lambda retry after a timeout, or S3 delivering the same event again.
+    let again = handler::handle(&fx.deps, &event, soon()).await.unwrap();
+    assert!(first.dispatched[0].sent);
+    assert!(!again.dispatched[0].sent, "{again:?}");
+    assert_eq!(
+        again.dispatched[0].command_id,
+        first.dispatched[0].command_id
+    );
+    assert_eq!(again.dispatched[0].status, "Success");
+    assert_eq!(commands(&fx).await.len(), 1, "no second command");
+
+    // Another version is another rollout.
+    let next = put_config(&fx, KEY, 11).await;
+    let third = handler::handle(&fx.deps, &s3_event(KEY, &next), soon())
+        .await
+        .unwrap();
+    assert!(third.dispatched[0].sent);
+    assert_eq!(commands(&fx).await.len(), 2);
+}
