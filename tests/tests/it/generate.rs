@@ -32,6 +32,10 @@ const MEMBER_A: &str = "111111111111";
 const MEMBER_B: &str = "222222222222";
 const AT: &str = "2026-11-23T03:14:02Z";
 const LATER: &str = "2026-11-23T03:20:00Z";
+/// [`AT`] and [`LATER`] in Unix seconds: a generation is the publish time in Unix seconds, or
+/// one more than the last generation when that is larger.
+const AT_SECS: u64 = 1_795_403_642;
+const LATER_SECS: u64 = 1_795_404_000;
 
 /// One moto with the config bucket and the three accounts.
 struct Estate {
@@ -377,7 +381,7 @@ async fn full_run_and_event_costs() {
         full.version_id.as_deref(),
         Some(artifact.version_id.as_str())
     );
-    assert_eq!(artifact.header.generation, 1);
+    assert_eq!(artifact.header.generation, AT_SECS);
     assert_eq!(artifact.header.rules, 10);
     assert_eq!(artifact.header.trigger, "manual");
     let routes = snis(&artifact.text);
@@ -438,7 +442,7 @@ async fn full_run_and_event_costs() {
     assert_eq!(one.trigger, "route53:ChangeResourceRecordSets");
     assert!(one.published, "{one:#?}");
     let after_event = estate.artifact().await;
-    assert_eq!(after_event.header.generation, 2);
+    assert_eq!(after_event.header.generation, LATER_SECS);
     assert_eq!(after_event.header.rules, 11);
     assert!(snis(&after_event.text).contains(&ingress_sni(&z010.name)));
     // The rest came from the manifest: the other accounts' routes are all still there.
@@ -472,7 +476,8 @@ async fn full_run_and_event_costs() {
     assert_eq!(big_event_calls, 3);
     assert_eq!(big_event.rules, 10);
     let after_big = estate.artifact().await;
-    assert_eq!(after_big.header.generation, 3);
+    // Published in the same second as the last: one more.
+    assert_eq!(after_big.header.generation, LATER_SECS + 1);
     assert!(!snis(&after_big.text).contains(&api_sni(big)));
     assert!(snis(&after_big.text).contains(&ingress_sni(big)));
 
@@ -780,7 +785,7 @@ async fn a_failing_account_keeps_its_routes() {
         ],
     );
     let artifact = estate.artifact().await;
-    assert_eq!(artifact.header.generation, 2);
+    assert_eq!(artifact.header.generation, LATER_SECS);
     assert_eq!(
         snis(&artifact.text),
         [
@@ -837,7 +842,7 @@ async fn mass_deletion_is_refused_unless_forced() {
     let forced = run(&deps, &json!({"force": true}), LATER).await;
     assert!(forced.published, "{forced:#?}");
     let artifact = estate.artifact().await;
-    assert_eq!(artifact.header.generation, 2);
+    assert_eq!(artifact.header.generation, LATER_SECS);
     assert_eq!(artifact.header.rules, 1);
     assert_eq!(snis(&artifact.text), [api_sni("m0.example.internal")]);
     assert_eq!(estate.versions(KEY).await, 2);
@@ -894,7 +899,10 @@ async fn a_dry_run_writes_nothing() {
         "{}",
         dry.diff
     );
-    assert_eq!(artifact::parse_header(config).unwrap().generation, 2);
+    assert_eq!(
+        artifact::parse_header(config).unwrap().generation,
+        LATER_SECS
+    );
     assert_eq!(estate.versions(KEY).await, 1);
     assert_eq!(estate.versions(MANIFEST_KEY).await, 1);
     assert_eq!(estate.artifact().await.header, published.header);
@@ -915,6 +923,13 @@ async fn an_invalid_payload_fails_and_writes_nothing() {
         let message = err.to_string();
         assert!(message.contains("Scheduled Event"), "{message}");
         assert!(message.contains("\"dry_run\""), "{message}");
+    }
+    // The time stamp is the floor of the generation: a run without one cannot number its
+    // config, and does not fall back to 0.
+    for stamp in ["", "t1", "2026-11-23"] {
+        let err = handle(&deps, &json!({}), stamp).await.unwrap_err();
+        assert!(matches!(err, GenerateError::GeneratedAt(_)), "{err}");
+        assert!(err.to_string().contains("RFC 3339"), "{err}");
     }
     assert_eq!(calls(&deps), 0);
     assert!(estate.keys().await.is_empty());
@@ -968,7 +983,7 @@ async fn a_custom_template_is_used_and_a_broken_one_publishes_nothing() {
     assert!(fixed.published);
     let artifact = estate.artifact().await;
     assert!(!artifact.text.contains("operator's template"));
-    assert_eq!(artifact.header.generation, 2);
+    assert_eq!(artifact.header.generation, LATER_SECS);
 }
 
 #[tokio::test]
@@ -1005,7 +1020,7 @@ async fn zone_events_add_and_drop_routes() {
             api_sni("e2.example.internal")
         ]
     );
-    assert_eq!(artifact.header.generation, 2);
+    assert_eq!(artifact.header.generation, LATER_SECS);
 
     // CreateHostedZone in a member account: GetHostedZone, then its records.
     let new = "new.example.internal";
@@ -1025,7 +1040,8 @@ async fn zone_events_add_and_drop_routes() {
     assert_eq!(calls_in(&deps, OWN_ACCOUNT), 1 + 3 + 1);
     assert!(added.published);
     let artifact = estate.artifact().await;
-    assert_eq!(artifact.header.generation, 3);
+    // Published in the same second as the last: one more.
+    assert_eq!(artifact.header.generation, LATER_SECS + 1);
     assert!(snis(&artifact.text).contains(&api_sni(new)));
     assert_eq!(artifact.header.trigger, "route53:CreateHostedZone");
 
