@@ -166,6 +166,69 @@ impl Estate {
             .collect()
     }
 
+    /// Deletes every version and delete marker of `key`, as emptying the bucket would.
+    async fn delete_every_version(&self, key: &str) {
+        let out = self
+            .s3
+            .list_object_versions()
+            .bucket(BUCKET)
+            .prefix(key)
+            .send()
+            .await
+            .unwrap();
+        let versions = out
+            .versions()
+            .iter()
+            .map(|v| (v.key(), v.version_id()))
+            .chain(
+                out.delete_markers()
+                    .iter()
+                    .map(|m| (m.key(), m.version_id())),
+            );
+        for (found, version_id) in versions {
+            if found != Some(key) {
+                continue;
+            }
+            self.s3
+                .delete_object()
+                .bucket(BUCKET)
+                .key(key)
+                .set_version_id(version_id.map(str::to_owned))
+                .send()
+                .await
+                .unwrap();
+        }
+        assert_eq!(self.versions(key).await, 0);
+    }
+
+    /// Copies an old version of `key` over it (metadata included), as a hand-made rollback
+    /// would.
+    async fn copy_version_over(&self, key: &str, version_id: &str) {
+        self.s3
+            .copy_object()
+            .bucket(BUCKET)
+            .key(key)
+            .copy_source(format!("{BUCKET}/{key}?versionId={version_id}"))
+            .send()
+            .await
+            .unwrap();
+    }
+
+    /// The generation the manifest records.
+    async fn manifest_generation(&self) -> u64 {
+        let out = self
+            .s3
+            .get_object()
+            .bucket(BUCKET)
+            .key(MANIFEST_KEY)
+            .send()
+            .await
+            .unwrap();
+        let bytes = out.body.collect().await.unwrap().into_bytes();
+        let manifest: Value = serde_json::from_slice(&bytes).unwrap();
+        manifest["generation"].as_u64().unwrap()
+    }
+
     async fn put_object(&self, key: &str, body: &str) {
         self.s3
             .put_object()
@@ -1081,4 +1144,85 @@ async fn route53_calls_are_paced() {
     assert_eq!(calls(&deps), 6);
     assert!(elapsed >= Duration::from_millis(1000), "{elapsed:?}");
     assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+}
+
+#[tokio::test]
+async fn generations_keep_growing_across_resets() {
+    let estate = Estate::start().await;
+    let zone = "reset.example.internal";
+    estate
+        .own
+        .seed_zone(ZoneSpec::private(zone, api_pair(zone, PROXY)))
+        .await
+        .unwrap();
+    let deps = estate.deps(&[]).await;
+    assert!(run(&deps, &json!({}), AT).await.published);
+    let first = estate.artifact().await.header.generation;
+    assert_eq!(first, AT_SECS);
+
+    // Another CONFIG_KEY (as a new stack with a new bucket): no config and no manifest to
+    // count from, while the fleet still runs `first`.
+    let moved_key = "haproxy/moved.cfg";
+    let moved = estate.deps(&[("CONFIG_KEY", moved_key)]).await;
+    assert!(run(&moved, &json!({}), LATER).await.published);
+    let after_move = estate.artifact_at(moved_key).await.header.generation;
+    assert!(
+        after_move > first,
+        "a new key started at generation {after_move}, not above the {first} the fleet runs"
+    );
+
+    // The bucket emptied: every version of the config and of the manifest gone.
+    estate.delete_every_version(KEY).await;
+    estate.delete_every_version(MANIFEST_KEY).await;
+    assert!(run(&deps, &json!({}), LATER).await.published);
+    let after_emptying = estate.artifact().await.header.generation;
+    assert!(
+        after_emptying > first,
+        "an emptied bucket started at generation {after_emptying}, not above the {first} the \
+         fleet runs"
+    );
+}
+
+#[tokio::test]
+async fn an_old_version_copied_over_the_config_never_lowers_the_generation() {
+    let estate = Estate::start().await;
+    let zone = "copied.example.internal";
+    let seeded = estate
+        .own
+        .seed_zone(ZoneSpec::private(zone, api_pair(zone, PROXY)))
+        .await
+        .unwrap();
+    let ingress = ingress_pair(zone, PROXY, Wildcard::Literal);
+    let deps = estate.deps(&[]).await;
+    run(&deps, &json!({}), AT).await;
+    let old = estate.artifact().await;
+    estate.own.upsert(&seeded.id, &ingress).await.unwrap();
+    assert!(run(&deps, &json!({}), LATER).await.published);
+    let highest = estate.artifact().await.header.generation;
+    assert!(highest > old.header.generation);
+
+    // A hand-made rollback: the old version copied over the key and Route53 put back to
+    // match it. Nothing to publish, but the manifest's zones changed, so it is written.
+    estate.copy_version_over(KEY, &old.version_id).await;
+    assert_eq!(estate.artifact().await.header, old.header);
+    estate
+        .own
+        .delete_records(&seeded.id, &ingress)
+        .await
+        .unwrap();
+    let manifests = estate.versions(MANIFEST_KEY).await;
+    let unchanged = run(&deps, &json!({}), LATER).await;
+    assert!(!unchanged.changed && !unchanged.published, "{unchanged:#?}");
+    assert_eq!(estate.versions(MANIFEST_KEY).await, manifests + 1);
+    assert_eq!(estate.manifest_generation().await, highest);
+
+    // The next change goes out above everything published, the copy included. All in the
+    // same second as `highest`, so the clock alone would not lift it.
+    estate.own.upsert(&seeded.id, &ingress).await.unwrap();
+    assert!(run(&deps, &json!({}), LATER).await.published);
+    let next = estate.artifact().await.header.generation;
+    assert!(
+        next > highest,
+        "published generation {next} after the fleet ran {highest}: the fleet skips it"
+    );
 }
