@@ -1,5 +1,5 @@
 //! Whether a rendered config goes out: publish only on change, and never a sudden mass
-//! deletion without `force` (DESIGN.md, "Safety").
+//! deletion without `force` (DESIGN.md, "Safety"); and which generation it carries.
 
 /// What the current config in S3 says about itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +50,19 @@ pub fn decide(
         ));
     }
     Decision::Publish
+}
+
+/// The generation of the next config: one more than the highest generation published, or the
+/// publish time in Unix seconds, whichever is larger.
+///
+/// The fleet installs only generations newer than the one it runs. A counter alone restarts
+/// at 1 whenever the history it counts from is gone (a new stack, another `CONFIG_KEY`, an
+/// emptied bucket), and the fleet would skip every config until the count caught up. The clock
+/// carries on across such resets: every earlier generation was at most its own publish time
+/// (or a small counter), so "now" is above them all. The `+ 1` keeps two publishes within
+/// one second, or under a clock that is behind, apart.
+pub fn next_generation(published: u64, now_unix_secs: u64) -> u64 {
+    published.saturating_add(1).max(now_unix_secs)
 }
 
 #[cfg(test)]
@@ -114,5 +127,28 @@ mod tests {
         };
         assert!(reason.contains("from 10 to 2 (80%)"), "{reason}");
         assert!(reason.contains("\"force\": true"), "{reason}");
+    }
+
+    #[test]
+    fn generations_only_grow() {
+        const NOW: u64 = 1_795_403_642;
+        // published, now, expected.
+        let cases: &[(u64, u64, u64)] = &[
+            (0, NOW, NOW),                  // nothing published (a reset): the clock
+            (3, NOW, NOW),                  // a small counter from before the clock floor
+            (NOW - 60, NOW, NOW),           // the last publish a minute ago
+            (NOW - 1, NOW, NOW),            // the last publish a second ago
+            (NOW, NOW, NOW + 1),            // twice in one second
+            (NOW + 5, NOW, NOW + 6),        // the counter ran ahead of the clock
+            (NOW + 5, NOW - 3600, NOW + 6), // the clock went back an hour
+            (u64::MAX, NOW, u64::MAX),      // no overflow
+        ];
+        for (published, now, expected) in cases {
+            assert_eq!(
+                next_generation(*published, *now),
+                *expected,
+                "published {published}, now {now}"
+            );
+        }
     }
 }

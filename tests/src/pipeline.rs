@@ -867,6 +867,9 @@ pub struct SentCommand {
 pub struct Rollout {
     /// The generator's summary.
     pub summary: Value,
+    /// The generation of the config published, read back from S3 (the summary does not carry
+    /// it).
+    pub generation: Option<u64>,
     pub generate_time: Duration,
     /// The configure function's outcome, when a config was published.
     pub outcome: Option<Value>,
@@ -1175,6 +1178,7 @@ impl Pipeline {
         let generate_time = started.elapsed();
         let mut rollout = Rollout {
             summary,
+            generation: None,
             generate_time,
             outcome: None,
             configure_time: Duration::ZERO,
@@ -1189,6 +1193,7 @@ impl Pipeline {
             .as_str()
             .ok_or_else(|| step_error("autoproxy-generate", "published without a version id"))?
             .to_owned();
+        rollout.generation = Some(self.generation_of(&version).await?);
         let started = Instant::now();
         let outcome = self
             .invoke(
@@ -1307,6 +1312,32 @@ impl Pipeline {
         self.account(cluster.account).delete_zone(&id).await?;
         self.refresh_resolver().await?;
         Ok(zone_deleted_event(cluster.account, &id))
+    }
+
+    /// The generation of a version of the config, from its metadata.
+    pub async fn generation_of(&self, version_id: &str) -> Result<u64, PipelineError> {
+        let head = aws_sdk_s3::Client::new(&self.sdk)
+            .head_object()
+            .bucket(BUCKET)
+            .key(CONFIG_KEY)
+            .version_id(version_id)
+            .send()
+            .await
+            .map_err(|e| {
+                step_error(
+                    format!("HeadObject {CONFIG_KEY} version {version_id}"),
+                    aws_sdk_s3::error::DisplayErrorContext(e),
+                )
+            })?;
+        let generation = head
+            .metadata()
+            .and_then(|m| m.get(autoproxy::artifact::META_GENERATION));
+        generation.and_then(|g| g.parse().ok()).ok_or_else(|| {
+            step_error(
+                format!("HeadObject {CONFIG_KEY} version {version_id}"),
+                format!("expected a numeric generation in the metadata, got {generation:?}"),
+            )
+        })
     }
 
     /// Stores an object in the config bucket (e.g. a custom template for `TEMPLATE_KEY`).

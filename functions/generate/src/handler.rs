@@ -94,6 +94,12 @@ pub enum GenerateError {
     Sweep(#[from] SweepError),
     #[error("rendering haproxy.cfg failed, nothing published: {0}")]
     Render(#[source] RenderError),
+    /// The run's time stamp is the floor of the next generation: without it, nothing runs.
+    #[error(
+        "generated_at: expected an RFC 3339 time no earlier than 1970 (2026-11-23T03:14:02Z), got \
+         {0:?}; nothing read or published"
+    )]
+    GeneratedAt(String),
 }
 
 impl From<GenerateError> for Diagnostic {
@@ -103,6 +109,7 @@ impl From<GenerateError> for Diagnostic {
             GenerateError::Store(_) => "S3Error",
             GenerateError::Sweep(_) => "ScanFailed",
             GenerateError::Render(_) => "RenderFailed",
+            GenerateError::GeneratedAt(_) => "InvalidTime",
         };
         Diagnostic {
             error_type: kind.to_owned(),
@@ -173,6 +180,7 @@ pub async fn handle_until(
 ) -> Result<Summary, GenerateError> {
     let started = Instant::now();
     let trigger = trigger::parse(payload)?;
+    let now = unix_seconds(generated_at)?;
     let calls_before: u64 = deps.accounts.iter().map(AccountRoute53::calls).sum();
     let retries_before: u64 = deps.accounts.iter().map(AccountRoute53::retries).sum();
     info!(trigger = %trigger.label(), "run started");
@@ -255,8 +263,10 @@ pub async fn handle_until(
     };
     let current_generation = current.as_ref().map_or(0, CurrentConfig::generation);
     // Never number below what was last published: someone may have copied an old version
-    // over the current object, and the fleet skips generations it has already passed.
-    let next_generation = current_generation.max(previous.as_ref().map_or(0, |m| m.generation)) + 1;
+    // over the current object, and the fleet skips generations it has already passed. The
+    // manifest remembers the highest, and is never written with less.
+    let recorded = current_generation.max(previous.as_ref().map_or(0, |m| m.generation));
+    let next_generation = publish::next_generation(recorded, now);
     // Rendered with the current generation, an unchanged state gives the current body.
     let same_generation = render(current_generation)?;
     let decision = publish::decide(
@@ -299,7 +309,7 @@ pub async fn handle_until(
     match (&decision, trigger.dry_run()) {
         (_, true) => info!(changed, "dry run: nothing written"),
         (Decision::Blocked(_), false) if hold => {
-            manifest.generation = current_generation;
+            manifest.generation = recorded;
             deps.store.put_manifest(&manifest).await?;
             warn!(
                 pending,
@@ -312,7 +322,7 @@ pub async fn handle_until(
         }
         (Decision::Unchanged, false) => {
             if previous.as_ref().is_none_or(|p| !p.same_content(&manifest)) {
-                manifest.generation = current_generation;
+                manifest.generation = recorded;
                 deps.store.put_manifest(&manifest).await?;
                 info!("config unchanged; manifest updated");
             } else {
@@ -384,10 +394,46 @@ pub async fn handle_until(
     })
 }
 
+/// A run's `generated_at` (RFC 3339, as [`now_rfc3339`] writes it) in Unix seconds.
+fn unix_seconds(generated_at: &str) -> Result<u64, GenerateError> {
+    use aws_smithy_types::date_time::{DateTime, Format};
+    DateTime::from_str(generated_at, Format::DateTime)
+        .ok()
+        .and_then(|time| u64::try_from(time.secs()).ok())
+        .ok_or_else(|| GenerateError::GeneratedAt(generated_at.to_owned()))
+}
+
 /// Now, as RFC 3339 UTC to the second.
 pub fn now_rfc3339() -> String {
     use aws_smithy_types::date_time::{DateTime, Format};
     let now = DateTime::from(std::time::SystemTime::now());
     let secs = DateTime::from_secs(now.secs());
     secs.fmt(Format::DateTime).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_at_is_read_as_unix_seconds_or_refused() {
+        assert_eq!(unix_seconds("2026-11-23T03:14:02Z").unwrap(), 1_795_403_642);
+        assert_eq!(unix_seconds("1970-01-01T00:00:00Z").unwrap(), 0);
+        let clock = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        assert!(unix_seconds(&now_rfc3339()).unwrap().abs_diff(clock) <= 1);
+        for bad in [
+            "",
+            "yesterday",
+            "1795403642",
+            "2026-11-23",
+            "1969-12-31T23:59:59Z",
+        ] {
+            let err = unix_seconds(bad).unwrap_err();
+            assert!(matches!(err, GenerateError::GeneratedAt(ref got) if got == bad));
+            assert!(err.to_string().contains(&format!("got {bad:?}")), "{err}");
+        }
+    }
 }

@@ -14,6 +14,9 @@ use tokio::time::Instant;
 const PROXY: &str = "peering-proxy.tools.example.com";
 const BUCKET: &str = "autoproxy-budget";
 const ZONES: usize = 24;
+/// The runs' time stamps, the later for the runs after the first.
+const AT: &str = "2026-11-23T03:14:02Z";
+const LATER: &str = "2026-11-23T03:20:00Z";
 
 async fn deps(moto: &Moto) -> Deps {
     let sdk = moto.sdk_config().await;
@@ -50,7 +53,7 @@ async fn an_unfinished_first_sweep_publishes_nothing_and_the_next_runs_finish_it
     let deps = deps(&moto).await;
     let schedule = json!({"detail-type": "Scheduled Event", "source": "aws.events"});
 
-    let first = handle_until(&deps, &schedule, "t1", budget(500))
+    let first = handle_until(&deps, &schedule, AT, budget(500))
         .await
         .unwrap();
     assert!(
@@ -78,7 +81,7 @@ async fn an_unfinished_first_sweep_publishes_nothing_and_the_next_runs_finish_it
     let summary = loop {
         runs += 1;
         assert!(runs < 10, "the sweep did not converge");
-        let summary = handle_until(&deps, &schedule, "t2", budget(1500))
+        let summary = handle_until(&deps, &schedule, LATER, budget(1500))
             .await
             .unwrap();
         if summary.published {
@@ -97,11 +100,11 @@ async fn an_unfinished_first_sweep_publishes_nothing_and_the_next_runs_finish_it
 async fn an_unfinished_later_sweep_keeps_the_unread_zones_routes() {
     let moto = Moto::start();
     let deps = deps(&moto).await;
-    let full = handle(&deps, &json!({}), "t1").await.unwrap();
+    let full = handle(&deps, &json!({}), AT).await.unwrap();
     assert!(full.published);
     assert_eq!(full.rules, ZONES);
 
-    let partial = handle_until(&deps, &json!({}), "t2", budget(300))
+    let partial = handle_until(&deps, &json!({}), LATER, budget(300))
         .await
         .unwrap();
     assert!(partial.zones_scanned < ZONES, "{partial:?}");

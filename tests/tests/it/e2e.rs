@@ -5,7 +5,7 @@
 //! `cargo lambda`; the test needs nothing but cargo and the tools from `.ci/tools.sh`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use autoproxy_tests::pipeline::{
     ALL, ANALYTICS, LEGACY, PROXY_HOSTNAME, Pipeline, Rollout, Runner, STAGING, routed,
@@ -17,8 +17,10 @@ use serde_json::json;
 /// a reload; generous for a loaded CI machine.
 const ROUTE_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// Checks the rollout reached both instances, and returns the generation published, which
+/// HAProxy now runs.
 #[track_caller]
-fn assert_applied(rollout: &Rollout, generation: u64, pipeline: &Pipeline) {
+fn assert_applied(rollout: &Rollout, pipeline: &Pipeline) -> u64 {
     assert!(
         rollout.published(),
         "nothing published: {}",
@@ -39,7 +41,18 @@ fn assert_applied(rollout: &Rollout, generation: u64, pipeline: &Pipeline) {
         assert!(run.success(), "apply on {instance} failed:\n{run}");
     }
     assert_eq!(rollout.runs.len(), 2);
+    let generation = rollout
+        .generation
+        .expect("a published config has a generation");
     assert_eq!(pipeline.running_generation(), Some(generation));
+    generation
+}
+
+fn unix_seconds() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
 }
 
 /// Every cluster's two routes reach their own backends exactly when the cluster is routed.
@@ -80,7 +93,8 @@ async fn route53_changes_reach_haproxy_and_a_broken_config_never_does() {
         .await
         .unwrap();
 
-    // First publication: full reconciliation from the schedule.
+    // First publication: full reconciliation from the schedule, numbered by the clock.
+    let before = unix_seconds();
     let rollout = pipeline.roll_out(&schedule_event(), &[]).await.unwrap();
     assert_eq!(
         rollout.rules(),
@@ -88,7 +102,11 @@ async fn route53_changes_reach_haproxy_and_a_broken_config_never_does() {
         "three clusters × two rules: {}",
         rollout.summary
     );
-    assert_applied(&rollout, 1, &pipeline);
+    let first = assert_applied(&rollout, &pipeline);
+    assert!(
+        (before..=unix_seconds()).contains(&first),
+        "the first generation {first} is not the publish time in Unix seconds"
+    );
     assert!(!routed(&pipeline.zones).contains(LEGACY.name));
     assert_traffic(&pipeline);
 
@@ -100,7 +118,8 @@ async fn route53_changes_reach_haproxy_and_a_broken_config_never_does() {
         json!("route53:ChangeResourceRecordSets")
     );
     assert_eq!(rollout.rules(), 8, "{}", rollout.summary);
-    assert_applied(&rollout, 2, &pipeline);
+    let second = assert_applied(&rollout, &pipeline);
+    assert!(second > first, "generation {second} after {first}");
     assert_traffic(&pipeline);
 
     // A zone is deleted: its routes go, the others stay.
@@ -111,13 +130,14 @@ async fn route53_changes_reach_haproxy_and_a_broken_config_never_does() {
         json!("route53:DeleteHostedZone")
     );
     assert_eq!(rollout.rules(), 6, "{}", rollout.summary);
-    assert_applied(&rollout, 3, &pipeline);
+    let third = assert_applied(&rollout, &pipeline);
+    assert!(third > second, "generation {third} after {second}");
     assert_traffic(&pipeline);
     let good = std::fs::read_to_string(pipeline.haproxy.config_path()).unwrap();
 
     // A config HAProxy rejects is published (a custom template with a bad directive): the
     // apply refuses it on the first instance, the rollout stops there, and HAProxy keeps
-    // serving generation 3 from the same file.
+    // serving the third generation from the same file.
     let broken = autoproxy::render::DEFAULT_TEMPLATE.replacen(
         "    maxconn {{ options.maxconn }}\n",
         "    maxconn {{ options.maxconn }}\n    autoproxy-e2e-not-a-directive on\n",
@@ -136,6 +156,8 @@ async fn route53_changes_reach_haproxy_and_a_broken_config_never_does() {
         .await
         .unwrap();
     assert!(rollout.published(), "{}", rollout.summary);
+    let rejected = rollout.generation.unwrap();
+    assert!(rejected > third, "generation {rejected} after {third}");
     assert_eq!(rollout.runs.len(), 1, "the first failure stops the rollout");
     let (_, run) = &rollout.runs[0];
     assert!(
@@ -144,17 +166,19 @@ async fn route53_changes_reach_haproxy_and_a_broken_config_never_does() {
     );
     let failure = run.failure().unwrap_or_default().to_owned();
     assert!(failure.contains("nothing changed"), "{run}");
-    assert_eq!(pipeline.running_generation(), Some(3), "{run}");
+    assert_eq!(pipeline.running_generation(), Some(third), "{run}");
     assert_eq!(
         std::fs::read_to_string(pipeline.haproxy.config_path()).unwrap(),
         good,
-        "the installed file is still generation 3"
+        "the installed file is still generation {third}"
     );
     assert_traffic(&pipeline);
 
-    // The next good config (default template again) goes live over the rejected one.
+    // The next good config (default template again) goes live over the rejected one: it is
+    // numbered above it.
     let rollout = pipeline.roll_out(&schedule_event(), &[]).await.unwrap();
-    assert_applied(&rollout, 5, &pipeline);
+    let fixed = assert_applied(&rollout, &pipeline);
+    assert!(fixed > rejected, "generation {fixed} after {rejected}");
     assert_traffic(&pipeline);
 
     assert!(

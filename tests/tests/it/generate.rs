@@ -32,6 +32,10 @@ const MEMBER_A: &str = "111111111111";
 const MEMBER_B: &str = "222222222222";
 const AT: &str = "2026-11-23T03:14:02Z";
 const LATER: &str = "2026-11-23T03:20:00Z";
+/// [`AT`] and [`LATER`] in Unix seconds: a generation is the publish time in Unix seconds, or
+/// one more than the last generation when that is larger.
+const AT_SECS: u64 = 1_795_403_642;
+const LATER_SECS: u64 = 1_795_404_000;
 
 /// One moto with the config bucket and the three accounts.
 struct Estate {
@@ -160,6 +164,69 @@ impl Estate {
             .iter()
             .filter_map(|o| o.key().map(str::to_owned))
             .collect()
+    }
+
+    /// Deletes every version and delete marker of `key`, as emptying the bucket would.
+    async fn delete_every_version(&self, key: &str) {
+        let out = self
+            .s3
+            .list_object_versions()
+            .bucket(BUCKET)
+            .prefix(key)
+            .send()
+            .await
+            .unwrap();
+        let versions = out
+            .versions()
+            .iter()
+            .map(|v| (v.key(), v.version_id()))
+            .chain(
+                out.delete_markers()
+                    .iter()
+                    .map(|m| (m.key(), m.version_id())),
+            );
+        for (found, version_id) in versions {
+            if found != Some(key) {
+                continue;
+            }
+            self.s3
+                .delete_object()
+                .bucket(BUCKET)
+                .key(key)
+                .set_version_id(version_id.map(str::to_owned))
+                .send()
+                .await
+                .unwrap();
+        }
+        assert_eq!(self.versions(key).await, 0);
+    }
+
+    /// Copies an old version of `key` over it (metadata included), as a hand-made rollback
+    /// would.
+    async fn copy_version_over(&self, key: &str, version_id: &str) {
+        self.s3
+            .copy_object()
+            .bucket(BUCKET)
+            .key(key)
+            .copy_source(format!("{BUCKET}/{key}?versionId={version_id}"))
+            .send()
+            .await
+            .unwrap();
+    }
+
+    /// The generation the manifest records.
+    async fn manifest_generation(&self) -> u64 {
+        let out = self
+            .s3
+            .get_object()
+            .bucket(BUCKET)
+            .key(MANIFEST_KEY)
+            .send()
+            .await
+            .unwrap();
+        let bytes = out.body.collect().await.unwrap().into_bytes();
+        let manifest: Value = serde_json::from_slice(&bytes).unwrap();
+        manifest["generation"].as_u64().unwrap()
     }
 
     async fn put_object(&self, key: &str, body: &str) {
@@ -377,7 +444,7 @@ async fn full_run_and_event_costs() {
         full.version_id.as_deref(),
         Some(artifact.version_id.as_str())
     );
-    assert_eq!(artifact.header.generation, 1);
+    assert_eq!(artifact.header.generation, AT_SECS);
     assert_eq!(artifact.header.rules, 10);
     assert_eq!(artifact.header.trigger, "manual");
     let routes = snis(&artifact.text);
@@ -438,7 +505,7 @@ async fn full_run_and_event_costs() {
     assert_eq!(one.trigger, "route53:ChangeResourceRecordSets");
     assert!(one.published, "{one:#?}");
     let after_event = estate.artifact().await;
-    assert_eq!(after_event.header.generation, 2);
+    assert_eq!(after_event.header.generation, LATER_SECS);
     assert_eq!(after_event.header.rules, 11);
     assert!(snis(&after_event.text).contains(&ingress_sni(&z010.name)));
     // The rest came from the manifest: the other accounts' routes are all still there.
@@ -472,7 +539,8 @@ async fn full_run_and_event_costs() {
     assert_eq!(big_event_calls, 3);
     assert_eq!(big_event.rules, 10);
     let after_big = estate.artifact().await;
-    assert_eq!(after_big.header.generation, 3);
+    // Published in the same second as the last: one more.
+    assert_eq!(after_big.header.generation, LATER_SECS + 1);
     assert!(!snis(&after_big.text).contains(&api_sni(big)));
     assert!(snis(&after_big.text).contains(&ingress_sni(big)));
 
@@ -780,7 +848,7 @@ async fn a_failing_account_keeps_its_routes() {
         ],
     );
     let artifact = estate.artifact().await;
-    assert_eq!(artifact.header.generation, 2);
+    assert_eq!(artifact.header.generation, LATER_SECS);
     assert_eq!(
         snis(&artifact.text),
         [
@@ -837,7 +905,7 @@ async fn mass_deletion_is_refused_unless_forced() {
     let forced = run(&deps, &json!({"force": true}), LATER).await;
     assert!(forced.published, "{forced:#?}");
     let artifact = estate.artifact().await;
-    assert_eq!(artifact.header.generation, 2);
+    assert_eq!(artifact.header.generation, LATER_SECS);
     assert_eq!(artifact.header.rules, 1);
     assert_eq!(snis(&artifact.text), [api_sni("m0.example.internal")]);
     assert_eq!(estate.versions(KEY).await, 2);
@@ -894,7 +962,10 @@ async fn a_dry_run_writes_nothing() {
         "{}",
         dry.diff
     );
-    assert_eq!(artifact::parse_header(config).unwrap().generation, 2);
+    assert_eq!(
+        artifact::parse_header(config).unwrap().generation,
+        LATER_SECS
+    );
     assert_eq!(estate.versions(KEY).await, 1);
     assert_eq!(estate.versions(MANIFEST_KEY).await, 1);
     assert_eq!(estate.artifact().await.header, published.header);
@@ -915,6 +986,13 @@ async fn an_invalid_payload_fails_and_writes_nothing() {
         let message = err.to_string();
         assert!(message.contains("Scheduled Event"), "{message}");
         assert!(message.contains("\"dry_run\""), "{message}");
+    }
+    // The time stamp is the floor of the generation: a run without one cannot number its
+    // config, and does not fall back to 0.
+    for stamp in ["", "t1", "2026-11-23"] {
+        let err = handle(&deps, &json!({}), stamp).await.unwrap_err();
+        assert!(matches!(err, GenerateError::GeneratedAt(_)), "{err}");
+        assert!(err.to_string().contains("RFC 3339"), "{err}");
     }
     assert_eq!(calls(&deps), 0);
     assert!(estate.keys().await.is_empty());
@@ -968,7 +1046,7 @@ async fn a_custom_template_is_used_and_a_broken_one_publishes_nothing() {
     assert!(fixed.published);
     let artifact = estate.artifact().await;
     assert!(!artifact.text.contains("operator's template"));
-    assert_eq!(artifact.header.generation, 2);
+    assert_eq!(artifact.header.generation, LATER_SECS);
 }
 
 #[tokio::test]
@@ -1005,7 +1083,7 @@ async fn zone_events_add_and_drop_routes() {
             api_sni("e2.example.internal")
         ]
     );
-    assert_eq!(artifact.header.generation, 2);
+    assert_eq!(artifact.header.generation, LATER_SECS);
 
     // CreateHostedZone in a member account: GetHostedZone, then its records.
     let new = "new.example.internal";
@@ -1025,7 +1103,8 @@ async fn zone_events_add_and_drop_routes() {
     assert_eq!(calls_in(&deps, OWN_ACCOUNT), 1 + 3 + 1);
     assert!(added.published);
     let artifact = estate.artifact().await;
-    assert_eq!(artifact.header.generation, 3);
+    // Published in the same second as the last: one more.
+    assert_eq!(artifact.header.generation, LATER_SECS + 1);
     assert!(snis(&artifact.text).contains(&api_sni(new)));
     assert_eq!(artifact.header.trigger, "route53:CreateHostedZone");
 
@@ -1065,4 +1144,85 @@ async fn route53_calls_are_paced() {
     assert_eq!(calls(&deps), 6);
     assert!(elapsed >= Duration::from_millis(1000), "{elapsed:?}");
     assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+}
+
+#[tokio::test]
+async fn generations_keep_growing_across_resets() {
+    let estate = Estate::start().await;
+    let zone = "reset.example.internal";
+    estate
+        .own
+        .seed_zone(ZoneSpec::private(zone, api_pair(zone, PROXY)))
+        .await
+        .unwrap();
+    let deps = estate.deps(&[]).await;
+    assert!(run(&deps, &json!({}), AT).await.published);
+    let first = estate.artifact().await.header.generation;
+    assert_eq!(first, AT_SECS);
+
+    // Another CONFIG_KEY (as a new stack with a new bucket): no config and no manifest to
+    // count from, while the fleet still runs `first`.
+    let moved_key = "haproxy/moved.cfg";
+    let moved = estate.deps(&[("CONFIG_KEY", moved_key)]).await;
+    assert!(run(&moved, &json!({}), LATER).await.published);
+    let after_move = estate.artifact_at(moved_key).await.header.generation;
+    assert!(
+        after_move > first,
+        "a new key started at generation {after_move}, not above the {first} the fleet runs"
+    );
+
+    // The bucket emptied: every version of the config and of the manifest gone.
+    estate.delete_every_version(KEY).await;
+    estate.delete_every_version(MANIFEST_KEY).await;
+    assert!(run(&deps, &json!({}), LATER).await.published);
+    let after_emptying = estate.artifact().await.header.generation;
+    assert!(
+        after_emptying > first,
+        "an emptied bucket started at generation {after_emptying}, not above the {first} the \
+         fleet runs"
+    );
+}
+
+#[tokio::test]
+async fn an_old_version_copied_over_the_config_never_lowers_the_generation() {
+    let estate = Estate::start().await;
+    let zone = "copied.example.internal";
+    let seeded = estate
+        .own
+        .seed_zone(ZoneSpec::private(zone, api_pair(zone, PROXY)))
+        .await
+        .unwrap();
+    let ingress = ingress_pair(zone, PROXY, Wildcard::Literal);
+    let deps = estate.deps(&[]).await;
+    run(&deps, &json!({}), AT).await;
+    let old = estate.artifact().await;
+    estate.own.upsert(&seeded.id, &ingress).await.unwrap();
+    assert!(run(&deps, &json!({}), LATER).await.published);
+    let highest = estate.artifact().await.header.generation;
+    assert!(highest > old.header.generation);
+
+    // A hand-made rollback: the old version copied over the key and Route53 put back to
+    // match it. Nothing to publish, but the manifest's zones changed, so it is written.
+    estate.copy_version_over(KEY, &old.version_id).await;
+    assert_eq!(estate.artifact().await.header, old.header);
+    estate
+        .own
+        .delete_records(&seeded.id, &ingress)
+        .await
+        .unwrap();
+    let manifests = estate.versions(MANIFEST_KEY).await;
+    let unchanged = run(&deps, &json!({}), LATER).await;
+    assert!(!unchanged.changed && !unchanged.published, "{unchanged:#?}");
+    assert_eq!(estate.versions(MANIFEST_KEY).await, manifests + 1);
+    assert_eq!(estate.manifest_generation().await, highest);
+
+    // The next change goes out above everything published, the copy included. All in the
+    // same second as `highest`, so the clock alone would not lift it.
+    estate.own.upsert(&seeded.id, &ingress).await.unwrap();
+    assert!(run(&deps, &json!({}), LATER).await.published);
+    let next = estate.artifact().await.header.generation;
+    assert!(
+        next > highest,
+        "published generation {next} after the fleet ran {highest}: the fleet skips it"
+    );
 }
