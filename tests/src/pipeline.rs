@@ -1274,7 +1274,10 @@ impl Pipeline {
         given.push(("ReloadCommand", &reload));
         let mut runs = Vec::new();
         for instance in &command.instance_ids {
-            let run = self.document.run(&given, &self.moto.env(), APPLY_TIMEOUT)?;
+            // As the SSM agent does: the fleet record is named after it.
+            let mut env = self.moto.env();
+            env.push(("AWS_SSM_INSTANCE_ID".to_owned(), instance.clone()));
+            let run = self.document.run(&given, &env, APPLY_TIMEOUT)?;
             let ok = run.success();
             runs.push((instance.clone(), run));
             if !ok {

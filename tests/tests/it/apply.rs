@@ -19,6 +19,10 @@ use autoproxy_tests::ssm_agent::{AgentError, Document, Run};
 const BUCKET: &str = "autoproxy-config";
 const KEY: &str = "haproxy/haproxy.cfg";
 const RUN_TIMEOUT: Duration = Duration::from_secs(90);
+/// The instance the SSM agent stand-in says it runs on.
+const INSTANCE: &str = "i-0a1b2c3d4e5f60718";
+/// Where that instance's fleet record goes.
+const RECORD: &str = "haproxy/haproxy.fleet/i-0a1b2c3d4e5f60718.json";
 
 /// moto with a versioned bucket, an HAProxy that is not started yet, and backends.
 struct Fixture {
@@ -92,9 +96,9 @@ impl Fixture {
             ("ReloadCommand", reload.as_str()),
         ];
         parameters.extend_from_slice(overrides);
-        self.document
-            .run(&parameters, &self.moto.env(), RUN_TIMEOUT)
-            .unwrap()
+        let mut env = self.moto.env();
+        env.push(("AWS_SSM_INSTANCE_ID".to_owned(), INSTANCE.to_owned()));
+        self.document.run(&parameters, &env, RUN_TIMEOUT).unwrap()
     }
 
     fn apply(&self, version: &str) -> Run {
@@ -108,6 +112,32 @@ impl Fixture {
         assert!(run.success(), "first install failed:\n{run}");
         let generation = artifact::parse_header(text).unwrap().generation;
         assert_eq!(self.haproxy.running_generation(), Some(generation), "{run}");
+    }
+
+    /// Runs `apply` and returns the fleet record it leaves (sent in the background: waited for).
+    fn apply_and_record(&self, version: &str) -> (Run, serde_json::Value) {
+        let s3 = aws_sdk_s3::Client::new(&self.sdk);
+        self.rt
+            .block_on(s3.delete_object().bucket(BUCKET).key(RECORD).send())
+            .unwrap();
+        let run = self.apply(version);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let got = self
+                .rt
+                .block_on(s3.get_object().bucket(BUCKET).key(RECORD).send());
+            if let Ok(object) = got {
+                let bytes = self.rt.block_on(object.body.collect()).unwrap().to_vec();
+                let record = serde_json::from_slice(&bytes)
+                    .unwrap_or_else(|err| panic!("{err}: {}", String::from_utf8_lossy(&bytes)));
+                return (run, record);
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no fleet record at {RECORD} within 20 s:\n{run}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     fn installed(&self) -> String {
@@ -787,4 +817,55 @@ fn reload_under_load() {
         "failed connections: {:?}",
         &failures[..failures.len().min(10)]
     );
+}
+
+#[test]
+fn every_apply_leaves_a_fleet_record_of_what_runs() {
+    let f = Fixture::new(&["a", "b"]);
+    let first = f.config(1, &[("g1.test", "a")]);
+    let version = f.upload(&first);
+    let (run, record) = f.apply_and_record(&version);
+    assert!(run.success(), "{run}");
+    let header = artifact::parse_header(&first).unwrap();
+    assert_eq!(record["instance_id"], INSTANCE);
+    assert_eq!(record["generation"], 1);
+    assert_eq!(record["sha256"], header.sha256.as_str());
+    assert_eq!(record["result"], "applied");
+    assert_eq!(record["reason"], "");
+    assert_eq!(record["version_id"], version.as_str());
+    assert!(
+        record["at"].as_str().is_some_and(|at| at.ends_with('Z')),
+        "{record}"
+    );
+
+    let (run, record) = f.apply_and_record(&version);
+    assert!(run.success(), "{run}");
+    assert_eq!(record["result"], "skipped");
+    assert_eq!(record["generation"], 1);
+
+    // Rejected by `haproxy -c`: the record says so, and that generation 1 still runs.
+    let second = f.config(2, &[("g2.test", "b")]);
+    let body = artifact::body(&second).replace("defaults\n", "defaults\n    no-such-keyword on\n");
+    let broken = restamp(&second, &body);
+    let (run, record) = f.apply_and_record(&f.upload(&broken));
+    assert_eq!(run.status, Some(1), "{run}");
+    assert_eq!(record["result"], "rejected");
+    assert_eq!(record["generation"], 1);
+    assert!(
+        record["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("haproxy -c rejected generation 2")),
+        "{record}"
+    );
+
+    // A config that cannot start: rolled back, generation 1 runs again.
+    let squatter = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut options = f.haproxy.options(f.backends.port);
+    options.http_bind = squatter.local_addr().unwrap().to_string();
+    let third = f.config_with(3, &[("g3.test", "a")], &options);
+    let (run, record) = f.apply_and_record(&f.upload(&third));
+    assert_eq!(run.status, Some(2), "{run}");
+    assert_eq!(record["result"], "rolled_back");
+    assert_eq!(record["generation"], 1);
+    drop(squatter);
 }

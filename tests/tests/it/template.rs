@@ -106,3 +106,25 @@ fn a_missing_or_an_orphan_variable_is_reported() {
     );
     assert!(differences("F", &set, &["CONFIG_KEY", "STALE"]).is_empty());
 }
+
+/// A push stops at its first failure (a bad config reaches one instance); the association never
+/// stops for errors, so one broken instance cannot keep the others from converging.
+#[test]
+fn the_association_never_stops_for_a_broken_instance() {
+    let template = template();
+    let association = &template["Resources"]["ApplyConfigAssociation"]["Properties"];
+    assert_eq!(
+        association["MaxErrors"].as_str(),
+        Some("100%"),
+        "{association:?}"
+    );
+    let push = &template["Resources"]["ConfigureFunction"]["Properties"]["Environment"]["Variables"]
+        ["MAX_ERRORS"];
+    assert_eq!(
+        format!("{push:?}"),
+        format!(
+            "{:?}",
+            serde_yaml::from_str::<Value>("!Ref MaxErrors").unwrap()
+        )
+    );
+}
