@@ -1,11 +1,12 @@
 //! autoproxy: keeps a fleet of HAProxy peering proxies in step with Route53.
 //!
 //! The pure core (no I/O): [`names`], [`rules`], [`model`], [`render`], [`artifact`],
-//! [`diff`]. The edges that talk to AWS are few and named for what they talk to.
+//! [`diff`], [`fleet`]. The edges that talk to AWS are few and named for what they talk to.
 
 pub mod artifact;
 pub mod diff;
 pub mod discovery;
+pub mod fleet;
 pub mod manifest;
 pub mod metrics;
 pub mod model;

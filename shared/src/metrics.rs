@@ -33,6 +33,12 @@ impl Metrics {
         self
     }
 
+    pub fn seconds(&mut self, name: &'static str, value: u64) -> &mut Self {
+        #[allow(clippy::cast_precision_loss)]
+        self.values.push((name, "Seconds", value as f64));
+        self
+    }
+
     /// The EMF document.
     pub fn to_json(&self, timestamp_ms: u128) -> Value {
         let definitions: Vec<Value> = self
@@ -77,7 +83,10 @@ mod tests {
     #[test]
     fn emf_document_shape() {
         let mut metrics = Metrics::new("generate");
-        metrics.count("Routes", 3).milliseconds("DurationMs", 1500);
+        metrics
+            .count("Routes", 3)
+            .milliseconds("DurationMs", 1500)
+            .seconds("MaxBehindSeconds", 90);
         let doc = metrics.to_json(1_700_000_000_000);
         assert_eq!(doc["Function"], "generate");
         assert_eq!(doc["Routes"], 3.0);
@@ -89,6 +98,11 @@ mod tests {
             doc["_aws"]["CloudWatchMetrics"][0]["Metrics"][1]["Unit"],
             "Milliseconds"
         );
+        assert_eq!(
+            doc["_aws"]["CloudWatchMetrics"][0]["Metrics"][2]["Unit"],
+            "Seconds"
+        );
+        assert_eq!(doc["MaxBehindSeconds"], 90.0);
         assert_eq!(doc["_aws"]["Timestamp"], 1_700_000_000_000u64);
     }
 }

@@ -33,6 +33,7 @@ pub const CONFIGURE_VARIABLES: &[&str] = &[
     "MAX_CONCURRENCY",
     "MAX_ERRORS",
     "COMMAND_LOG_GROUP",
+    "CONFIG_BUCKET",
 ];
 
 pub const DEFAULT_CONFIG_KEY: &str = "haproxy/haproxy.cfg";
@@ -247,6 +248,9 @@ pub struct ConfigureSettings {
     pub max_errors: String,
     /// CloudWatch Logs group for the command's output; empty lets SSM pick its default.
     pub command_log_group: Option<String>,
+    /// The config bucket, for the fleet report (`{"fleet": true}`); a rollout takes its
+    /// bucket from the S3 event and does not need it.
+    pub config_bucket: Option<String>,
 }
 
 impl ConfigureSettings {
@@ -286,6 +290,7 @@ impl ConfigureSettings {
             max_concurrency,
             max_errors: rate("MAX_ERRORS", "0")?,
             command_log_group: get("COMMAND_LOG_GROUP"),
+            config_bucket: get("CONFIG_BUCKET"),
         })
     }
 
@@ -434,6 +439,14 @@ mod tests {
             (s.max_concurrency.as_str(), s.max_errors.as_str()),
             ("1", "0")
         );
+        assert_eq!(s.config_bucket, None);
+        let map: HashMap<&str, &str> = [
+            ("APPLY_DOCUMENT", "doc"),
+            ("CONFIG_BUCKET", " autoproxy-config "),
+        ]
+        .into();
+        let s = ConfigureSettings::from_lookup(|n| map.get(n).map(|v| (*v).to_owned())).unwrap();
+        assert_eq!(s.config_bucket.as_deref(), Some("autoproxy-config"));
         let map: HashMap<&str, &str> = [("APPLY_DOCUMENT", "doc"), ("MAX_ERRORS", "x")].into();
         let err =
             ConfigureSettings::from_lookup(|n| map.get(n).map(|v| (*v).to_owned())).unwrap_err();

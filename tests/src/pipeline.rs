@@ -1216,6 +1216,14 @@ impl Pipeline {
         Ok(rollout)
     }
 
+    /// The configure function's fleet report (`{"fleet": true}`): which generation each
+    /// instance's record says it runs against the latest config. Runs like every invocation
+    /// (in process or through `cargo lambda`); the report is also left in the bucket.
+    pub async fn fleet_report(&self) -> Result<Value, PipelineError> {
+        self.invoke("autoproxy-configure", &json!({"fleet": true}), &[])
+            .await
+    }
+
     /// The command as moto recorded it (`ListCommands`).
     pub async fn sent_command(&self, command_id: &str) -> Result<SentCommand, PipelineError> {
         let listed = aws_sdk_ssm::Client::new(&self.sdk)

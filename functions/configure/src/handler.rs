@@ -1,9 +1,12 @@
 //! autoproxy-configure: on the S3 put of a new config, run the apply document on every tagged
-//! peering proxy, one at a time, and fail loudly when an instance does.
+//! peering proxy, one at a time, and fail loudly when an instance does. On `{"fleet": true}`
+//! (by hand or on a schedule), report which generation each instance runs, from the records
+//! the apply document leaves in the bucket.
 
 use std::time::Duration;
 
 use autoproxy::artifact::META_GENERATION;
+use autoproxy::fleet::{self, FleetReport, Record};
 use autoproxy::metrics::Metrics;
 use autoproxy::settings::ConfigureSettings;
 use aws_lambda_events::s3::S3Event;
@@ -39,10 +42,31 @@ pub struct Dispatch {
 pub enum ConfigureError {
     #[error(
         "expected an S3 event notification ({{\"Records\": [{{\"eventName\": \"ObjectCreated:…\", \
-         \"s3\": {{\"bucket\": {{\"name\"}}, \"object\": {{\"key\", \"versionId\"}}}}}}]}}); \
-         got {got}; nothing was sent"
+         \"s3\": {{\"bucket\": {{\"name\"}}, \"object\": {{\"key\", \"versionId\"}}}}}}]}}) \
+         or {{\"fleet\": true}}; got {got}; nothing was sent"
     )]
     Malformed { got: String },
+    #[error("{{\"fleet\": true}} needs {variable} ({what}), which is not set; nothing was read")]
+    MissingSetting {
+        variable: &'static str,
+        what: &'static str,
+    },
+    #[error("s3://{bucket}/{key}: {operation} failed: {message}")]
+    Store {
+        operation: &'static str,
+        bucket: String,
+        key: String,
+        message: String,
+    },
+    #[error(
+        "s3://{bucket}/{key}: expected a whole number in its {META_GENERATION:?} metadata, \
+         got {got:?}"
+    )]
+    NoGeneration {
+        bucket: String,
+        key: String,
+        got: Option<String>,
+    },
     #[error("s3://{bucket}/{key} version {version_id}: {operation} failed: {message}")]
     Aws {
         operation: &'static str,
@@ -72,7 +96,9 @@ impl From<ConfigureError> for Diagnostic {
     fn from(err: ConfigureError) -> Self {
         let kind = match &err {
             ConfigureError::Malformed { .. } => "InvalidEvent",
-            ConfigureError::Aws { .. } => "AwsError",
+            ConfigureError::MissingSetting { .. } => "MissingSetting",
+            ConfigureError::Aws { .. } | ConfigureError::Store { .. } => "AwsError",
+            ConfigureError::NoGeneration { .. } => "InvalidConfigObject",
             ConfigureError::NoTargets { .. } => "NoTargets",
             ConfigureError::Rollout { .. } => "RolloutFailed",
         };
@@ -83,7 +109,18 @@ impl From<ConfigureError> for Diagnostic {
     }
 }
 
-/// What one invocation did, returned as JSON.
+/// What one invocation did, returned as JSON. Untagged: each kind serialises exactly as its
+/// own type, so a rollout answers as it always has.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum Reply {
+    /// For an S3 event notification.
+    Rollout(Outcome),
+    /// For `{"fleet": true}`.
+    Fleet(FleetReport),
+}
+
+/// What a rollout did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Outcome {
     pub dispatched: Vec<Rollout>,
@@ -110,6 +147,13 @@ pub struct InstanceResult {
     pub instance_id: String,
     pub status: String,
     pub detail: String,
+}
+
+/// `{"fleet": true}` and nothing else: a payload that also carries S3 records is neither.
+pub fn is_fleet_request(payload: &Value) -> bool {
+    payload
+        .as_object()
+        .is_some_and(|object| object.len() == 1 && object.get("fleet") == Some(&Value::Bool(true)))
 }
 
 /// Picks the records that concern the config key; the others are returned as ignored keys.
@@ -182,7 +226,7 @@ fn truncate(text: &str, max: usize) -> String {
 pub async fn function_handler(
     deps: &Deps,
     event: LambdaEvent<Value>,
-) -> Result<Outcome, ConfigureError> {
+) -> Result<Reply, ConfigureError> {
     let remaining = event
         .context
         .deadline()
@@ -192,8 +236,23 @@ pub async fn function_handler(
     handle(deps, &event.payload, follow_until).await
 }
 
-/// One invocation, callable from tests.
+/// One invocation, callable from tests: the fleet report for `{"fleet": true}`, a rollout
+/// for anything else (which must then be an S3 event notification).
 pub async fn handle(
+    deps: &Deps,
+    payload: &Value,
+    follow_until: Instant,
+) -> Result<Reply, ConfigureError> {
+    if is_fleet_request(payload) {
+        return fleet_report(deps).await.map(Reply::Fleet);
+    }
+    roll_out(deps, payload, follow_until)
+        .await
+        .map(Reply::Rollout)
+}
+
+/// Rolls out each config version the S3 event announces.
+pub async fn roll_out(
     deps: &Deps,
     payload: &Value,
     follow_until: Instant,
@@ -255,6 +314,169 @@ pub async fn handle(
         });
     }
     Ok(outcome)
+}
+
+/// Reads the latest config's generation and every instance's record, writes the report beside
+/// the config, emits the fleet metrics and returns the report. A record that cannot be read or
+/// parsed is a warning naming its key: one bad record must not hide the rest of the fleet.
+pub async fn fleet_report(deps: &Deps) -> Result<FleetReport, ConfigureError> {
+    let bucket = deps
+        .settings
+        .config_bucket
+        .as_deref()
+        .ok_or(ConfigureError::MissingSetting {
+            variable: "CONFIG_BUCKET",
+            what: "the config bucket's name",
+        })?;
+    let config_key = deps.settings.config_key.as_str();
+    let store_error = |operation: &'static str, key: &str, message: String| ConfigureError::Store {
+        operation,
+        bucket: bucket.to_owned(),
+        key: key.to_owned(),
+        message,
+    };
+    let now = unix_now();
+
+    let head = deps
+        .s3
+        .head_object()
+        .bucket(bucket)
+        .key(config_key)
+        .send()
+        .await
+        .map_err(|err| {
+            store_error(
+                "HeadObject",
+                config_key,
+                DisplayErrorContext(err).to_string(),
+            )
+        })?;
+    let raw_generation = head
+        .metadata()
+        .and_then(|m| m.get(META_GENERATION))
+        .cloned();
+    let latest_generation = raw_generation
+        .as_deref()
+        .and_then(|raw| raw.parse::<u64>().ok())
+        .ok_or_else(|| ConfigureError::NoGeneration {
+            bucket: bucket.to_owned(),
+            key: config_key.to_owned(),
+            got: raw_generation.clone(),
+        })?;
+    // S3 always sends LastModified; without it nobody counts as behind for long.
+    let published_at = head
+        .last_modified()
+        .and_then(|t| u64::try_from(t.secs()).ok())
+        .unwrap_or(now);
+
+    let prefix = fleet::prefix(config_key);
+    let mut keys = Vec::new();
+    let mut pages = deps
+        .s3
+        .list_objects_v2()
+        .bucket(bucket)
+        .prefix(&prefix)
+        .into_paginator()
+        .send();
+    while let Some(page) = pages.next().await {
+        let page = page.map_err(|err| {
+            store_error(
+                "ListObjectsV2",
+                &prefix,
+                DisplayErrorContext(err).to_string(),
+            )
+        })?;
+        keys.extend(
+            page.contents()
+                .iter()
+                .filter_map(|object| object.key())
+                .filter(|key| !key.ends_with('/'))
+                .map(str::to_owned),
+        );
+    }
+
+    let mut records = Vec::new();
+    let mut warnings = Vec::new();
+    for key in keys {
+        match read_record(deps, bucket, &key).await {
+            Ok(record) if fleet::record_key(config_key, &record.instance_id) == key => {
+                records.push(record);
+            }
+            Ok(record) => warnings.push(format!(
+                "{key}: holds the record of {}, which belongs at {}",
+                record.instance_id,
+                fleet::record_key(config_key, &record.instance_id)
+            )),
+            Err(reason) => warnings.push(format!("{key}: {reason}")),
+        }
+    }
+    for warning in &warnings {
+        warn!(warning, "fleet record skipped");
+    }
+
+    let mut report = fleet::report(latest_generation, published_at, now, records);
+    report.warnings = warnings;
+    let report_key = fleet::report_key(config_key);
+    let body = serde_json::to_vec_pretty(&report)
+        .map_err(|err| store_error("PutObject", &report_key, err.to_string()))?;
+    deps.s3
+        .put_object()
+        .bucket(bucket)
+        .key(&report_key)
+        .content_type("application/json")
+        .body(body.into())
+        .send()
+        .await
+        .map_err(|err| {
+            store_error(
+                "PutObject",
+                &report_key,
+                DisplayErrorContext(err).to_string(),
+            )
+        })?;
+
+    Metrics::new("configure")
+        .count("InstancesReporting", report.instances)
+        .count("InstancesBehind", report.behind)
+        .seconds("MaxBehindSeconds", report.max_behind_seconds)
+        .count("FleetRecordsUnreadable", report.warnings.len() as u64)
+        .emit();
+    info!(
+        latest_generation,
+        instances = report.instances,
+        behind = report.behind,
+        max_behind_seconds = report.max_behind_seconds,
+        warnings = report.warnings.len(),
+        key = report_key,
+        "fleet report written\n{}",
+        report.table()
+    );
+    Ok(report)
+}
+
+/// One record, or why it could not be had.
+async fn read_record(deps: &Deps, bucket: &str, key: &str) -> Result<Record, String> {
+    let object = deps
+        .s3
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .map_err(|err| format!("GetObject failed: {}", DisplayErrorContext(err)))?;
+    let body = object
+        .body
+        .collect()
+        .await
+        .map_err(|err| format!("reading the body failed: {err}"))?
+        .into_bytes();
+    serde_json::from_slice(&body).map_err(|err| format!("not a fleet record ({err})"))
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 fn is_failure(status: &str) -> bool {
@@ -585,6 +807,8 @@ mod tests {
             json!({}),
             json!({"Records": []}),
             json!({"dry_run": true}),
+            json!({"fleet": false}),
+            json!({"fleet": "yes"}),
             json!("text"),
             event(&[("ObjectCreated:Put", "b", "haproxy/haproxy.cfg", None)]),
         ] {
@@ -594,6 +818,21 @@ mod tests {
                     .contains("expected an S3 event notification"),
                 "{err}"
             );
+            assert!(err.to_string().contains(r#"or {"fleet": true}"#), "{err}");
+        }
+    }
+
+    #[test]
+    fn only_exactly_fleet_true_asks_for_the_report() {
+        for (payload, fleet) in [
+            (json!({"fleet": true}), true),
+            (json!({"fleet": false}), false),
+            (json!({"fleet": "true"}), false),
+            (json!({"fleet": true, "Records": []}), false),
+            (json!([{"fleet": true}]), false),
+            (json!({}), false),
+        ] {
+            assert_eq!(is_fleet_request(&payload), fleet, "{payload}");
         }
     }
 }

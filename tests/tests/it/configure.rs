@@ -1,11 +1,11 @@
 //! autoproxy-configure against a moto server: the SendCommand it makes, keys it ignores,
-//! events it refuses.
+//! events it refuses, and the fleet report it builds from the instances' records.
 
 use std::process::Command;
 use std::time::Duration;
 
 use autoproxy::settings::ConfigureSettings;
-use autoproxy_configure::handler::{self, Deps};
+use autoproxy_configure::handler::{self, ConfigureError, Deps, Outcome, Reply};
 use autoproxy_tests::moto::Moto;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_ssm::types::DocumentType;
@@ -122,6 +122,16 @@ fn soon() -> tokio::time::Instant {
     tokio::time::Instant::now() + Duration::from_secs(10)
 }
 
+/// `handle` for an S3 event: the rollout's outcome.
+async fn roll_out(fx: &Fixture, payload: &Value) -> Result<Outcome, ConfigureError> {
+    handler::handle(&fx.deps, payload, soon())
+        .await
+        .map(|reply| match reply {
+            Reply::Rollout(outcome) => outcome,
+            Reply::Fleet(report) => panic!("a fleet report for an S3 event: {report:?}"),
+        })
+}
+
 async fn commands(fx: &Fixture) -> Vec<aws_sdk_ssm::types::Command> {
     fx.ssm
         .list_commands()
@@ -136,9 +146,7 @@ async fn commands(fx: &Fixture) -> Vec<aws_sdk_ssm::types::Command> {
 async fn sends_the_apply_document_to_the_tagged_fleet_with_the_version() {
     let fx = fixture(&[]).await;
     let version = put_config(&fx, KEY, 7).await;
-    let outcome = handler::handle(&fx.deps, &s3_event(KEY, &version), soon())
-        .await
-        .unwrap();
+    let outcome = roll_out(&fx, &s3_event(KEY, &version)).await.unwrap();
     assert_eq!(outcome.dispatched.len(), 1);
     assert_eq!(outcome.dispatched[0].status, "Success");
 
@@ -175,9 +183,7 @@ async fn rate_control_and_tag_come_from_settings() {
     ])
     .await;
     let version = put_config(&fx, KEY, 8).await;
-    handler::handle(&fx.deps, &s3_event(KEY, &version), soon())
-        .await
-        .unwrap();
+    roll_out(&fx, &s3_event(KEY, &version)).await.unwrap();
     let command = commands(&fx).await.remove(0);
     assert_eq!(command.max_concurrency(), Some("25%"));
     assert_eq!(command.max_errors(), Some("1"));
@@ -189,13 +195,9 @@ async fn rate_control_and_tag_come_from_settings() {
 async fn other_keys_are_ignored_and_nothing_is_sent() {
     let fx = fixture(&[]).await;
     let version = put_config(&fx, "haproxy/haproxy.manifest.json", 1).await;
-    let outcome = handler::handle(
-        &fx.deps,
-        &s3_event("haproxy/haproxy.manifest.json", &version),
-        soon(),
-    )
-    .await
-    .unwrap();
+    let outcome = roll_out(&fx, &s3_event("haproxy/haproxy.manifest.json", &version))
+        .await
+        .unwrap();
     assert!(outcome.dispatched.is_empty());
     assert_eq!(outcome.ignored, ["haproxy/haproxy.manifest.json"]);
     assert!(commands(&fx).await.is_empty());
@@ -209,9 +211,7 @@ async fn a_malformed_event_is_an_error_and_nothing_is_sent() {
         json!({"Records": []}),
         s3_event(KEY, ""),
     ] {
-        let err = handler::handle(&fx.deps, &payload, soon())
-            .await
-            .unwrap_err();
+        let err = roll_out(&fx, &payload).await.unwrap_err();
         assert!(
             err.to_string()
                 .contains("expected an S3 event notification"),
@@ -225,7 +225,7 @@ async fn a_malformed_event_is_an_error_and_nothing_is_sent() {
 async fn a_version_that_does_not_exist_is_an_error_and_nothing_is_sent() {
     let fx = fixture(&[]).await;
     put_config(&fx, KEY, 1).await;
-    let err = handler::handle(&fx.deps, &s3_event(KEY, "no-such-version"), soon())
+    let err = roll_out(&fx, &s3_event(KEY, "no-such-version"))
         .await
         .unwrap_err();
     assert!(err.to_string().contains("HeadObject failed"), "{err}");
@@ -237,16 +237,14 @@ async fn a_rollout_that_reaches_no_instance_is_an_error() {
     // A typo in the tag: the command is sent, SSM targets nobody, and says "Success".
     let fx = fixture(&[("TARGET_TAG_VALUE", "peering-proxies")]).await;
     let version = put_config(&fx, KEY, 9).await;
-    let err = handler::handle(&fx.deps, &s3_event(KEY, &version), soon())
-        .await
-        .unwrap_err();
+    let err = roll_out(&fx, &s3_event(KEY, &version)).await.unwrap_err();
     let message = err.to_string();
     assert!(
         message.contains("generation 9 reached no instance")
             && message.contains("tagged Role=peering-proxies"),
         "{message}"
     );
-    assert!(matches!(err, handler::ConfigureError::NoTargets { .. }));
+    assert!(matches!(err, ConfigureError::NoTargets { .. }));
     assert_eq!(commands(&fx).await[0].target_count(), 0);
 }
 
@@ -255,9 +253,9 @@ async fn a_retry_or_a_duplicate_event_follows_the_command_already_sent() {
     let fx = fixture(&[]).await;
     let version = put_config(&fx, KEY, 10).await;
     let event = s3_event(KEY, &version);
-    let first = handler::handle(&fx.deps, &event, soon()).await.unwrap();
+    let first = roll_out(&fx, &event).await.unwrap();
     // The Lambda retry after a timeout, or S3 delivering the same event again.
-    let again = handler::handle(&fx.deps, &event, soon()).await.unwrap();
+    let again = roll_out(&fx, &event).await.unwrap();
     assert!(first.dispatched[0].sent);
     assert!(!again.dispatched[0].sent, "{again:?}");
     assert_eq!(
@@ -269,9 +267,146 @@ async fn a_retry_or_a_duplicate_event_follows_the_command_already_sent() {
 
     // Another version is another rollout.
     let next = put_config(&fx, KEY, 11).await;
-    let third = handler::handle(&fx.deps, &s3_event(KEY, &next), soon())
-        .await
-        .unwrap();
+    let third = roll_out(&fx, &s3_event(KEY, &next)).await.unwrap();
     assert!(third.dispatched[0].sent);
     assert_eq!(commands(&fx).await.len(), 2);
+}
+
+/// `events/fleet-report.json`, as `cargo lambda invoke` sends it.
+fn fleet_request() -> Value {
+    serde_json::from_str(include_str!("../../../events/fleet-report.json")).unwrap()
+}
+
+/// A record as the apply document writes it.
+fn fleet_record(instance_id: &str, generation: u64, result: &str, reason: &str) -> String {
+    json!({"instance_id": instance_id, "generation": generation, "sha256": "",
+           "result": result, "reason": reason, "version_id": "v1",
+           "at": "2026-11-23T03:14:02Z"})
+    .to_string()
+}
+
+async fn put_text(fx: &Fixture, key: &str, body: String) {
+    fx.deps
+        .s3
+        .put_object()
+        .bucket(BUCKET)
+        .key(key)
+        .body(ByteStream::from(body.into_bytes()))
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_fleet_report_compares_each_record_with_the_latest_config() {
+    let fx = fixture(&[("CONFIG_BUCKET", BUCKET)]).await;
+    put_config(&fx, KEY, 7).await;
+    put_config(&fx, KEY, 8).await;
+    let current = fleet_record("i-0current", 8, "applied", "");
+    put_text(&fx, "haproxy/fleet/i-0current.json", current).await;
+    let behind = fleet_record("i-0behind", 7, "rejected", "haproxy -c refused the config");
+    put_text(&fx, "haproxy/fleet/i-0behind.json", behind).await;
+    put_text(
+        &fx,
+        "haproxy/fleet/i-0broken.json",
+        "{\"instance_id\": ".to_owned(),
+    )
+    .await;
+    let published = fx
+        .deps
+        .s3
+        .head_object()
+        .bucket(BUCKET)
+        .key(KEY)
+        .send()
+        .await
+        .unwrap()
+        .last_modified()
+        .unwrap()
+        .secs();
+
+    let reply = handler::handle(&fx.deps, &fleet_request(), soon())
+        .await
+        .unwrap();
+    let Reply::Fleet(report) = &reply else {
+        panic!("not a fleet report: {reply:?}");
+    };
+    assert_eq!(
+        (report.latest_generation, report.instances, report.behind),
+        (8, 2, 1),
+        "{report:?}"
+    );
+    assert_eq!(
+        report.latest_published_at_unix,
+        u64::try_from(published).unwrap()
+    );
+    assert_eq!(report.warnings.len(), 1, "{:?}", report.warnings);
+    assert!(
+        report.warnings[0].starts_with("haproxy/fleet/i-0broken.json: not a fleet record"),
+        "{:?}",
+        report.warnings
+    );
+    let [behind, current] = &report.fleet[..] else {
+        panic!("two instances: {report:?}");
+    };
+    assert_eq!(
+        (current.record.instance_id.as_str(), current.current),
+        ("i-0current", true)
+    );
+    assert_eq!(current.behind_seconds, 0);
+    assert_eq!(
+        (behind.record.instance_id.as_str(), behind.current),
+        ("i-0behind", false)
+    );
+    assert_eq!(behind.record.reason, "haproxy -c refused the config");
+    assert_eq!(
+        behind.behind_seconds,
+        report.now_unix - report.latest_published_at_unix
+    );
+    assert_eq!(report.max_behind_seconds, behind.behind_seconds);
+
+    // The report is written beside the config, as returned.
+    let written = fx
+        .deps
+        .s3
+        .get_object()
+        .bucket(BUCKET)
+        .key("haproxy/fleet.json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(written.content_type(), Some("application/json"));
+    let written: Value =
+        serde_json::from_slice(&written.body.collect().await.unwrap().into_bytes()).unwrap();
+    assert_eq!(written, serde_json::to_value(&reply).unwrap());
+
+    // Outside the records' prefix: the next report does not take it for a record.
+    let Reply::Fleet(again) = handler::handle(&fx.deps, &fleet_request(), soon())
+        .await
+        .unwrap()
+    else {
+        panic!("not a fleet report");
+    };
+    assert_eq!((again.instances, again.warnings.len()), (2, 1));
+    assert!(commands(&fx).await.is_empty(), "a report sends nothing");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_fleet_report_without_config_bucket_names_the_setting() {
+    let fx = fixture(&[]).await;
+    put_config(&fx, KEY, 1).await;
+    let err = handler::handle(&fx.deps, &fleet_request(), soon())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConfigureError::MissingSetting {
+                variable: "CONFIG_BUCKET",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("CONFIG_BUCKET"), "{err}");
 }

@@ -1,0 +1,377 @@
+//! The fleet view: which generation each peering proxy runs, and for how long the ones behind
+//! have been behind.
+//!
+//! Every apply writes one record per instance beside the config
+//! (`haproxy/haproxy.cfg` → `haproxy/fleet/<instance-id>.json`), overwritten on each apply, so
+//! the latest result of each instance survives the command's output. [`report`] compares them
+//! with the config published last; it does no I/O, the configure function reads and writes
+//! around it.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+/// How an apply on one instance ended, as the apply document reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApplyResult {
+    /// The new config was validated and HAProxy reloaded with it.
+    Applied,
+    /// The instance already ran this generation or a newer one.
+    Skipped,
+    /// `haproxy -c` refused the new config; the running one was kept.
+    Rejected,
+    /// The reload failed and the previous config was restored.
+    RolledBack,
+    /// Anything else that stopped the apply.
+    Failed,
+}
+
+impl ApplyResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApplyResult::Applied => "applied",
+            ApplyResult::Skipped => "skipped",
+            ApplyResult::Rejected => "rejected",
+            ApplyResult::RolledBack => "rolled_back",
+            ApplyResult::Failed => "failed",
+        }
+    }
+}
+
+/// One instance's last apply, as the apply document writes it. Every field is always present
+/// (empty strings rather than absent keys), so a record missing one does not parse; a field
+/// added by a newer document is ignored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    pub instance_id: String,
+    /// The generation HAProxy runs after the apply; 0 when it runs none.
+    pub generation: u64,
+    /// SHA-256 (hex) of the running config's body; empty when there is none.
+    pub sha256: String,
+    pub result: ApplyResult,
+    /// The reason of the apply's `FAILED` line; empty when it did not fail.
+    pub reason: String,
+    /// The S3 version of the config applied or tried.
+    pub version_id: String,
+    /// When the apply ended, RFC 3339 UTC.
+    pub at: String,
+}
+
+/// The folder of the config key, with its slash: `haproxy/haproxy.cfg` → `haproxy/`,
+/// `haproxy.cfg` → the empty string.
+fn dir(config_key: &str) -> &str {
+    config_key.rfind('/').map_or("", |at| &config_key[..=at])
+}
+
+/// Where the records live: `haproxy/haproxy.cfg` → `haproxy/fleet/`.
+pub fn prefix(config_key: &str) -> String {
+    format!("{}fleet/", dir(config_key))
+}
+
+/// One instance's record: `haproxy/haproxy.cfg`, `i-0abc` → `haproxy/fleet/i-0abc.json`.
+pub fn record_key(config_key: &str, instance_id: &str) -> String {
+    format!("{}{instance_id}.json", prefix(config_key))
+}
+
+/// Where the report goes: beside the config and outside the records' prefix, so listing the
+/// records never finds it (`haproxy/haproxy.cfg` → `haproxy/fleet.json`).
+pub fn report_key(config_key: &str) -> String {
+    format!("{}fleet.json", dir(config_key))
+}
+
+/// One instance in the report: its record and how it compares with the latest config.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Instance {
+    #[serde(flatten)]
+    pub record: Record,
+    /// It runs the latest generation, or a newer one.
+    pub current: bool,
+    /// 0 when current; otherwise for how long a newer config has existed (since the latest
+    /// one was published: a lower bound when it missed more than one).
+    pub behind_seconds: u64,
+}
+
+/// The whole fleet against the latest config.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetReport {
+    pub latest_generation: u64,
+    pub latest_published_at_unix: u64,
+    pub now_unix: u64,
+    /// Instances with a record.
+    pub instances: u64,
+    pub behind: u64,
+    pub max_behind_seconds: u64,
+    /// By instance id.
+    pub fleet: Vec<Instance>,
+    /// Records that could not be read or parsed, each naming its key; the reader fills them
+    /// in, [`report`] leaves them empty.
+    pub warnings: Vec<String>,
+}
+
+/// Compares each instance's record with the latest config (its generation and when it was
+/// published), as of `now_unix`.
+pub fn report(
+    latest_generation: u64,
+    latest_published_at_unix: u64,
+    now_unix: u64,
+    mut records: Vec<Record>,
+) -> FleetReport {
+    records.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+    let fleet: Vec<Instance> = records
+        .into_iter()
+        .map(|record| {
+            // A newer generation than the latest object (a publish racing this report) is
+            // not behind.
+            let current = record.generation >= latest_generation;
+            let behind_seconds = if current {
+                0
+            } else {
+                now_unix.saturating_sub(latest_published_at_unix)
+            };
+            Instance {
+                record,
+                current,
+                behind_seconds,
+            }
+        })
+        .collect();
+    let behind: Vec<&Instance> = fleet.iter().filter(|i| !i.current).collect();
+    FleetReport {
+        latest_generation,
+        latest_published_at_unix,
+        now_unix,
+        instances: fleet.len() as u64,
+        behind: behind.len() as u64,
+        max_behind_seconds: behind.iter().map(|i| i.behind_seconds).max().unwrap_or(0),
+        fleet,
+        warnings: Vec::new(),
+    }
+}
+
+impl FleetReport {
+    /// A text table, one line per instance after a header: instance, generation, current or
+    /// behind (for how long), result, reason, when.
+    pub fn table(&self) -> String {
+        let header =
+            ["INSTANCE", "GENERATION", "STATE", "RESULT", "REASON", "AT"].map(str::to_owned);
+        let rows: Vec<[String; 6]> = self
+            .fleet
+            .iter()
+            .map(|i| {
+                let state = if i.current {
+                    "current".to_owned()
+                } else {
+                    format!("behind {}", duration(i.behind_seconds))
+                };
+                [
+                    i.record.instance_id.clone(),
+                    i.record.generation.to_string(),
+                    state,
+                    i.record.result.as_str().to_owned(),
+                    if i.record.reason.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        i.record.reason.clone()
+                    },
+                    i.record.at.clone(),
+                ]
+            })
+            .collect();
+        let mut widths = header.each_ref().map(|h| h.chars().count());
+        for row in &rows {
+            for (width, cell) in widths.iter_mut().zip(row) {
+                *width = (*width).max(cell.chars().count());
+            }
+        }
+        let mut out = String::new();
+        for row in std::iter::once(&header).chain(&rows) {
+            let mut line = String::new();
+            for (column, (cell, width)) in row.iter().zip(widths).enumerate() {
+                if column > 0 {
+                    line.push_str("  ");
+                }
+                let _ = write!(line, "{cell:<width$}");
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// `59s`, `4m05s`, `3h07m`, `2d04h`: precise enough to read, short enough for a column.
+fn duration(seconds: u64) -> String {
+    let (m, s) = (seconds / 60, seconds % 60);
+    let (h, d) = (seconds / 3_600, seconds / 86_400);
+    match seconds {
+        0..60 => format!("{s}s"),
+        60..3_600 => format!("{m}m{s:02}s"),
+        3_600..86_400 => format!("{h}h{:02}m", m % 60),
+        _ => format!("{d}d{:02}h", h % 24),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(instance_id: &str, generation: u64) -> Record {
+        Record {
+            instance_id: instance_id.to_owned(),
+            generation,
+            sha256: String::new(),
+            result: ApplyResult::Applied,
+            reason: String::new(),
+            version_id: "v1".to_owned(),
+            at: "2026-11-23T03:14:02Z".to_owned(),
+        }
+    }
+
+    const LATEST: u64 = 1_795_403_642;
+    const PUBLISHED: u64 = 1_795_403_700;
+    const NOW: u64 = 1_795_404_000;
+
+    /// One instance at `generation`: (current, behind_seconds).
+    fn check(generation: u64, expected: (bool, u64)) {
+        let report = report(LATEST, PUBLISHED, NOW, vec![record("i-1", generation)]);
+        let instance = &report.fleet[0];
+        assert_eq!(
+            (instance.current, instance.behind_seconds),
+            expected,
+            "generation {generation}"
+        );
+    }
+
+    #[test]
+    fn an_instance_is_current_at_or_above_the_latest_generation() {
+        check(LATEST, (true, 0));
+        check(LATEST + 1, (true, 0));
+        check(LATEST - 1, (false, 300));
+        check(0, (false, 300));
+    }
+
+    #[test]
+    fn behind_never_goes_negative_when_clocks_disagree() {
+        let report = report(LATEST, NOW + 10, NOW, vec![record("i-1", 1)]);
+        assert_eq!((report.behind, report.max_behind_seconds), (1, 0));
+    }
+
+    #[test]
+    fn totals_count_the_fleet_and_the_ones_behind() {
+        let report = report(
+            LATEST,
+            PUBLISHED,
+            NOW,
+            vec![
+                record("i-3", LATEST + 5),
+                record("i-1", LATEST - 1),
+                record("i-2", LATEST),
+            ],
+        );
+        assert_eq!(
+            (report.instances, report.behind, report.max_behind_seconds),
+            (3, 1, 300)
+        );
+        let ids: Vec<&str> = report
+            .fleet
+            .iter()
+            .map(|i| i.record.instance_id.as_str())
+            .collect();
+        assert_eq!(ids, ["i-1", "i-2", "i-3"]);
+    }
+
+    #[test]
+    fn an_empty_fleet_has_nobody_behind() {
+        let report = report(LATEST, PUBLISHED, NOW, Vec::new());
+        assert_eq!(
+            (report.instances, report.behind, report.max_behind_seconds),
+            (0, 0, 0)
+        );
+        assert!(report.fleet.is_empty());
+        assert_eq!(report.table().lines().count(), 1, "the header only");
+    }
+
+    #[test]
+    fn keys_sit_beside_the_config() {
+        for (config, prefix_, record_, report_) in [
+            (
+                "haproxy/haproxy.cfg",
+                "haproxy/fleet/",
+                "haproxy/fleet/i-0abc.json",
+                "haproxy/fleet.json",
+            ),
+            ("haproxy.cfg", "fleet/", "fleet/i-0abc.json", "fleet.json"),
+            (
+                "a/b/c.cfg",
+                "a/b/fleet/",
+                "a/b/fleet/i-0abc.json",
+                "a/b/fleet.json",
+            ),
+        ] {
+            assert_eq!(prefix(config), prefix_);
+            assert_eq!(record_key(config, "i-0abc"), record_);
+            assert_eq!(report_key(config), report_);
+            assert!(!report_key(config).starts_with(&prefix(config)));
+        }
+    }
+
+    #[test]
+    fn a_record_parses_from_the_documented_json_and_refuses_gaps() {
+        let text = r#"{"instance_id": "i-0abc", "generation": 1795403642, "sha256": "",
+            "result": "rolled_back", "reason": "reload failed", "version_id": "v9",
+            "at": "2026-11-23T03:14:02Z"}"#;
+        let parsed: Record = serde_json::from_str(text).unwrap();
+        assert_eq!(parsed.result, ApplyResult::RolledBack);
+        assert_eq!(parsed.generation, LATEST);
+        let round: Record = serde_json::from_value(serde_json::to_value(&parsed).unwrap()).unwrap();
+        assert_eq!(round, parsed);
+        for broken in [
+            r#"{"instance_id": "i-0abc"}"#,
+            &text.replace("rolled_back", "exploded"),
+            &text.replace("1795403642", "\"1795403642\""),
+        ] {
+            assert!(serde_json::from_str::<Record>(broken).is_err(), "{broken}");
+        }
+    }
+
+    #[test]
+    fn the_table_has_a_line_per_instance() {
+        let mut late = record("i-0late", LATEST - 1);
+        late.result = ApplyResult::Rejected;
+        late.reason = "haproxy -c refused the config".to_owned();
+        let report = report(
+            LATEST,
+            NOW - 4_000,
+            NOW,
+            vec![record("i-0ok", LATEST), late],
+        );
+        let table = report.table();
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 3, "{table}");
+        assert!(lines[0].starts_with("INSTANCE"), "{table}");
+        assert!(
+            lines[1].starts_with("i-0late") && lines[1].contains("behind 1h06m"),
+            "{table}"
+        );
+        assert!(lines[1].contains("rejected  haproxy -c refused"), "{table}");
+        assert!(
+            lines[2].contains("current") && lines[2].contains(" - "),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn durations_read_at_a_glance() {
+        for (seconds, text) in [
+            (0, "0s"),
+            (59, "59s"),
+            (60, "1m00s"),
+            (245, "4m05s"),
+            (11_220, "3h07m"),
+            (187_200, "2d04h"),
+        ] {
+            assert_eq!(duration(seconds), text);
+        }
+    }
+}
