@@ -2,7 +2,8 @@
 //! have been behind.
 //!
 //! Every apply writes one record per instance beside the config
-//! (`haproxy/haproxy.cfg` → `haproxy/fleet/<instance-id>.json`), overwritten on each apply, so
+//! (`haproxy/haproxy.cfg` → `haproxy/haproxy.fleet/<instance-id>.json`), overwritten on each
+//! apply, so
 //! the latest result of each instance survives the command's output. [`report`] compares them
 //! with the config published last; it does no I/O, the configure function reads and writes
 //! around it.
@@ -58,26 +59,26 @@ pub struct Record {
     pub at: String,
 }
 
-/// The folder of the config key, with its slash: `haproxy/haproxy.cfg` → `haproxy/`,
-/// `haproxy.cfg` → the empty string.
-fn dir(config_key: &str) -> &str {
-    config_key.rfind('/').map_or("", |at| &config_key[..=at])
+/// The config key without `.cfg`, as the manifest's key and the instance policy in
+/// template.yaml derive it (`haproxy/haproxy.cfg` → `haproxy/haproxy`).
+fn stem(config_key: &str) -> &str {
+    config_key.strip_suffix(".cfg").unwrap_or(config_key)
 }
 
-/// Where the records live: `haproxy/haproxy.cfg` → `haproxy/fleet/`.
+/// Where the records live: `haproxy/haproxy.cfg` → `haproxy/haproxy.fleet/`.
 pub fn prefix(config_key: &str) -> String {
-    format!("{}fleet/", dir(config_key))
+    format!("{}.fleet/", stem(config_key))
 }
 
-/// One instance's record: `haproxy/haproxy.cfg`, `i-0abc` → `haproxy/fleet/i-0abc.json`.
+/// One instance's record: `haproxy/haproxy.cfg`, `i-0abc` → `haproxy/haproxy.fleet/i-0abc.json`.
 pub fn record_key(config_key: &str, instance_id: &str) -> String {
     format!("{}{instance_id}.json", prefix(config_key))
 }
 
 /// Where the report goes: beside the config and outside the records' prefix, so listing the
-/// records never finds it (`haproxy/haproxy.cfg` → `haproxy/fleet.json`).
+/// records never finds it (`haproxy/haproxy.cfg` → `haproxy/haproxy.fleet.json`).
 pub fn report_key(config_key: &str) -> String {
-    format!("{}fleet.json", dir(config_key))
+    format!("{}.fleet.json", stem(config_key))
 }
 
 /// One instance in the report: its record and how it compares with the latest config.
@@ -297,16 +298,21 @@ mod tests {
         for (config, prefix_, record_, report_) in [
             (
                 "haproxy/haproxy.cfg",
-                "haproxy/fleet/",
-                "haproxy/fleet/i-0abc.json",
-                "haproxy/fleet.json",
+                "haproxy/haproxy.fleet/",
+                "haproxy/haproxy.fleet/i-0abc.json",
+                "haproxy/haproxy.fleet.json",
             ),
-            ("haproxy.cfg", "fleet/", "fleet/i-0abc.json", "fleet.json"),
+            (
+                "haproxy.cfg",
+                "haproxy.fleet/",
+                "haproxy.fleet/i-0abc.json",
+                "haproxy.fleet.json",
+            ),
             (
                 "a/b/c.cfg",
-                "a/b/fleet/",
-                "a/b/fleet/i-0abc.json",
-                "a/b/fleet.json",
+                "a/b/c.fleet/",
+                "a/b/c.fleet/i-0abc.json",
+                "a/b/c.fleet.json",
             ),
         ] {
             assert_eq!(prefix(config), prefix_);

@@ -303,12 +303,12 @@ async fn the_fleet_report_compares_each_record_with_the_latest_config() {
     put_config(&fx, KEY, 7).await;
     put_config(&fx, KEY, 8).await;
     let current = fleet_record("i-0current", 8, "applied", "");
-    put_text(&fx, "haproxy/fleet/i-0current.json", current).await;
+    put_text(&fx, "haproxy/haproxy.fleet/i-0current.json", current).await;
     let behind = fleet_record("i-0behind", 7, "rejected", "haproxy -c refused the config");
-    put_text(&fx, "haproxy/fleet/i-0behind.json", behind).await;
+    put_text(&fx, "haproxy/haproxy.fleet/i-0behind.json", behind).await;
     put_text(
         &fx,
-        "haproxy/fleet/i-0broken.json",
+        "haproxy/haproxy.fleet/i-0broken.json",
         "{\"instance_id\": ".to_owned(),
     )
     .await;
@@ -342,7 +342,7 @@ async fn the_fleet_report_compares_each_record_with_the_latest_config() {
     );
     assert_eq!(report.warnings.len(), 1, "{:?}", report.warnings);
     assert!(
-        report.warnings[0].starts_with("haproxy/fleet/i-0broken.json: not a fleet record"),
+        report.warnings[0].starts_with("haproxy/haproxy.fleet/i-0broken.json: not a fleet record"),
         "{:?}",
         report.warnings
     );
@@ -371,7 +371,7 @@ async fn the_fleet_report_compares_each_record_with_the_latest_config() {
         .s3
         .get_object()
         .bucket(BUCKET)
-        .key("haproxy/fleet.json")
+        .key("haproxy/haproxy.fleet.json")
         .send()
         .await
         .unwrap();
