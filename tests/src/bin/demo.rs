@@ -9,6 +9,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use autoproxy::fleet::FleetReport;
 use autoproxy_tests::pipeline::{
     self, ANALYTICS, Cluster, INITIAL, Pipeline, PipelineError, Rollout, Runner, STAGING,
 };
@@ -162,7 +163,39 @@ async fn story(mut pipeline: Pipeline) -> Result<(), PipelineError> {
         secs(added),
         secs(removed)
     ));
+
+    say(
+        "4. is the fleet up to date? cargo lambda invoke autoproxy-configure --data-file events/fleet-report.json",
+    );
+    let report = fleet_caught_up(&pipeline).await?;
+    for line in report.table().lines() {
+        say(&format!("   {line}"));
+    }
+    say(&format!(
+        "   {} of {} instances run the latest generation {}",
+        report.instances - report.behind,
+        report.instances,
+        report.latest_generation
+    ));
     Ok(())
+}
+
+/// The fleet report once every instance's record names the latest generation: each apply
+/// sends its record in the background, so the last ones may still be on their way (20 s at
+/// most, then the report as it stands).
+async fn fleet_caught_up(pipeline: &Pipeline) -> Result<FleetReport, PipelineError> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let value = pipeline.fleet_report().await?;
+        let report: FleetReport = serde_json::from_value(value.clone())
+            .map_err(|e| step(format!("read the fleet report {value}"), e))?;
+        let all_current =
+            report.instances as usize == pipeline.instance_ids.len() && report.behind == 0;
+        if all_current || Instant::now() >= deadline {
+            return Ok(report);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// What each function did and what the agent ran.
