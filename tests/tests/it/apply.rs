@@ -869,3 +869,37 @@ fn every_apply_leaves_a_fleet_record_of_what_runs() {
     assert_eq!(record["generation"], 1);
     drop(squatter);
 }
+
+/// A push that meets another apply's lock (an association run) waits longer than that apply
+/// can hold it, and the wait plus a whole apply still fits the document's timeout.
+#[test]
+fn a_lock_wait_outlasts_any_apply_that_holds_the_lock() {
+    let text = std::fs::read_to_string(autoproxy_tests::root().join("template.yaml")).unwrap();
+    let document = Document::from_workspace().unwrap();
+    let constant = |name: &str| -> u64 {
+        document
+            .script
+            .lines()
+            .find_map(|line| line.trim().strip_prefix(&format!("{name}=")))
+            .and_then(|value| value.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("the apply script sets no {name}=<seconds>"))
+    };
+    // Each bounded step runs under `timeout -k 5`.
+    let kill = 5;
+    let hold = constant("DOWNLOAD_TIMEOUT_SECONDS")
+        + kill
+        + constant("HAPROXY_CHECK_TIMEOUT_SECONDS")
+        + kill
+        + 2 * (constant("RELOAD_TIMEOUT_SECONDS") + kill + constant("CHECK_SECONDS"));
+    let wait = constant("LOCK_WAIT_SECONDS");
+    assert!(wait > hold, "lock wait {wait} s, longest hold {hold} s");
+    let timeout: u64 = text
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("timeoutSeconds: "))
+        .and_then(|value| value.trim_matches('"').parse().ok())
+        .expect("the document's timeoutSeconds");
+    assert!(
+        wait + hold < timeout,
+        "a wait ({wait} s) and a whole apply ({hold} s) exceed timeoutSeconds {timeout}"
+    );
+}
