@@ -33,6 +33,21 @@ use sha2::{Digest, Sha256};
 
 /// S3 metadata keys (`x-amz-meta-…`) carrying the header's values.
 pub const META_GENERATION: &str = "generation";
+/// The largest generation: 18 digits, as many as the apply document reads (and far above any
+/// clock in seconds), so arithmetic on it cannot overflow.
+pub const MAX_GENERATION: u64 = 999_999_999_999_999_999;
+/// What a generation must be, for error messages.
+pub const GENERATION_EXPECTED: &str = "a whole number of at most 18 digits";
+
+/// A generation as written in a header or in object metadata; `None` for anything but a whole
+/// number up to [`MAX_GENERATION`].
+pub fn parse_generation(text: &str) -> Option<u64> {
+    let text = text.trim();
+    if text.is_empty() || text.len() > 18 || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok().filter(|g| *g <= MAX_GENERATION)
+}
 pub const META_SHA256: &str = "sha256";
 pub const META_GENERATED_AT: &str = "generated-at";
 pub const META_TRIGGER: &str = "trigger";
@@ -156,9 +171,9 @@ pub fn parse_header(text: &str) -> Result<Header, HeaderError> {
             .ok_or(HeaderError::Missing { field: name })
     };
     let generation = field("generation")?;
-    let generation = generation.parse().map_err(|_| HeaderError::Invalid {
+    let generation = parse_generation(generation).ok_or_else(|| HeaderError::Invalid {
         field: "generation",
-        expected: "a whole number",
+        expected: GENERATION_EXPECTED,
         got: generation.to_owned(),
     })?;
     let sha256 = field("sha256")?;
@@ -243,8 +258,32 @@ mod tests {
         );
         let text = config("global\n", "abc");
         assert!(err_mentions(&text, "64 lower-case hex"));
-        let text = "# generation: x\n# sha256: 00\nglobal\n";
-        assert!(err_mentions(text, "a whole number"));
+        for generation in [
+            "x",
+            "-1",
+            "+7",
+            "1000000000000000000",
+            "18446744073709551616",
+        ] {
+            let text = format!("# generation: {generation}\n# sha256: 00\nglobal\n");
+            assert!(err_mentions(&text, "at most 18 digits"), "{generation}");
+        }
+    }
+
+    #[test]
+    fn generations_are_bounded_to_what_the_apply_document_reads() {
+        assert_eq!(parse_generation("0"), Some(0));
+        assert_eq!(parse_generation(" 1795403642 "), Some(1_795_403_642));
+        assert_eq!(parse_generation("999999999999999999"), Some(MAX_GENERATION));
+        for bad in [
+            "",
+            "1e3",
+            "1000000000000000000",
+            "18446744073709551615",
+            "٣",
+        ] {
+            assert_eq!(parse_generation(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -93,7 +93,17 @@ impl Manifest {
         if value.get("format").and_then(serde_json::Value::as_u64) != Some(u64::from(FORMAT)) {
             return Ok(None);
         }
-        serde_json::from_value(value).map(Some)
+        let manifest: Manifest = serde_json::from_value(value)?;
+        // The next config is numbered from it: a generation the apply document cannot read
+        // (or one whose successor overflows) is refused, not carried forward.
+        if manifest.generation > crate::artifact::MAX_GENERATION {
+            return Err(serde::de::Error::custom(format!(
+                "generation {} is not {}",
+                manifest.generation,
+                crate::artifact::GENERATION_EXPECTED
+            )));
+        }
+        Ok(Some(manifest))
     }
 
     pub fn to_json(&self) -> String {
@@ -122,5 +132,19 @@ mod tests {
         assert_eq!(Manifest::from_json(&text).unwrap(), Some(manifest));
         assert_eq!(Manifest::from_json("{\"format\": 99}").unwrap(), None);
         assert!(Manifest::from_json("not json").is_err());
+    }
+
+    #[test]
+    fn a_generation_beyond_what_the_fleet_reads_is_refused() {
+        let manifest = Manifest {
+            generation: crate::artifact::MAX_GENERATION,
+            ..Manifest::default()
+        };
+        assert!(Manifest::from_json(&manifest.to_json()).is_ok());
+        let text = manifest
+            .to_json()
+            .replace("999999999999999999", "18446744073709551615");
+        let err = Manifest::from_json(&text).unwrap_err().to_string();
+        assert!(err.contains("at most 18 digits"), "{err}");
     }
 }

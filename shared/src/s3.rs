@@ -155,6 +155,18 @@ impl ConfigStore {
         let Some(fetched) = self.fetch(&self.config_key).await? else {
             return Ok(None);
         };
+        // A generation in the metadata that is not one would number the next config from
+        // garbage (a huge value could wrap): refused, and nothing is written.
+        if let Some(raw) = fetched.metadata.get(META_GENERATION)
+            && artifact::parse_generation(raw).is_none()
+        {
+            return Err(StoreError::Invalid {
+                bucket: self.bucket.clone(),
+                key: self.config_key.clone(),
+                expected: "metadata generation to be a whole number of at most 18 digits",
+                got: format!("{raw:?}"),
+            });
+        }
         let header = header_from_metadata(&fetched.metadata)
             .or_else(|| artifact::parse_header(&fetched.text).ok());
         Ok(Some(CurrentConfig {
@@ -258,7 +270,7 @@ pub fn header_metadata(header: &Header) -> Vec<(&'static str, String)> {
 
 fn header_from_metadata(metadata: &HashMap<String, String>) -> Option<Header> {
     Some(Header {
-        generation: metadata.get(META_GENERATION)?.parse().ok()?,
+        generation: artifact::parse_generation(metadata.get(META_GENERATION)?)?,
         sha256: metadata.get(META_SHA256)?.clone(),
         generated_at: metadata.get(META_GENERATED_AT).cloned().unwrap_or_default(),
         trigger: metadata.get(META_TRIGGER).cloned().unwrap_or_default(),

@@ -1226,3 +1226,42 @@ async fn an_old_version_copied_over_the_config_never_lowers_the_generation() {
         "published generation {next} after the fleet ran {highest}: the fleet skips it"
     );
 }
+
+#[tokio::test]
+async fn a_generation_no_proxy_could_read_is_refused_and_nothing_is_written() {
+    let estate = Estate::start().await;
+    let zone = "huge.example.internal";
+    estate
+        .own
+        .seed_zone(ZoneSpec::private(zone, api_pair(zone, PROXY)))
+        .await
+        .unwrap();
+    let deps = estate.deps(&[]).await;
+    assert!(run(&deps, &json!({}), AT).await.published);
+    // Someone with write access to the bucket puts a config whose metadata generation would
+    // wrap (u64::MAX) or that the apply document cannot read (19 digits).
+    let published = estate.artifact().await;
+    for huge in ["18446744073709551615", "1000000000000000000"] {
+        estate
+            .s3
+            .put_object()
+            .bucket(BUCKET)
+            .key(KEY)
+            .metadata("generation", huge)
+            .body(published.text.as_bytes().to_vec().into())
+            .send()
+            .await
+            .unwrap();
+        let before = estate.versions(KEY).await;
+        let err = handle(&deps, &json!({"force": true}), LATER)
+            .await
+            .expect_err("a huge generation must be refused");
+        let message = err.to_string();
+        assert!(
+            message.contains("metadata generation to be a whole number of at most 18 digits")
+                && message.contains(huge),
+            "{message}"
+        );
+        assert_eq!(estate.versions(KEY).await, before, "nothing written");
+    }
+}
