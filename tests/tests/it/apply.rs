@@ -903,3 +903,31 @@ fn a_lock_wait_outlasts_any_apply_that_holds_the_lock() {
         "a wait ({wait} s) and a whole apply ({hold} s) exceed timeoutSeconds {timeout}"
     );
 }
+
+#[test]
+fn a_stats_socket_path_that_is_not_only_a_path_is_refused() {
+    let f = Fixture::new(&["a", "b"]);
+    let first = f.config(1, &[("g1.test", "a")]);
+    f.install_first(&first);
+    let before = snapshot(f.haproxy.dir());
+
+    // A path socat would read as an address with options (and HAProxy accepts as a file name).
+    let socket = f.haproxy.stats_socket().display().to_string();
+    let hostile = format!("{socket},ignoreeof");
+    let second = f.config(2, &[("g1.test", "a"), ("g2.test", "b")]);
+    let body = artifact::body(&second).replace(&socket, &hostile);
+    assert_ne!(body, artifact::body(&second));
+    let run = f.apply(&f.upload(&restamp(&second, &body)));
+    assert_eq!(run.status, Some(1), "{run}");
+    let failure = run.failure().unwrap();
+    assert!(
+        failure.contains("declares stats socket") && failure.contains("ignoreeof"),
+        "{run}"
+    );
+    assert!(
+        run.step("check").is_empty(),
+        "refused before haproxy -c:\n{run}"
+    );
+    assert_eq!(snapshot(f.haproxy.dir()), before, "nothing touched");
+    assert_eq!(f.haproxy.running_generation(), Some(1));
+}
