@@ -26,7 +26,7 @@ unit:
 templates: tools
 	bash .ci/check-templates.sh
 
-## The scale benchmark (issue 7): seeds moto with 2,000 zones x 200 records in 10 accounts,
+## The scale benchmark: seeds moto with 2,000 zones x 200 records in 10 accounts,
 ## sweeps through per-account recording proxies, renders, runs haproxy -c, sizes the Lambda
 ## binaries, then sweeps 10,000 zones in 50 accounts for the generator's peak memory; prints
 ## the table and writes docs/BENCHMARKS.md. Smaller: BENCH_ARGS="--zones 400 --memory-zones 0".
@@ -47,7 +47,7 @@ bench: core-tools
 	target/bench-run/bench $(BENCH_ARGS)
 	target/bench-run/bench_dataplane $(DATAPLANE_ARGS)
 
-## The whole pipeline on this machine, narrated (issue 6): moto as AWS (two accounts), both
+## The whole pipeline on this machine, narrated: moto as AWS (two accounts), both
 ## functions through the Lambda runtime (cargo lambda watch/invoke), the apply document from
 ## template.yaml against a real HAProxy on loopback, dnsmasq as the VPC resolver, openssl
 ## s_server backends. Then a cluster is added and one removed in Route53 and their CloudTrail

@@ -1,5 +1,5 @@
 //! The config artifact's provenance header: the comment lines haproxy.cfg starts with, which
-//! the apply document on every instance reads back (DESIGN.md, "The config artifact").
+//! the apply document on every instance reads back (docs/ARCHITECTURE.md, "The config artifact").
 //!
 //! ```text
 //! # autoproxy: generated haproxy.cfg; do not edit, every change is overwritten

@@ -1,5 +1,5 @@
 //! Whether a rendered config goes out: publish only on change, and never a sudden mass
-//! deletion without `force` (DESIGN.md, "Safety"); and which generation it carries.
+//! deletion without `force` (docs/ARCHITECTURE.md, "Safety"); and which generation it carries.
 
 /// What the current config in S3 says about itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

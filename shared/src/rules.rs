@@ -30,7 +30,7 @@ pub struct Rule {
 /// The record type the front record must have.
 pub const FRONT_TYPE: &str = "CNAME";
 
-/// The default rules (DESIGN.md, "The two rules", with the original's `k8s.` variant).
+/// The default rules (docs/ARCHITECTURE.md, "The two rules").
 pub const DEFAULT_RULES: &[Rule] = &[
     Rule {
         id: "api",

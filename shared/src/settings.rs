@@ -1,5 +1,5 @@
 //! Settings of both functions, read once from the environment in `main` and passed down
-//! (DESIGN.md, "Generator settings" and "Configure (dispatch) settings").
+//! (docs/ARCHITECTURE.md, "Generator settings" and "Configure settings and payloads").
 //!
 //! Parsing takes a lookup function rather than reading `std::env` itself, so tests feed it a
 //! table and the functions feed it the process environment.

@@ -1,4 +1,4 @@
-//! The scale benchmark's building blocks (issue 7): a synthetic estate of zones × records
+//! The scale benchmark's building blocks: a synthetic estate of zones × records
 //! across accounts, seeded into moto; the generator's Route53 clients pointed at one
 //! [`RecordingProxy`](crate::recording_proxy::RecordingProxy) per account; the minimum number
 //! of Route53 calls a full sweep needs; and a synthetic route set of any size for the renderer.

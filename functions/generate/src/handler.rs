@@ -118,7 +118,7 @@ impl From<GenerateError> for Diagnostic {
     }
 }
 
-/// The JSON summary every invocation returns (DESIGN.md, "Generator events").
+/// The JSON summary every invocation returns (docs/ARCHITECTURE.md, "Generator events").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Summary {
     pub trigger: String,

@@ -1,4 +1,4 @@
-//! What started this invocation (DESIGN.md, "Generator events"). A CloudTrail event is only a
+//! What started this invocation (docs/ARCHITECTURE.md, "Generator events"). A CloudTrail event is only a
 //! hint of which zone changed: its payload echoes the caller's request and is never applied.
 
 use autoproxy::model::ZoneKey;

@@ -1,9 +1,9 @@
-//! `make bench`: the scale benchmark of issue 7. Seeds moto with a synthetic estate, runs the
+//! `make bench`: the scale benchmark. Seeds moto with a synthetic estate, runs the
 //! generator (`bench_sweep`, a child process) through one recording proxy per account for a
 //! full sweep and one CloudTrail event, renders and `haproxy -c`-checks the result and a
 //! 10,000-route config, sizes the Lambda binaries, then measures the generator's peak memory
-//! on a second, wider estate (10,000 zones in 50 accounts: the size issue 7 sets the memory
-//! target for), prints the table and writes `docs/BENCHMARKS.md`.
+//! on a second, wider estate (10,000 zones in 50 accounts: the size the memory
+//! target is set for), prints the table and writes `docs/BENCHMARKS.md`.
 //!
 //! `bench [--zones 2000] [--records 200] [--accounts 10] [--rules-every 4] [--rate 5]
 //!        [--big-routes 10000] [--memory-zones 10000] [--memory-records 20]

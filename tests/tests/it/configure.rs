@@ -51,7 +51,7 @@ async fn fixture(settings: &[(&str, &str)]) -> Fixture {
         .send()
         .await
         .unwrap();
-    // Two tagged proxies and one other instance, created the way TESTBED advises (the CLI).
+    // Two tagged proxies and one other instance, created with the AWS CLI (moto resolves tag targets through its EC2 instances).
     for (count, role) in [("2", "peering-proxy"), ("1", "bastion")] {
         let status = Command::new(autoproxy_tests::tool("aws"))
             .envs(moto.env())
