@@ -64,6 +64,17 @@ impl Estate {
     }
 
     /// The generator as `main` builds it, with these settings on top of the defaults.
+    /// A fresh estate whose own account holds one zone with the API pair.
+    async fn with_api_zone(zone: &str) -> (Estate, Seeded) {
+        let estate = Estate::start().await;
+        let seeded = estate
+            .own
+            .seed_zone(ZoneSpec::private(zone, api_pair(zone, PROXY)))
+            .await
+            .unwrap();
+        (estate, seeded)
+    }
+
     async fn deps(&self, extra: &[(&str, &str)]) -> Deps {
         Deps::new(settings(extra), &self.sdk, OWN_ACCOUNT)
             .await
@@ -757,13 +768,8 @@ async fn hostile_names_never_reach_the_config() {
 
 #[tokio::test]
 async fn an_unchanged_estate_writes_nothing() {
-    let estate = Estate::start().await;
     let zone = "quiet.example.internal";
-    estate
-        .own
-        .seed_zone(ZoneSpec::private(zone, api_pair(zone, PROXY)))
-        .await
-        .unwrap();
+    let (estate, _) = Estate::with_api_zone(zone).await;
     let deps = estate.deps(&[]).await;
     let first = run(&deps, &json!({}), AT).await;
     assert!(first.published);
@@ -913,13 +919,8 @@ async fn mass_deletion_is_refused_unless_forced() {
 
 #[tokio::test]
 async fn a_dry_run_writes_nothing() {
-    let estate = Estate::start().await;
     let zone = "dry.example.internal";
-    let seeded = estate
-        .own
-        .seed_zone(ZoneSpec::private(zone, api_pair(zone, PROXY)))
-        .await
-        .unwrap();
+    let (estate, seeded) = Estate::with_api_zone(zone).await;
     let deps = estate.deps(&[]).await;
 
     let before_any = run(&deps, &json!({"dry_run": true}), AT).await;
@@ -1000,13 +1001,8 @@ async fn an_invalid_payload_fails_and_writes_nothing() {
 
 #[tokio::test]
 async fn a_custom_template_is_used_and_a_broken_one_publishes_nothing() {
-    let estate = Estate::start().await;
     let zone = "tpl.example.internal";
-    let seeded = estate
-        .own
-        .seed_zone(ZoneSpec::private(zone, api_pair(zone, PROXY)))
-        .await
-        .unwrap();
+    let (estate, seeded) = Estate::with_api_zone(zone).await;
     let template_key = "templates/haproxy.cfg.j2";
     let custom = autoproxy::render::DEFAULT_TEMPLATE.replacen(
         "defaults\n",
@@ -1148,13 +1144,8 @@ async fn route53_calls_are_paced() {
 
 #[tokio::test]
 async fn generations_keep_growing_across_resets() {
-    let estate = Estate::start().await;
     let zone = "reset.example.internal";
-    estate
-        .own
-        .seed_zone(ZoneSpec::private(zone, api_pair(zone, PROXY)))
-        .await
-        .unwrap();
+    let (estate, _) = Estate::with_api_zone(zone).await;
     let deps = estate.deps(&[]).await;
     assert!(run(&deps, &json!({}), AT).await.published);
     let first = estate.artifact().await.header.generation;
@@ -1185,13 +1176,8 @@ async fn generations_keep_growing_across_resets() {
 
 #[tokio::test]
 async fn an_old_version_copied_over_the_config_never_lowers_the_generation() {
-    let estate = Estate::start().await;
     let zone = "copied.example.internal";
-    let seeded = estate
-        .own
-        .seed_zone(ZoneSpec::private(zone, api_pair(zone, PROXY)))
-        .await
-        .unwrap();
+    let (estate, seeded) = Estate::with_api_zone(zone).await;
     let ingress = ingress_pair(zone, PROXY, Wildcard::Literal);
     let deps = estate.deps(&[]).await;
     run(&deps, &json!({}), AT).await;
@@ -1229,13 +1215,8 @@ async fn an_old_version_copied_over_the_config_never_lowers_the_generation() {
 
 #[tokio::test]
 async fn a_generation_no_proxy_could_read_is_refused_and_nothing_is_written() {
-    let estate = Estate::start().await;
     let zone = "huge.example.internal";
-    estate
-        .own
-        .seed_zone(ZoneSpec::private(zone, api_pair(zone, PROXY)))
-        .await
-        .unwrap();
+    let (estate, _) = Estate::with_api_zone(zone).await;
     let deps = estate.deps(&[]).await;
     assert!(run(&deps, &json!({}), AT).await.published);
     // Someone with write access to the bucket puts a config whose metadata generation would
