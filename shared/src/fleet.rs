@@ -88,9 +88,22 @@ pub struct Instance {
     pub record: Record,
     /// It runs the latest generation, or a newer one.
     pub current: bool,
-    /// 0 when current; otherwise for how long a newer config has existed (since the latest
-    /// one was published: a lower bound when it missed more than one).
+    /// Its record is older than the silence limit (or its time does not parse): the instance
+    /// stopped applying, most often because it was terminated. Never counted behind.
+    pub silent: bool,
+    /// 0 when current or silent; otherwise for how long a newer config has existed (since the
+    /// latest one was published: a lower bound when it missed more than one).
     pub behind_seconds: u64,
+}
+
+/// What the records are compared with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Against {
+    pub latest_generation: u64,
+    pub latest_published_at_unix: u64,
+    pub now_unix: u64,
+    /// A record older than this is silent.
+    pub silent_after_seconds: u64,
 }
 
 /// The whole fleet against the latest config.
@@ -99,10 +112,13 @@ pub struct FleetReport {
     pub latest_generation: u64,
     pub latest_published_at_unix: u64,
     pub now_unix: u64,
-    /// Instances with a record.
+    /// Instances with a record that is not silent.
     pub instances: u64,
+    /// Of those, the ones below the latest generation.
     pub behind: u64,
     pub max_behind_seconds: u64,
+    /// Instances whose record is older than the silence limit (listed, not counted above).
+    pub silent: u64,
     /// By instance id.
     pub fleet: Vec<Instance>,
     /// Records that could not be read or parsed, each naming its key; the reader fills them
@@ -110,41 +126,56 @@ pub struct FleetReport {
     pub warnings: Vec<String>,
 }
 
+impl Record {
+    /// When the apply ended, in Unix seconds; `None` when `at` is not RFC 3339.
+    pub fn at_unix(&self) -> Option<u64> {
+        use aws_sdk_s3::primitives::{DateTime, DateTimeFormat};
+        DateTime::from_str(&self.at, DateTimeFormat::DateTime)
+            .ok()
+            .and_then(|t| u64::try_from(t.secs()).ok())
+    }
+}
+
 /// Compares each instance's record with the latest config (its generation and when it was
-/// published), as of `now_unix`.
-pub fn report(
-    latest_generation: u64,
-    latest_published_at_unix: u64,
-    now_unix: u64,
-    mut records: Vec<Record>,
-) -> FleetReport {
+/// published). A silent instance is listed but neither counted nor behind: a terminated
+/// instance's last record stays in the bucket until the lifecycle rule expires it, and must
+/// not hold the fleet "behind" meanwhile.
+pub fn report(against: Against, mut records: Vec<Record>) -> FleetReport {
     records.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
     let fleet: Vec<Instance> = records
         .into_iter()
         .map(|record| {
+            let silent = record.at_unix().is_none_or(|at| {
+                against.now_unix.saturating_sub(at) > against.silent_after_seconds
+            });
             // A newer generation than the latest object (a publish racing this report) is
             // not behind.
-            let current = record.generation >= latest_generation;
-            let behind_seconds = if current {
+            let current = record.generation >= against.latest_generation;
+            let behind_seconds = if current || silent {
                 0
             } else {
-                now_unix.saturating_sub(latest_published_at_unix)
+                against
+                    .now_unix
+                    .saturating_sub(against.latest_published_at_unix)
             };
             Instance {
                 record,
                 current,
+                silent,
                 behind_seconds,
             }
         })
         .collect();
-    let behind: Vec<&Instance> = fleet.iter().filter(|i| !i.current).collect();
+    let heard: Vec<&Instance> = fleet.iter().filter(|i| !i.silent).collect();
+    let behind: Vec<&Instance> = heard.iter().copied().filter(|i| !i.current).collect();
     FleetReport {
-        latest_generation,
-        latest_published_at_unix,
-        now_unix,
-        instances: fleet.len() as u64,
+        latest_generation: against.latest_generation,
+        latest_published_at_unix: against.latest_published_at_unix,
+        now_unix: against.now_unix,
+        instances: heard.len() as u64,
         behind: behind.len() as u64,
         max_behind_seconds: behind.iter().map(|i| i.behind_seconds).max().unwrap_or(0),
+        silent: (fleet.len() - heard.len()) as u64,
         fleet,
         warnings: Vec::new(),
     }
@@ -160,7 +191,9 @@ impl FleetReport {
             .fleet
             .iter()
             .map(|i| {
-                let state = if i.current {
+                let state = if i.silent {
+                    "silent".to_owned()
+                } else if i.current {
                     "current".to_owned()
                 } else {
                     format!("behind {}", duration(i.behind_seconds))
@@ -232,10 +265,20 @@ mod tests {
     const LATEST: u64 = 1_795_403_642;
     const PUBLISHED: u64 = 1_795_403_700;
     const NOW: u64 = 1_795_404_000;
+    const SILENT_AFTER: u64 = 5_400;
+
+    fn against(published: u64, now: u64) -> Against {
+        Against {
+            latest_generation: LATEST,
+            latest_published_at_unix: published,
+            now_unix: now,
+            silent_after_seconds: SILENT_AFTER,
+        }
+    }
 
     /// One instance at `generation`: (current, behind_seconds).
     fn check(generation: u64, expected: (bool, u64)) {
-        let report = report(LATEST, PUBLISHED, NOW, vec![record("i-1", generation)]);
+        let report = report(against(PUBLISHED, NOW), vec![record("i-1", generation)]);
         let instance = &report.fleet[0];
         assert_eq!(
             (instance.current, instance.behind_seconds),
@@ -254,16 +297,14 @@ mod tests {
 
     #[test]
     fn behind_never_goes_negative_when_clocks_disagree() {
-        let report = report(LATEST, NOW + 10, NOW, vec![record("i-1", 1)]);
+        let report = report(against(NOW + 10, NOW), vec![record("i-1", 1)]);
         assert_eq!((report.behind, report.max_behind_seconds), (1, 0));
     }
 
     #[test]
     fn totals_count_the_fleet_and_the_ones_behind() {
         let report = report(
-            LATEST,
-            PUBLISHED,
-            NOW,
+            against(PUBLISHED, NOW),
             vec![
                 record("i-3", LATEST + 5),
                 record("i-1", LATEST - 1),
@@ -283,8 +324,44 @@ mod tests {
     }
 
     #[test]
+    fn a_terminated_instance_goes_silent_and_stops_counting_behind() {
+        let heard_at = LATEST;
+        let old = record("i-0gone", LATEST - 1);
+        let mut fresh = record("i-1", LATEST);
+        fresh.at = "2026-11-23T05:00:00Z".to_owned();
+        let mut garbled = record("i-0garbled", LATEST - 1);
+        garbled.at = "yesterday".to_owned();
+        // Just inside the limit it is behind; one second past it, silent.
+        for (now, silent) in [
+            (heard_at + SILENT_AFTER, false),
+            (heard_at + SILENT_AFTER + 1, true),
+        ] {
+            let report = report(against(PUBLISHED, now), vec![old.clone(), fresh.clone()]);
+            let gone = &report.fleet[0];
+            assert_eq!(gone.silent, silent, "at {now}");
+            let expected = if silent {
+                (1, 0, 0, 1)
+            } else {
+                (2, 1, now - PUBLISHED, 0)
+            };
+            assert_eq!(
+                (
+                    report.instances,
+                    report.behind,
+                    report.max_behind_seconds,
+                    report.silent
+                ),
+                expected,
+                "at {now}"
+            );
+        }
+        let report = report(against(PUBLISHED, NOW), vec![garbled]);
+        assert_eq!((report.silent, report.behind), (1, 0));
+    }
+
+    #[test]
     fn an_empty_fleet_has_nobody_behind() {
-        let report = report(LATEST, PUBLISHED, NOW, Vec::new());
+        let report = report(against(PUBLISHED, NOW), Vec::new());
         assert_eq!(
             (report.instances, report.behind, report.max_behind_seconds),
             (0, 0, 0)
@@ -346,23 +423,27 @@ mod tests {
         let mut late = record("i-0late", LATEST - 1);
         late.result = ApplyResult::Rejected;
         late.reason = "haproxy -c refused the config".to_owned();
+        let mut gone = record("i-0gone", LATEST - 1);
+        gone.at = "2026-11-22T03:14:02Z".to_owned();
         let report = report(
-            LATEST,
-            NOW - 4_000,
-            NOW,
-            vec![record("i-0ok", LATEST), late],
+            against(NOW - 4_000, NOW),
+            vec![record("i-0ok", LATEST), late, gone],
         );
         let table = report.table();
         let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines.len(), 3, "{table}");
+        assert_eq!(lines.len(), 4, "{table}");
         assert!(lines[0].starts_with("INSTANCE"), "{table}");
         assert!(
-            lines[1].starts_with("i-0late") && lines[1].contains("behind 1h06m"),
+            lines[1].starts_with("i-0gone") && lines[1].contains("silent"),
             "{table}"
         );
-        assert!(lines[1].contains("rejected  haproxy -c refused"), "{table}");
         assert!(
-            lines[2].contains("current") && lines[2].contains(" - "),
+            lines[2].starts_with("i-0late") && lines[2].contains("behind 1h06m"),
+            "{table}"
+        );
+        assert!(lines[2].contains("rejected  haproxy -c refused"), "{table}");
+        assert!(
+            lines[3].contains("current") && lines[3].contains(" - "),
             "{table}"
         );
     }

@@ -34,6 +34,7 @@ pub const CONFIGURE_VARIABLES: &[&str] = &[
     "MAX_ERRORS",
     "COMMAND_LOG_GROUP",
     "CONFIG_BUCKET",
+    "FLEET_SILENT_AFTER_MINUTES",
 ];
 
 pub const DEFAULT_CONFIG_KEY: &str = "haproxy/haproxy.cfg";
@@ -251,7 +252,13 @@ pub struct ConfigureSettings {
     /// The config bucket, for the fleet report (`{"fleet": true}`); a rollout takes its
     /// bucket from the S3 event and does not need it.
     pub config_bucket: Option<String>,
+    /// A record older than this is silent in the fleet report: its instance stopped applying
+    /// (terminated, or its SSM agent is down). Longer than twice the association's interval.
+    pub fleet_silent_after_seconds: u64,
 }
+
+/// Three runs of the default 30-minute association.
+pub const DEFAULT_FLEET_SILENT_AFTER_MINUTES: u64 = 90;
 
 impl ConfigureSettings {
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
@@ -291,6 +298,12 @@ impl ConfigureSettings {
             max_errors: rate("MAX_ERRORS", "0")?,
             command_log_group: get("COMMAND_LOG_GROUP"),
             config_bucket: get("CONFIG_BUCKET"),
+            fleet_silent_after_seconds: 60
+                * minutes(
+                    "FLEET_SILENT_AFTER_MINUTES",
+                    get("FLEET_SILENT_AFTER_MINUTES"),
+                    DEFAULT_FLEET_SILENT_AFTER_MINUTES,
+                )?,
         })
     }
 
@@ -307,6 +320,19 @@ fn list(raw: Option<String>) -> std::vec::IntoIter<String> {
         .map(str::to_owned)
         .collect::<Vec<_>>()
         .into_iter()
+}
+
+/// A whole number of minutes from 1 to a year.
+fn minutes(
+    variable: &'static str,
+    raw: Option<String>,
+    default: u64,
+) -> Result<u64, SettingsError> {
+    let Some(raw) = raw else { return Ok(default) };
+    match raw.parse::<u64>() {
+        Ok(value @ 1..=525_600) => Ok(value),
+        _ => Err(invalid(variable, "whole minutes from 1 to 525600", &raw)),
+    }
 }
 
 fn object_key(variable: &'static str, raw: Option<String>) -> Result<String, SettingsError> {
@@ -447,10 +473,25 @@ mod tests {
         .into();
         let s = ConfigureSettings::from_lookup(|n| map.get(n).map(|v| (*v).to_owned())).unwrap();
         assert_eq!(s.config_bucket.as_deref(), Some("autoproxy-config"));
-        let map: HashMap<&str, &str> = [("APPLY_DOCUMENT", "doc"), ("MAX_ERRORS", "x")].into();
-        let err =
-            ConfigureSettings::from_lookup(|n| map.get(n).map(|v| (*v).to_owned())).unwrap_err();
-        assert_eq!(err.variable, "MAX_ERRORS");
+        assert_eq!(s.fleet_silent_after_seconds, 90 * 60);
+        for (variable, bad) in [
+            ("MAX_ERRORS", "x"),
+            ("FLEET_SILENT_AFTER_MINUTES", "0"),
+            ("FLEET_SILENT_AFTER_MINUTES", "90m"),
+            ("FLEET_SILENT_AFTER_MINUTES", "525601"),
+        ] {
+            let map: HashMap<&str, &str> = [("APPLY_DOCUMENT", "doc"), (variable, bad)].into();
+            let err = ConfigureSettings::from_lookup(|n| map.get(n).map(|v| (*v).to_owned()))
+                .unwrap_err();
+            assert_eq!(err.variable, variable, "{bad}");
+        }
+        let map: HashMap<&str, &str> = [
+            ("APPLY_DOCUMENT", "doc"),
+            ("FLEET_SILENT_AFTER_MINUTES", "150"),
+        ]
+        .into();
+        let s = ConfigureSettings::from_lookup(|n| map.get(n).map(|v| (*v).to_owned())).unwrap();
+        assert_eq!(s.fleet_silent_after_seconds, 150 * 60);
         let err = ConfigureSettings::from_lookup(|_| None).unwrap_err();
         assert_eq!(err.variable, "APPLY_DOCUMENT");
     }

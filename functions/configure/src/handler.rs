@@ -414,7 +414,15 @@ pub async fn fleet_report(deps: &Deps) -> Result<FleetReport, ConfigureError> {
         warn!(warning, "fleet record skipped");
     }
 
-    let mut report = fleet::report(latest_generation, published_at, now, records);
+    let mut report = fleet::report(
+        fleet::Against {
+            latest_generation,
+            latest_published_at_unix: published_at,
+            now_unix: now,
+            silent_after_seconds: deps.settings.fleet_silent_after_seconds,
+        },
+        records,
+    );
     report.warnings = warnings;
     let report_key = fleet::report_key(config_key);
     let body = serde_json::to_vec_pretty(&report)
@@ -439,6 +447,7 @@ pub async fn fleet_report(deps: &Deps) -> Result<FleetReport, ConfigureError> {
         .count("InstancesReporting", report.instances)
         .count("InstancesBehind", report.behind)
         .seconds("MaxBehindSeconds", report.max_behind_seconds)
+        .count("InstancesSilent", report.silent)
         .count("FleetRecordsUnreadable", report.warnings.len() as u64)
         .emit();
     info!(
@@ -446,6 +455,7 @@ pub async fn fleet_report(deps: &Deps) -> Result<FleetReport, ConfigureError> {
         instances = report.instances,
         behind = report.behind,
         max_behind_seconds = report.max_behind_seconds,
+        silent = report.silent,
         warnings = report.warnings.len(),
         key = report_key,
         "fleet report written\n{}",

@@ -7,7 +7,7 @@ use std::time::Duration;
 use autoproxy::settings::ConfigureSettings;
 use autoproxy_configure::handler::{self, ConfigureError, Deps, Outcome, Reply};
 use autoproxy_tests::moto::Moto;
-use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::primitives::{ByteStream, DateTime, DateTimeFormat};
 use aws_sdk_ssm::types::DocumentType;
 use serde_json::{Value, json};
 
@@ -277,11 +277,22 @@ fn fleet_request() -> Value {
     serde_json::from_str(include_str!("../../../events/fleet-report.json")).unwrap()
 }
 
-/// A record as the apply document writes it.
+/// A record as the apply document writes it, at the end of an apply that ran just now.
 fn fleet_record(instance_id: &str, generation: u64, result: &str, reason: &str) -> String {
+    let now = DateTime::from(std::time::SystemTime::now());
+    let at = now.fmt(DateTimeFormat::DateTime).unwrap();
+    fleet_record_at(instance_id, generation, result, reason, &at)
+}
+
+fn fleet_record_at(
+    instance_id: &str,
+    generation: u64,
+    result: &str,
+    reason: &str,
+    at: &str,
+) -> String {
     json!({"instance_id": instance_id, "generation": generation, "sha256": "",
-           "result": result, "reason": reason, "version_id": "v1",
-           "at": "2026-11-23T03:14:02Z"})
+           "result": result, "reason": reason, "version_id": "v1", "at": at})
     .to_string()
 }
 
@@ -312,6 +323,9 @@ async fn the_fleet_report_compares_each_record_with_the_latest_config() {
         "{\"instance_id\": ".to_owned(),
     )
     .await;
+    // Terminated a day ago: its last record stays until the lifecycle rule expires it.
+    let gone = fleet_record_at("i-0gone", 6, "applied", "", "2020-01-01T00:00:00Z");
+    put_text(&fx, "haproxy/haproxy.fleet/i-0gone.json", gone).await;
     let published = fx
         .deps
         .s3
@@ -332,8 +346,13 @@ async fn the_fleet_report_compares_each_record_with_the_latest_config() {
         panic!("not a fleet report: {reply:?}");
     };
     assert_eq!(
-        (report.latest_generation, report.instances, report.behind),
-        (8, 2, 1),
+        (
+            report.latest_generation,
+            report.instances,
+            report.behind,
+            report.silent
+        ),
+        (8, 2, 1, 1),
         "{report:?}"
     );
     assert_eq!(
@@ -346,9 +365,17 @@ async fn the_fleet_report_compares_each_record_with_the_latest_config() {
         "{:?}",
         report.warnings
     );
-    let [behind, current] = &report.fleet[..] else {
-        panic!("two instances: {report:?}");
+    let [behind, current, gone] = &report.fleet[..] else {
+        panic!("three instances: {report:?}");
     };
+    assert_eq!(
+        (
+            gone.record.instance_id.as_str(),
+            gone.silent,
+            gone.behind_seconds
+        ),
+        ("i-0gone", true, 0)
+    );
     assert_eq!(
         (current.record.instance_id.as_str(), current.current),
         ("i-0current", true)

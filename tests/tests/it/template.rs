@@ -128,3 +128,40 @@ fn the_association_never_stops_for_a_broken_instance() {
         )
     );
 }
+
+/// A terminated instance's record goes silent in the report and then leaves the bucket: the
+/// lifecycle rule covers the records' prefix, and the report's silence limit comes from the
+/// template, not only from the code's default.
+#[test]
+fn records_of_gone_instances_expire_and_the_silence_limit_is_a_parameter() {
+    let template = template();
+    let rules =
+        template["Resources"]["ConfigBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+            .as_sequence()
+            .expect("the config bucket has lifecycle rules");
+    let rule = rules
+        .iter()
+        .find(|rule| rule["Id"].as_str() == Some("expire-fleet-records-of-gone-instances"))
+        .unwrap_or_else(|| panic!("no rule for the fleet records: {rules:?}"));
+    let prefix = format!("{:?}", rule["Prefix"]);
+    assert!(prefix.contains("${Stem}.fleet/"), "{prefix}");
+    let days = rule["ExpirationInDays"].as_u64().expect("ExpirationInDays");
+    assert!((1..=30).contains(&days), "{days}");
+    let silence = &template["Resources"]["ConfigureFunction"]["Properties"]["Environment"]["Variables"]
+        ["FLEET_SILENT_AFTER_MINUTES"];
+    assert_eq!(
+        format!("{silence:?}"),
+        format!(
+            "{:?}",
+            serde_yaml::from_str::<Value>("!Ref FleetSilentAfterMinutes").unwrap()
+        )
+    );
+    // A record must go silent long before it expires, or an instance vanishes unreported.
+    let default = template["Parameters"]["FleetSilentAfterMinutes"]["Default"]
+        .as_u64()
+        .expect("a numeric default");
+    assert!(
+        default * 60 < days * 86_400,
+        "{default} minutes vs {days} days"
+    );
+}
