@@ -117,6 +117,16 @@ impl AccountRoute53 {
         }
     }
 
+    /// A page that says more follows but not where: what was read is incomplete, and a partial
+    /// list taken as whole would drop routes.
+    fn incomplete(&self, operation: &'static str, message: &str) -> ScanError {
+        ScanError {
+            account: self.account.clone(),
+            operation,
+            message: message.to_owned(),
+        }
+    }
+
     /// Every hosted zone of the account, private and public, 100 a page.
     pub async fn list_zones(&self) -> Result<(Vec<Zone>, u32), ScanError> {
         let mut zones = Vec::new();
@@ -140,9 +150,10 @@ impl AccountRoute53 {
                 name: zone.name().to_owned(),
                 private: zone.config().is_some_and(|c| c.private_zone()),
             }));
-            match page.next_marker() {
-                Some(next) if page.is_truncated() => marker = Some(next.to_owned()),
-                _ => break,
+            match next_zone_marker(page.is_truncated(), page.next_marker()) {
+                Ok(Some(next)) => marker = Some(next),
+                Ok(None) => break,
+                Err(message) => return Err(self.incomplete("ListHostedZones", message)),
             }
         }
         Ok((zones, pages))
@@ -179,7 +190,7 @@ impl AccountRoute53 {
         zone_id: &str,
     ) -> Result<Option<(Vec<RecordSet>, u32)>, ScanError> {
         let mut records = Vec::new();
-        let mut next: (Option<String>, Option<RrType>, Option<String>) = (None, None, None);
+        let mut next = RecordCursor::default();
         let mut pages = 0;
         loop {
             let permit = self.pace().await;
@@ -188,9 +199,9 @@ impl AccountRoute53 {
                 .list_resource_record_sets()
                 .hosted_zone_id(zone_id)
                 .max_items(RECORDS_PER_PAGE)
-                .set_start_record_name(next.0.take())
-                .set_start_record_type(next.1.take())
-                .set_start_record_identifier(next.2.take())
+                .set_start_record_name(next.name.take())
+                .set_start_record_type(next.rtype.take())
+                .set_start_record_identifier(next.identifier.take())
                 .send()
                 .await;
             drop(permit);
@@ -222,19 +233,64 @@ impl AccountRoute53 {
                         alias_target: set.alias_target().map(|a| a.dns_name().to_owned()),
                     }),
             );
-            if !page.is_truncated() {
-                break;
-            }
-            next = (
-                page.next_record_name().map(str::to_owned),
-                page.next_record_type().cloned(),
-                page.next_record_identifier().map(str::to_owned),
-            );
-            if next.0.is_none() {
-                break;
+            match next_record_cursor(
+                page.is_truncated(),
+                page.next_record_name(),
+                page.next_record_type(),
+                page.next_record_identifier(),
+            ) {
+                Ok(Some(cursor)) => next = cursor,
+                Ok(None) => break,
+                Err(message) => return Err(self.incomplete("ListResourceRecordSets", message)),
             }
         }
         Ok(Some((records, pages)))
+    }
+}
+
+/// Where `ListResourceRecordSets` resumes: the three `NextRecord*` fields of the last page.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordCursor {
+    pub name: Option<String>,
+    pub rtype: Option<RrType>,
+    pub identifier: Option<String>,
+}
+
+/// The marker of the next `ListHostedZones` page; `None` after the last page. A truncated
+/// page without a marker is an error, never the end.
+pub fn next_zone_marker(
+    is_truncated: bool,
+    next_marker: Option<&str>,
+) -> Result<Option<String>, &'static str> {
+    match (is_truncated, next_marker) {
+        (false, _) => Ok(None),
+        (true, Some(marker)) if !marker.is_empty() => Ok(Some(marker.to_owned())),
+        (true, _) => Err(
+            "IsTruncated is true but NextMarker is missing: the zone list would be \
+                          incomplete, so nothing from this account is trusted",
+        ),
+    }
+}
+
+/// Where the next `ListResourceRecordSets` page starts; `None` after the last page. A
+/// truncated page without `NextRecordName` is an error, never the end.
+pub fn next_record_cursor(
+    is_truncated: bool,
+    name: Option<&str>,
+    rtype: Option<&RrType>,
+    identifier: Option<&str>,
+) -> Result<Option<RecordCursor>, &'static str> {
+    match (is_truncated, name) {
+        (false, _) => Ok(None),
+        (true, Some(name)) if !name.is_empty() => Ok(Some(RecordCursor {
+            name: Some(name.to_owned()),
+            rtype: rtype.cloned(),
+            identifier: identifier.map(str::to_owned),
+        })),
+        (true, _) => Err(
+            "IsTruncated is true but NextRecordName is missing: the zone's \
+                          records would be incomplete, so its last known routes are kept",
+        ),
     }
 }
 
@@ -246,6 +302,37 @@ pub fn bare_zone_id(id: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_truncated_zone_page_without_a_marker_is_an_error_not_the_end() {
+        assert_eq!(next_zone_marker(false, None), Ok(None));
+        assert_eq!(next_zone_marker(false, Some("Z9")), Ok(None));
+        assert_eq!(
+            next_zone_marker(true, Some("Z9")),
+            Ok(Some("Z9".to_owned()))
+        );
+        for missing in [None, Some("")] {
+            let err = next_zone_marker(true, missing).unwrap_err();
+            assert!(err.contains("NextMarker is missing"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_truncated_record_page_without_a_next_name_is_an_error_not_the_end() {
+        assert_eq!(next_record_cursor(false, None, None, None), Ok(None));
+        assert_eq!(
+            next_record_cursor(true, Some("b.example."), Some(&RrType::A), Some("w1")),
+            Ok(Some(RecordCursor {
+                name: Some("b.example.".to_owned()),
+                rtype: Some(RrType::A),
+                identifier: Some("w1".to_owned()),
+            }))
+        );
+        for missing in [None, Some("")] {
+            let err = next_record_cursor(true, missing, Some(&RrType::A), None).unwrap_err();
+            assert!(err.contains("NextRecordName is missing"), "{err}");
+        }
+    }
 
     #[test]
     fn zone_ids_lose_their_prefix() {
