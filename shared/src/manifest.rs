@@ -7,6 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Route, Zone, ZoneKey};
+use crate::names::{HostName, normalize};
+use crate::rules::DEFAULT_RULES;
 
 /// Current format; a manifest of another format is ignored (the next run is a full sweep).
 pub const FORMAT: u32 = 1;
@@ -22,6 +24,9 @@ pub struct Manifest {
     /// last sweep finished.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub pending: BTreeSet<String>,
+    /// Normalised zone name → the zone that held it first (see [`crate::ownership`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub holders: BTreeMap<String, ZoneKey>,
 }
 
 /// What one zone gave when it was last read.
@@ -45,6 +50,7 @@ impl Default for Manifest {
             generation: 0,
             zones: BTreeMap::new(),
             pending: BTreeSet::new(),
+            holders: BTreeMap::new(),
         }
     }
 }
@@ -84,10 +90,17 @@ impl Manifest {
 
     /// Equal but for the generation stamp: nothing worth writing changed.
     pub fn same_content(&self, other: &Manifest) -> bool {
-        self.zones == other.zones && self.pending == other.pending && self.format == other.format
+        self.zones == other.zones
+            && self.pending == other.pending
+            && self.holders == other.holders
+            && self.format == other.format
     }
 
     /// Reads a stored manifest; `None` when it is of another format (or not a manifest).
+    ///
+    /// Every value is checked as if Route53 had just returned it: the bucket is not trusted
+    /// more than Route53, and a manifest's routes reach the config without another read. A
+    /// route must be exactly what its rule makes of its zone's name.
     pub fn from_json(text: &str) -> Result<Option<Manifest>, serde_json::Error> {
         let value: serde_json::Value = serde_json::from_str(text)?;
         if value.get("format").and_then(serde_json::Value::as_u64) != Some(u64::from(FORMAT)) {
@@ -103,13 +116,75 @@ impl Manifest {
                 crate::artifact::GENERATION_EXPECTED
             )));
         }
+        manifest.validate().map_err(serde::de::Error::custom)?;
         Ok(Some(manifest))
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        for (key, entry) in &self.zones {
+            let zone = ZoneKey {
+                account: entry.account.clone(),
+                id: entry.id.clone(),
+            };
+            if !zone.is_well_formed() || *key != zone_key(&zone) {
+                return Err(format!(
+                    "zone entry {key:?}: expected the key <12-digit account>/<zone id> of its \
+                     own account {:?} and id {:?}",
+                    entry.account, entry.id
+                ));
+            }
+            for route in &entry.routes {
+                if !is_what_its_rule_makes(route, entry) {
+                    return Err(format!(
+                        "zone entry {key}: route for SNI {:?} to {} is not what rule {:?} \
+                         makes of zone {:?}",
+                        route.sni, route.backend, route.rule, entry.name
+                    ));
+                }
+            }
+        }
+        for key in &self.pending {
+            let well_formed = key.split_once('/').is_some_and(|(account, id)| {
+                crate::model::is_account_id(account) && crate::model::is_zone_id(id)
+            });
+            if !well_formed {
+                return Err(format!(
+                    "pending zone {key:?}: expected <12-digit account>/<zone id>"
+                ));
+            }
+        }
+        for (name, zone) in &self.holders {
+            let canonical = HostName::parse(name).is_ok_and(|host| host.as_str() == name);
+            if !canonical || !zone.is_well_formed() {
+                return Err(format!(
+                    "holder of {name:?}: expected a lower-case zone name and a well-formed \
+                     zone ({zone})"
+                ));
+            }
+        }
+        Ok(())
     }
 
     pub fn to_json(&self) -> String {
         // A manifest is plain data: serialising it cannot fail.
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
+}
+
+/// The route `rules::zone_routes` would make with this rule from this zone: nothing in a
+/// stored route may differ from it.
+fn is_what_its_rule_makes(route: &Route, entry: &ZoneEntry) -> bool {
+    let Some(rule) = DEFAULT_RULES.iter().find(|rule| rule.id == route.rule) else {
+        return false;
+    };
+    let Ok(zone_name) = normalize(&entry.name).to_host() else {
+        return false;
+    };
+    let zone = ZoneKey {
+        account: entry.account.clone(),
+        id: entry.id.clone(),
+    };
+    *route == rule.route(&zone, &zone_name)
 }
 
 #[cfg(test)]
@@ -120,7 +195,7 @@ mod tests {
     fn round_trips_and_ignores_other_formats() {
         let mut manifest = Manifest::default();
         let zone = Zone {
-            account: "1".into(),
+            account: "111111111111".into(),
             id: "Z1".into(),
             name: "a.internal.".into(),
             private: true,
@@ -146,5 +221,83 @@ mod tests {
             .replace("999999999999999999", "18446744073709551615");
         let err = Manifest::from_json(&text).unwrap_err().to_string();
         assert!(err.contains("at most 18 digits"), "{err}");
+    }
+
+    /// A manifest as a run writes it: one zone with its api route, and its holder.
+    fn stored() -> Manifest {
+        use crate::model::{RecordSet, ZoneRecords};
+        let zone = Zone {
+            account: "222222222222".into(),
+            id: "Z0B".into(),
+            name: "b.internal.".into(),
+            private: true,
+        };
+        let records = vec![
+            RecordSet::new("api.b.internal.", "A", &["10.0.0.1"]),
+            RecordSet::new(
+                "proxy.api.b.internal.",
+                "CNAME",
+                &["proxy.tools.example.com"],
+            ),
+        ];
+        let proxies = [HostName::parse("proxy.tools.example.com").unwrap()];
+        let routes = crate::rules::zone_routes(
+            DEFAULT_RULES,
+            &ZoneRecords {
+                zone: zone.clone(),
+                records,
+            },
+            &proxies,
+        )
+        .routes;
+        assert_eq!(routes.len(), 1);
+        let mut manifest = Manifest::default();
+        manifest.holders.insert("b.internal".into(), zone.key());
+        manifest
+            .zones
+            .insert(zone_key(&zone.key()), ZoneEntry::new(&zone, routes, vec![]));
+        manifest
+    }
+
+    #[test]
+    fn a_tampered_manifest_is_refused_with_what_was_wrong() {
+        let text = stored().to_json();
+        assert_eq!(Manifest::from_json(&text).unwrap(), Some(stored()));
+        for (from, to, expected) in [
+            // A pattern smuggled into the SNI (or a newline into the config).
+            (
+                "\"proxy.api.b.internal\"",
+                "\"proxy.api.b.internal acl x\"",
+                "is not what rule",
+            ),
+            (
+                "\"sni\": \"proxy.api.b.internal\"",
+                "\"sni\": \".internal\"",
+                "is not what rule",
+            ),
+            // A backend in someone else's zone.
+            (
+                "\"backend\": \"api.b.internal\"",
+                "\"backend\": \"api.a.internal\"",
+                "is not what rule",
+            ),
+            ("\"port\": 443", "\"port\": 22", "is not what rule"),
+            (
+                "\"rule\": \"api\"",
+                "\"rule\": \"anything\"",
+                "is not what rule",
+            ),
+            (
+                "\"account\": \"222222222222\"",
+                "\"account\": \"1\"",
+                "12-digit account",
+            ),
+            ("\"b.internal\": {", "\"B.internal\": {", "holder of"),
+        ] {
+            assert!(text.contains(from), "{from} not in {text}");
+            let tampered = text.replacen(from, to, 1);
+            let err = Manifest::from_json(&tampered).unwrap_err().to_string();
+            assert!(err.contains(expected), "{from} → {to}: {err}");
+        }
     }
 }

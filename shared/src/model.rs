@@ -26,11 +26,32 @@ impl Zone {
     }
 }
 
+/// A 12-digit AWS account id.
+pub fn is_account_id(raw: &str) -> bool {
+    raw.len() == 12 && raw.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// A bare hosted zone id as Route53 issues them: upper-case letters and digits, at most 32.
+pub fn is_zone_id(raw: &str) -> bool {
+    !raw.is_empty()
+        && raw.len() <= 32
+        && raw
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+}
+
 /// Identity of a zone across accounts.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ZoneKey {
     pub account: String,
     pub id: String,
+}
+
+impl ZoneKey {
+    /// Both parts have the shape AWS gives them.
+    pub fn is_well_formed(&self) -> bool {
+        is_account_id(&self.account) && is_zone_id(&self.id)
+    }
 }
 
 impl std::fmt::Display for ZoneKey {

@@ -110,7 +110,7 @@ impl fmt::Display for Warning {
             Warning::SniConflict { sni, kept, dropped } => write!(
                 f,
                 "SNI {sni} is claimed by zone {kept} and by zone {dropped}; routing to \
-                 {kept} (lowest account, then zone id). Ignore one zone (IGNORE_ZONES) or \
+                 {kept} (lowest account, then zone id). Ignore one zone (IGNORE_ZONES=<account>:<zone>) or \
                  rename it"
             ),
         }
@@ -189,7 +189,18 @@ pub fn zone_routes(rules: &[Rule], zone: &ZoneRecords, proxies: &[HostName]) -> 
             });
             continue;
         }
-        let sni = match rule.sni {
+        outcome.routes.push(rule.route(&key, &zone_name));
+    }
+    outcome
+}
+
+impl Rule {
+    /// The route this rule makes for a zone whose records qualify. The manifest checks stored
+    /// routes against it too.
+    pub fn route(&self, zone: &ZoneKey, zone_name: &HostName) -> Route {
+        let front = zone_name.with_prefix(self.front);
+        let back = zone_name.with_prefix(self.back);
+        let sni = match self.sni {
             SniMatch::Exact => front.as_str().to_owned(),
             SniMatch::Suffix => front
                 .as_str()
@@ -197,19 +208,18 @@ pub fn zone_routes(rules: &[Rule], zone: &ZoneRecords, proxies: &[HostName]) -> 
                 .unwrap_or(front.as_str())
                 .to_owned(),
         };
-        outcome.routes.push(Route {
-            rule: rule.id.to_owned(),
-            account: key.account.clone(),
-            zone_id: key.id.clone(),
+        Route {
+            rule: self.id.to_owned(),
+            account: zone.account.clone(),
+            zone_id: zone.id.clone(),
             zone_name: zone_name.clone(),
             sni,
-            sni_match: rule.sni,
+            sni_match: self.sni,
             backend: back.clone(),
-            port: rule.port,
+            port: self.port,
             records: vec![front, back],
-        });
+        }
     }
-    outcome
 }
 
 /// Merges the routes of every zone into the final, conflict-free, sorted table.
