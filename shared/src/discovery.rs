@@ -12,9 +12,10 @@ use tracing::{info, warn};
 
 use crate::manifest::{Manifest, ZoneEntry, zone_key};
 use crate::model::{Zone, ZoneKey, ZoneRecords};
-use crate::names::{HostName, normalize};
+use crate::names::HostName;
 use crate::route53::{AccountRoute53, ScanError};
 use crate::rules::{Rule, zone_routes};
+use crate::settings::IgnoreZones;
 
 /// Zones read at once within one account (the limiter still paces the calls).
 const ZONES_IN_FLIGHT: usize = 4;
@@ -33,15 +34,13 @@ pub enum Scope {
 pub struct Matching<'a> {
     pub rules: &'a [Rule],
     pub proxies: &'a [HostName],
-    /// Normalised zone names to skip.
-    pub ignore: &'a BTreeSet<String>,
+    /// Zones to skip (`IGNORE_ZONES`).
+    pub ignore: &'a IgnoreZones,
 }
 
 impl Matching<'_> {
     fn ignores(&self, zone: &Zone) -> bool {
-        normalize(&zone.name)
-            .to_host()
-            .is_ok_and(|name| self.ignore.contains(name.as_str()))
+        self.ignore.ignores(&zone.account, &zone.name)
     }
 
     fn entry(&self, zone: &Zone, records: Vec<crate::model::RecordSet>) -> ZoneEntry {

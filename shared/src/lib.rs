@@ -1,6 +1,6 @@
 //! autoproxy: keeps a fleet of HAProxy peering proxies in step with Route53.
 //!
-//! The pure core (no I/O): [`names`], [`rules`], [`model`], [`render`], [`artifact`],
+//! The pure core (no I/O): [`names`], [`rules`], [`model`], [`render`], [`artifact`], [`ownership`],
 //! [`diff`], [`fleet`]. The edges that talk to AWS are few and named for what they talk to.
 
 pub mod artifact;
@@ -11,6 +11,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod model;
 pub mod names;
+pub mod ownership;
 pub mod publish;
 pub mod ratelimit;
 pub mod render;

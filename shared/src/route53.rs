@@ -10,10 +10,11 @@ use aws_sdk_route53::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_route53::error::{DisplayErrorContext, SdkError};
 use aws_sdk_route53::operation::get_hosted_zone::GetHostedZoneError;
 use aws_sdk_route53::operation::list_resource_record_sets::ListResourceRecordSetsError;
-use aws_sdk_route53::types::RrType;
+use aws_sdk_route53::types::{RrType, VpcRegion};
 
-use crate::model::{RecordSet, Zone};
+use crate::model::{RecordSet, Zone, ZoneKey};
 use crate::ratelimit::{Permit, RateLimiter};
+use crate::settings::ProxyVpc;
 
 /// Route53's page sizes: the most it returns per call.
 pub const ZONES_PER_PAGE: i32 = 100;
@@ -157,6 +158,40 @@ impl AccountRoute53 {
             }
         }
         Ok((zones, pages))
+    }
+
+    /// Every zone associated with the VPC, whatever account owns it, as its owner. Only the
+    /// VPC's owner sees other accounts' zones here: call it with the tools account's client.
+    /// Zones owned by an AWS service (no owning account) are left out: none of them opt in.
+    pub async fn list_zones_by_vpc(&self, vpc: &ProxyVpc) -> Result<Vec<ZoneKey>, ScanError> {
+        let mut zones = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let permit = self.pace().await;
+            let page = self
+                .client
+                .list_hosted_zones_by_vpc()
+                .vpc_id(&vpc.vpc_id)
+                .vpc_region(VpcRegion::from(vpc.region.as_str()))
+                .max_items(ZONES_PER_PAGE)
+                .set_next_token(token.take())
+                .send()
+                .await
+                .map_err(|err| self.error("ListHostedZonesByVPC", err))?;
+            drop(permit);
+            zones.extend(page.hosted_zone_summaries().iter().filter_map(|summary| {
+                let account = summary.owner()?.owning_account()?;
+                Some(ZoneKey {
+                    account: account.to_owned(),
+                    id: bare_zone_id(summary.hosted_zone_id()).to_owned(),
+                })
+            }));
+            match page.next_token() {
+                Some(next) if !next.is_empty() => token = Some(next.to_owned()),
+                _ => break,
+            }
+        }
+        Ok(zones)
     }
 
     /// One zone by id; `None` when it no longer exists.

@@ -7,6 +7,7 @@
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 
+use crate::model::is_account_id;
 use crate::names::{HostName, normalize};
 use crate::render::RenderOptions;
 
@@ -22,6 +23,8 @@ pub const GENERATE_VARIABLES: &[&str] = &[
     "TEMPLATE_KEY",
     "RENDER_OPTIONS",
     "ROUTE53_REQUESTS_PER_SECOND",
+    "SCAN_OWN_ACCOUNT",
+    "PROXY_VPCS",
 ];
 
 /// Every variable the configure function reads.
@@ -87,6 +90,89 @@ impl RoleArn {
     }
 }
 
+/// `IGNORE_ZONES`: zone names to skip in every account, or (`account:name`) in one account
+/// only, so one of two same-named zones can be dropped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IgnoreZones {
+    everywhere: BTreeSet<String>,
+    in_account: BTreeSet<(String, String)>,
+}
+
+impl IgnoreZones {
+    /// Parses the comma-separated entries: `name` or `account:name` (12-digit account).
+    pub fn parse(items: impl Iterator<Item = String>) -> Result<Self, SettingsError> {
+        let expected = "zone names, each alone (every account) or as 111111111111:zone.name (one \
+                        account)";
+        let mut ignore = IgnoreZones::default();
+        for raw in items {
+            let (account, name) = match raw.split_once(':') {
+                Some((account, name)) => (Some(account), name),
+                None => (None, raw.as_str()),
+            };
+            let name = HostName::parse(name)
+                .map_err(|err| invalid("IGNORE_ZONES", format!("{expected} ({err})"), &raw))?;
+            match account {
+                None => {
+                    ignore.everywhere.insert(name.as_str().to_owned());
+                }
+                Some(account) if is_account_id(account) => {
+                    ignore
+                        .in_account
+                        .insert((account.to_owned(), name.as_str().to_owned()));
+                }
+                Some(_) => return Err(invalid("IGNORE_ZONES", expected, &raw)),
+            }
+        }
+        Ok(ignore)
+    }
+
+    /// True when the zone (any spelling of its name) is to be skipped in this account.
+    pub fn ignores(&self, account: &str, zone_name: &str) -> bool {
+        normalize(zone_name).to_host().is_ok_and(|name| {
+            self.everywhere.contains(name.as_str())
+                || self
+                    .in_account
+                    .contains(&(account.to_owned(), name.as_str().to_owned()))
+        })
+    }
+}
+
+/// A VPC the peering proxies resolve in: only zones associated with one of these may route
+/// (`PROXY_VPCS`, `region:vpc-id`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ProxyVpc {
+    pub region: String,
+    pub vpc_id: String,
+}
+
+impl ProxyVpc {
+    pub fn parse(raw: &str) -> Result<Self, SettingsError> {
+        let expected = "region:vpc-id entries like eu-west-1:vpc-0123456789abcdef0";
+        let (region, vpc_id) = raw
+            .split_once(':')
+            .ok_or_else(|| invalid("PROXY_VPCS", expected, raw))?;
+        let region_ok = (6..=25).contains(&region.len())
+            && region.split('-').count() >= 3
+            && region
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && region.bytes().last().is_some_and(|b| b.is_ascii_digit());
+        let vpc_ok = vpc_id.strip_prefix("vpc-").is_some_and(|hex| {
+            (8..=17).contains(&hex.len())
+                && hex
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        });
+        if !(region_ok && vpc_ok) {
+            return Err(invalid("PROXY_VPCS", expected, raw));
+        }
+        Ok(ProxyVpc {
+            region: region.to_owned(),
+            vpc_id: vpc_id.to_owned(),
+        })
+    }
+}
+
 /// The generator's settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenerateSettings {
@@ -94,8 +180,12 @@ pub struct GenerateSettings {
     pub config_key: String,
     pub proxy_hostnames: Vec<HostName>,
     pub account_roles: Vec<RoleArn>,
-    /// Normalised zone names to skip.
-    pub ignore_zones: BTreeSet<String>,
+    pub ignore_zones: IgnoreZones,
+    /// Whether the function's own account is scanned (on unless `SCAN_OWN_ACCOUNT=false`).
+    pub scan_own_account: bool,
+    /// With VPCs, a zone routes only when associated with one of them; empty = the ownership
+    /// rules of docs/ARCHITECTURE.md, "Who may route a zone name".
+    pub proxy_vpcs: Vec<ProxyVpc>,
     pub dns_resolvers: Vec<SocketAddr>,
     pub max_rule_drop_percent: u8,
     /// An object in the config bucket holding a template that replaces the embedded one.
@@ -139,13 +229,25 @@ impl GenerateSettings {
             .collect::<Result<Vec<_>, _>>()?;
         account_roles.sort();
         account_roles.dedup();
-        let ignore_zones = list(get("IGNORE_ZONES"))
-            .map(|raw| {
-                HostName::parse(&raw)
-                    .map(|name| name.as_str().to_owned())
-                    .map_err(|err| invalid("IGNORE_ZONES", format!("zone names ({err})"), &raw))
-            })
-            .collect::<Result<BTreeSet<_>, _>>()?;
+        let ignore_zones = IgnoreZones::parse(list(get("IGNORE_ZONES")))?;
+        let scan_own_account = match get("SCAN_OWN_ACCOUNT").as_deref() {
+            None | Some("true") => true,
+            Some("false") => false,
+            Some(other) => return Err(invalid("SCAN_OWN_ACCOUNT", "true or false", other)),
+        };
+        if !scan_own_account && account_roles.is_empty() {
+            return Err(invalid(
+                "SCAN_OWN_ACCOUNT",
+                "true, or ACCOUNT_ROLE_ARNS naming the accounts to scan (with false and no \
+                 roles there is nothing to scan)",
+                "false",
+            ));
+        }
+        let mut proxy_vpcs = list(get("PROXY_VPCS"))
+            .map(|raw| ProxyVpc::parse(&raw))
+            .collect::<Result<Vec<_>, _>>()?;
+        proxy_vpcs.sort();
+        proxy_vpcs.dedup();
         let resolvers = get("DNS_RESOLVERS").unwrap_or_else(|| DEFAULT_RESOLVER.to_owned());
         let dns_resolvers = list(Some(resolvers))
             .map(|raw| parse_resolver(&raw))
@@ -201,6 +303,8 @@ impl GenerateSettings {
             proxy_hostnames,
             account_roles,
             ignore_zones,
+            scan_own_account,
+            proxy_vpcs,
             dns_resolvers,
             max_rule_drop_percent,
             template_key,
@@ -218,13 +322,6 @@ impl GenerateSettings {
     /// key's prefix, so an S3 notification filtered on the config key never fires for it.
     pub fn manifest_key(&self) -> String {
         manifest_key(&self.config_key)
-    }
-
-    /// True when the zone (any spelling) is listed in `IGNORE_ZONES`.
-    pub fn ignores(&self, zone_name: &str) -> bool {
-        normalize(zone_name)
-            .to_host()
-            .is_ok_and(|name| self.ignore_zones.contains(name.as_str()))
     }
 }
 
@@ -392,6 +489,12 @@ mod tests {
         assert_eq!(s.max_rule_drop_percent, 50);
         assert_eq!(s.render_options, RenderOptions::default());
         assert!((s.route53_requests_per_second - 5.0).abs() < f64::EPSILON);
+        assert!(s.scan_own_account);
+        assert!(s.proxy_vpcs.is_empty());
+        let mut vars = MINIMAL.to_vec();
+        vars.push(("ACCOUNT_ROLE_ARNS", "arn:aws:iam::222222222222:role/r"));
+        vars.push(("SCAN_OWN_ACCOUNT", "false"));
+        assert!(!generate(&vars).unwrap().scan_own_account);
     }
 
     #[test]
@@ -402,14 +505,34 @@ mod tests {
             "ACCOUNT_ROLE_ARNS",
             "arn:aws:iam::222222222222:role/r, arn:aws:iam::111111111111:role/r",
         ));
-        vars.push(("IGNORE_ZONES", "Legacy.Internal., other.internal"));
+        vars.push((
+            "IGNORE_ZONES",
+            "Legacy.Internal., other.internal, 222222222222:Shared.Internal",
+        ));
+        vars.push((
+            "PROXY_VPCS",
+            "eu-west-1:vpc-0123456789abcdef0, us-east-1:vpc-01234567",
+        ));
         vars.push(("DNS_RESOLVERS", "10.0.0.2, 127.0.0.1:5353"));
         let s = generate(&vars).unwrap();
         assert_eq!(s.proxy_hostnames.len(), 2);
         assert_eq!(s.account_roles[0].account, "111111111111");
-        assert!(s.ignores("legacy.internal"));
-        assert!(s.ignores("LEGACY.internal."));
-        assert!(!s.ignores("x.internal"));
+        let ignores = |account, zone| s.ignore_zones.ignores(account, zone);
+        assert!(ignores("111111111111", "legacy.internal"));
+        assert!(ignores("222222222222", "LEGACY.internal."));
+        assert!(!ignores("111111111111", "x.internal"));
+        // The account form drops one of two same-named zones, not both.
+        assert!(ignores("222222222222", "shared.internal."));
+        assert!(!ignores("111111111111", "shared.internal."));
+        assert_eq!(s.proxy_vpcs.len(), 2);
+        assert_eq!(
+            (
+                s.proxy_vpcs[0].region.as_str(),
+                s.proxy_vpcs[0].vpc_id.as_str()
+            ),
+            ("eu-west-1", "vpc-0123456789abcdef0")
+        );
+        assert!(s.scan_own_account);
         assert_eq!(s.dns_resolvers[0], "10.0.0.2:53".parse().unwrap());
         assert_eq!(s.dns_resolvers[1], "127.0.0.1:5353".parse().unwrap());
     }
@@ -425,6 +548,12 @@ mod tests {
             ("CONFIG_KEY", "/abs/key", "S3 key"),
             ("RENDER_OPTIONS", "{\"https_port\": 1}", "JSON object"),
             ("ROUTE53_REQUESTS_PER_SECOND", "0", "above 0"),
+            ("IGNORE_ZONES", "12345:a.internal", "111111111111:zone.name"),
+            ("IGNORE_ZONES", "111111111111:bad zone", "one account"),
+            ("SCAN_OWN_ACCOUNT", "no", "true or false"),
+            ("SCAN_OWN_ACCOUNT", "false", "nothing to scan"),
+            ("PROXY_VPCS", "vpc-0123456789abcdef0", "region:vpc-id"),
+            ("PROXY_VPCS", "eu-west-1:vpc-XYZ", "region:vpc-id"),
         ];
         for (variable, value, expected) in cases {
             let mut vars = MINIMAL.to_vec();

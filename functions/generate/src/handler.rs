@@ -1,16 +1,19 @@
 //! autoproxy-generate: Route53 of every configured account → haproxy.cfg in S3, written only
 //! when it changed.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use autoproxy::discovery::{self, Matching, Scope, SweepError};
 use autoproxy::metrics::Metrics;
+use autoproxy::model::ZoneKey;
+use autoproxy::ownership::{self, Mode};
 use autoproxy::publish::{self, Current, Decision};
 use autoproxy::render::{DEFAULT_TEMPLATE, RenderError, RenderInput, Rendered, Renderer};
 use autoproxy::route53::AccountRoute53;
 use autoproxy::rules::{DEFAULT_RULES, resolve};
 use autoproxy::s3::{ConfigStore, CurrentConfig, StoreError};
-use autoproxy::settings::GenerateSettings;
+use autoproxy::settings::{GenerateSettings, ProxyVpc};
 use aws_config::SdkConfig;
 use aws_config::sts::AssumeRoleProvider;
 use lambda_runtime::{Diagnostic, LambdaEvent};
@@ -25,8 +28,11 @@ use crate::trigger::{self, Trigger, TriggerError};
 pub struct Deps {
     pub settings: GenerateSettings,
     pub store: ConfigStore,
-    /// The function's own account first, then one per role.
+    /// The function's own account first (unless `SCAN_OWN_ACCOUNT=false`), then one per role.
     pub accounts: Vec<AccountRoute53>,
+    /// The own account's Route53, which owns the proxy VPCs and lists the zones associated
+    /// with them (`PROXY_VPCS`); `None` when built by [`Deps::with_accounts`].
+    pub vpc_owner: Option<AccountRoute53>,
     pub default_renderer: Renderer,
 }
 
@@ -39,11 +45,11 @@ impl Deps {
         own_account: &str,
     ) -> Result<Self, GenerateError> {
         let rate = settings.route53_requests_per_second;
-        let mut accounts = vec![AccountRoute53::new(
-            own_account,
-            &aws_sdk_route53::Config::new(sdk),
-            rate,
-        )];
+        let own = AccountRoute53::new(own_account, &aws_sdk_route53::Config::new(sdk), rate);
+        let mut accounts = Vec::new();
+        if settings.scan_own_account {
+            accounts.push(own.clone());
+        }
         for role in &settings.account_roles {
             if role.account == own_account {
                 continue;
@@ -58,7 +64,9 @@ impl Deps {
                 .build();
             accounts.push(AccountRoute53::new(&role.account, &config, rate));
         }
-        Self::with_accounts(settings, sdk, accounts)
+        let mut deps = Self::with_accounts(settings, sdk, accounts)?;
+        deps.vpc_owner = Some(own);
+        Ok(deps)
     }
 
     /// The rest of the wiring around Route53 clients built elsewhere (the benchmark and the
@@ -79,6 +87,7 @@ impl Deps {
             settings,
             store,
             accounts,
+            vpc_owner: None,
         })
     }
 }
@@ -92,6 +101,9 @@ pub enum GenerateError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Sweep(#[from] SweepError),
+    /// With `PROXY_VPCS` set, nobody may route until the VPCs' zones are known.
+    #[error("listing the zones of the proxy VPCs failed, nothing published: {0}")]
+    ProxyVpcs(String),
     #[error("rendering haproxy.cfg failed, nothing published: {0}")]
     Render(#[source] RenderError),
     /// The run's time stamp is the floor of the next generation: without it, nothing runs.
@@ -108,6 +120,7 @@ impl From<GenerateError> for Diagnostic {
             GenerateError::Trigger(_) => "InvalidEvent",
             GenerateError::Store(_) => "S3Error",
             GenerateError::Sweep(_) => "ScanFailed",
+            GenerateError::ProxyVpcs(_) => "ProxyVpcsFailed",
             GenerateError::Render(_) => "RenderFailed",
             GenerateError::GeneratedAt(_) => "InvalidTime",
         };
@@ -237,7 +250,23 @@ pub async fn handle_until(
         ));
     }
 
-    let (routes, conflicts) = resolve(swept.manifest.candidate_routes());
+    let mut swept = swept;
+    let associated = match deps.settings.proxy_vpcs.as_slice() {
+        [] => None,
+        vpcs => Some(vpc_zones(deps, vpcs).await?),
+    };
+    let mode = associated.as_ref().map_or(Mode::FirstHolder, Mode::Vpc);
+    let remembered = previous
+        .as_ref()
+        .map(|m| m.holders.clone())
+        .unwrap_or_default();
+    let owned = ownership::owned_routes(&swept.manifest.zones, &remembered, mode);
+    swept.manifest.holders = owned.holders;
+    for refusal in &owned.refusals {
+        warn!(%refusal, "route refused: zone name held by another zone");
+    }
+    warnings.extend(owned.refusals.iter().map(ToString::to_string));
+    let (routes, conflicts) = resolve(owned.candidates);
     warnings.extend(conflicts.iter().map(ToString::to_string));
 
     let custom;
@@ -360,6 +389,7 @@ pub async fn handle_until(
     Metrics::new("generate")
         .count("ZonesScanned", swept.zones_scanned as u64)
         .count("Routes", routes.len() as u64)
+        .count("OwnershipRefused", owned.refusals.len() as u64)
         .count("Route53Calls", calls)
         .count("Throttles", retries)
         .count("Changed", u64::from(changed))
@@ -392,6 +422,27 @@ pub async fn handle_until(
         warnings,
         config: trigger.dry_run().then(|| rendered.text.clone()),
     })
+}
+
+/// Every zone associated with one of the proxy VPCs, as listed by the VPCs' owner (this
+/// account).
+async fn vpc_zones(deps: &Deps, vpcs: &[ProxyVpc]) -> Result<BTreeSet<ZoneKey>, GenerateError> {
+    let owner = deps.vpc_owner.as_ref().ok_or_else(|| {
+        GenerateError::ProxyVpcs("no Route53 client for the VPCs' own account".to_owned())
+    })?;
+    let mut zones = BTreeSet::new();
+    for vpc in vpcs {
+        let listed = owner.list_zones_by_vpc(vpc).await.map_err(|err| {
+            GenerateError::ProxyVpcs(format!("{}:{}: {err}", vpc.region, vpc.vpc_id))
+        })?;
+        zones.extend(listed);
+    }
+    info!(
+        vpcs = vpcs.len(),
+        zones = zones.len(),
+        "zones associated with the proxy VPCs"
+    );
+    Ok(zones)
 }
 
 /// A run's `generated_at` (RFC 3339, as [`now_rfc3339`] writes it) in Unix seconds.

@@ -27,29 +27,29 @@ use serde_json::{Value, json};
 const BUCKET: &str = "autoproxy-config";
 const KEY: &str = "haproxy/haproxy.cfg";
 const MANIFEST_KEY: &str = "haproxy/haproxy.manifest.json";
-const PROXY: &str = "peering-proxy.tools.example.com";
-const MEMBER_A: &str = "111111111111";
-const MEMBER_B: &str = "222222222222";
-const AT: &str = "2026-11-23T03:14:02Z";
-const LATER: &str = "2026-11-23T03:20:00Z";
+pub(super) const PROXY: &str = "peering-proxy.tools.example.com";
+pub(super) const MEMBER_A: &str = "111111111111";
+pub(super) const MEMBER_B: &str = "222222222222";
+pub(super) const AT: &str = "2026-11-23T03:14:02Z";
+pub(super) const LATER: &str = "2026-11-23T03:20:00Z";
 /// [`AT`] and [`LATER`] in Unix seconds: a generation is the publish time in Unix seconds, or
 /// one more than the last generation when that is larger.
 const AT_SECS: u64 = 1_795_403_642;
 const LATER_SECS: u64 = 1_795_404_000;
 
 /// One moto with the config bucket and the three accounts.
-struct Estate {
-    sdk: SdkConfig,
+pub(super) struct Estate {
+    pub(super) sdk: SdkConfig,
     s3: aws_sdk_s3::Client,
-    own: Account,
-    a: Account,
-    b: Account,
+    pub(super) own: Account,
+    pub(super) a: Account,
+    pub(super) b: Account,
     // Last: stopped after the clients are gone.
     _moto: Moto,
 }
 
 impl Estate {
-    async fn start() -> Estate {
+    pub(super) async fn start() -> Estate {
         let moto = Moto::start();
         let sdk = moto.sdk_config().await;
         versioned_bucket(&sdk, BUCKET).await.unwrap();
@@ -65,7 +65,7 @@ impl Estate {
 
     /// The generator as `main` builds it, with these settings on top of the defaults.
     /// A fresh estate whose own account holds one zone with the API pair.
-    async fn with_api_zone(zone: &str) -> (Estate, Seeded) {
+    pub(super) async fn with_api_zone(zone: &str) -> (Estate, Seeded) {
         let estate = Estate::start().await;
         let seeded = estate
             .own
@@ -75,7 +75,7 @@ impl Estate {
         (estate, seeded)
     }
 
-    async fn deps(&self, extra: &[(&str, &str)]) -> Deps {
+    pub(super) async fn deps(&self, extra: &[(&str, &str)]) -> Deps {
         Deps::new(settings(extra), &self.sdk, OWN_ACCOUNT)
             .await
             .unwrap()
@@ -109,7 +109,7 @@ impl Estate {
     }
 
     /// The published config, checked against the artifact contract and `haproxy -c`.
-    async fn artifact(&self) -> Artifact {
+    pub(super) async fn artifact(&self) -> Artifact {
         self.artifact_at(KEY).await
     }
 
@@ -253,8 +253,8 @@ impl Estate {
 }
 
 /// The config in S3 as read back.
-struct Artifact {
-    text: String,
+pub(super) struct Artifact {
+    pub(super) text: String,
     header: Header,
     version_id: String,
 }
@@ -275,7 +275,7 @@ fn settings(extra: &[(&str, &str)]) -> GenerateSettings {
 }
 
 /// One invocation that must succeed; a dry run's config must pass `haproxy -c`.
-async fn run(deps: &Deps, payload: &Value, at: &str) -> Summary {
+pub(super) async fn run(deps: &Deps, payload: &Value, at: &str) -> Summary {
     let summary = handle(deps, payload, at)
         .await
         .unwrap_or_else(|err| panic!("{payload}: {err}"));
@@ -316,7 +316,7 @@ fn event(file: &str, account: &str, zone_id: &str) -> Value {
 }
 
 /// The route keys of a config, in order: `proxy.api.x` (exact) or `*.int.x` (suffix).
-fn snis(config: &str) -> Vec<String> {
+pub(super) fn snis(config: &str) -> Vec<String> {
     config
         .lines()
         .filter_map(|line| {
@@ -331,7 +331,7 @@ fn snis(config: &str) -> Vec<String> {
         .collect()
 }
 
-fn api_sni(zone: &str) -> String {
+pub(super) fn api_sni(zone: &str) -> String {
     format!("proxy.api.{zone}")
 }
 
@@ -354,7 +354,7 @@ fn minimum_calls(all_zones: usize, private: &[Seeded]) -> u64 {
             .sum::<u64>()
 }
 
-fn assert_warning(summary: &Summary, fragments: &[&str]) {
+pub(super) fn assert_warning(summary: &Summary, fragments: &[&str]) {
     assert!(
         summary
             .warnings
@@ -480,13 +480,15 @@ async fn full_run_and_event_costs() {
             .text
             .contains(&format!(" {MEMBER_A} {}\n", a_private[0].id))
     );
+    // Both opted in on a first sweep: the lower account holds the name from now on, and
+    // the other is told so, naming both.
     assert_warning(
         &full,
         &[
-            "SNI proxy.api.shared.example.internal",
+            "zone shared.example.internal",
+            &format!("{} in account {MEMBER_B}", b_private[0].id),
+            &format!("account {MEMBER_A} held the name first"),
             &a_private[0].id,
-            &b_private[0].id,
-            &format!("routing to {} in account {MEMBER_A}", a_private[0].id),
         ],
     );
 
@@ -671,9 +673,10 @@ async fn names_and_targets_as_route53_spells_them() {
     assert_warning(
         &summary,
         &[
-            "SNI proxy.api.shared.example.internal",
+            "zone shared.example.internal",
             &format!("{} in account {MEMBER_A}", in_a.id),
             &format!("{} in account {MEMBER_B}", in_b.id),
+            "held the name first",
         ],
     );
     let missing = &own[6];

@@ -9,6 +9,7 @@ mod dataplane;
 mod e2e;
 mod generate;
 mod golden;
+mod ownership;
 mod ratelimit;
 mod resolver;
 mod template;
