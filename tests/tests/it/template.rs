@@ -165,3 +165,42 @@ fn records_of_gone_instances_expire_and_the_silence_limit_is_a_parameter() {
         "{default} minutes vs {days} days"
     );
 }
+
+/// Bucket write is fleet control: the bucket policy denies writing or deleting the config, the
+/// manifest and the template to every principal but the generator's role and the optional
+/// break-glass role. moto does not evaluate bucket policies, so this is checked here, on the
+/// template itself.
+#[test]
+fn only_the_generator_may_write_the_config_the_manifest_and_the_template() {
+    let template = template();
+    let statements = template["Resources"]["ConfigBucketPolicy"]["Properties"]["PolicyDocument"]
+        ["Statement"]
+        .as_sequence()
+        .expect("the config bucket has a policy");
+    let deny = statements
+        .iter()
+        .find(|s| s["Sid"].as_str() == Some("OnlyTheGeneratorWritesTheConfig"))
+        .unwrap_or_else(|| panic!("no write-protection statement: {statements:?}"));
+    assert_eq!(deny["Effect"].as_str(), Some("Deny"));
+    assert_eq!(deny["Principal"].as_str(), Some("*"));
+    let actions: Vec<&str> = deny["Action"]
+        .as_sequence()
+        .expect("a list of actions")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for needed in ["s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion"] {
+        assert!(actions.contains(&needed), "{needed} not denied: {actions:?}");
+    }
+    let resources = format!("{:?}", deny["Resource"]);
+    for key in ["${ConfigKey}", "${Stem}.manifest.json", "${TemplateKey}"] {
+        assert!(resources.contains(key), "{key} not protected: {resources}");
+    }
+    let exempt = format!("{:?}", deny["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]);
+    assert!(exempt.contains("GenerateFunctionRole.Arn"), "{exempt}");
+    assert!(exempt.contains("BreakGlassRoleArn"), "{exempt}");
+    assert!(
+        !exempt.contains("ConfigureFunctionRole"),
+        "the configure function never writes the config: {exempt}"
+    );
+}
