@@ -3,11 +3,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 pub mod bench;
+pub mod cfn;
 pub mod check;
 pub mod dataplane;
 pub mod dns;
 pub mod estate;
 pub mod golden;
+pub mod iam;
 pub mod moto;
 pub mod pipeline;
 pub mod proxy;

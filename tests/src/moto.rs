@@ -25,11 +25,18 @@ impl Moto {
     /// Starts a fresh server on a free loopback port and waits until it answers. A server that
     /// exits before it listens (its port was taken in between) is started again on another.
     pub fn start() -> Moto {
+        Moto::start_with(&[])
+    }
+
+    /// [`Moto::start`] with extra environment for the server (`INITIAL_NO_AUTH_ACTION_COUNT`
+    /// turns IAM enforcement on after that many calls).
+    pub fn start_with(env: &[(&str, &str)]) -> Moto {
         let exe = crate::tool("moto_server");
         for _attempt in 0..3 {
             let port = free_port();
             let child = Command::new(&exe)
                 .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                .envs(env.iter().copied())
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())

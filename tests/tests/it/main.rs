@@ -9,6 +9,7 @@ mod dataplane;
 mod e2e;
 mod generate;
 mod golden;
+mod least_privilege;
 mod ownership;
 mod ratelimit;
 mod resolver;

@@ -173,10 +173,10 @@ fn records_of_gone_instances_expire_and_the_silence_limit_is_a_parameter() {
 #[test]
 fn only_the_generator_may_write_the_config_the_manifest_and_the_template() {
     let template = template();
-    let statements = template["Resources"]["ConfigBucketPolicy"]["Properties"]["PolicyDocument"]
-        ["Statement"]
-        .as_sequence()
-        .expect("the config bucket has a policy");
+    let statements =
+        template["Resources"]["ConfigBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+            .as_sequence()
+            .expect("the config bucket has a policy");
     let deny = statements
         .iter()
         .find(|s| s["Sid"].as_str() == Some("OnlyTheGeneratorWritesTheConfig"))
@@ -190,17 +190,175 @@ fn only_the_generator_may_write_the_config_the_manifest_and_the_template() {
         .filter_map(Value::as_str)
         .collect();
     for needed in ["s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion"] {
-        assert!(actions.contains(&needed), "{needed} not denied: {actions:?}");
+        assert!(
+            actions.contains(&needed),
+            "{needed} not denied: {actions:?}"
+        );
     }
     let resources = format!("{:?}", deny["Resource"]);
     for key in ["${ConfigKey}", "${Stem}.manifest.json", "${TemplateKey}"] {
         assert!(resources.contains(key), "{key} not protected: {resources}");
     }
-    let exempt = format!("{:?}", deny["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]);
+    let exempt = format!(
+        "{:?}",
+        deny["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]
+    );
     assert!(exempt.contains("GenerateFunctionRole.Arn"), "{exempt}");
     assert!(exempt.contains("BreakGlassRoleArn"), "{exempt}");
     assert!(
         !exempt.contains("ConfigureFunctionRole"),
         "the configure function never writes the config: {exempt}"
     );
+}
+
+/// A statement as `(actions, resources)`, each sorted: what IAM grants, whatever the spelling.
+fn grant(statement: &serde_json::Value) -> (Vec<String>, Vec<String>) {
+    let list = |value: &serde_json::Value| -> Vec<String> {
+        let mut items: Vec<String> = match value {
+            serde_json::Value::Array(items) => items
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect(),
+            serde_json::Value::String(item) => vec![item.clone()],
+            _ => Vec::new(),
+        };
+        items.sort();
+        items
+    };
+    (list(&statement["Action"]), list(&statement["Resource"]))
+}
+
+fn by_sid<'a>(statements: &'a [serde_json::Value], sid: &str) -> &'a serde_json::Value {
+    statements
+        .iter()
+        .find(|s| s["Sid"].as_str() == Some(sid))
+        .unwrap_or_else(|| panic!("no statement {sid}: {statements:#?}"))
+}
+
+/// What the IAM-enforcing test (least_privilege) cannot check, checked here on the template as
+/// a stack deploys it: the Route53 grants (moto denies every Route53 call under enforcement),
+/// the SSM resources and the tag condition (moto checks SSM calls against `*` and evaluates no
+/// condition), `s3:ListBucket` (moto answers 404 without it), the role assumptions and the
+/// member account's read role.
+#[test]
+fn what_moto_cannot_check_is_exactly_this() {
+    use super::least_privilege::{stack, statements_in, template as deployed};
+    let template = deployed();
+    let mut stack = stack(&template);
+    stack.conditions.insert("HasProxyVpcs".into(), true);
+    stack.conditions.insert("HasAccountRoles".into(), true);
+    let role = "arn:aws:iam::111111111111:role/autoproxy-route53-read";
+    stack
+        .refs
+        .insert("AccountRoleArns".into(), serde_json::json!([role]));
+    let generate = statements_in(&template, "GenerateFunction", &stack);
+    let configure = statements_in(&template, "ConfigureFunction", &stack);
+    let strings = |items: &[&str]| items.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    for (statements, sid, actions, resources) in [
+        (
+            &generate,
+            "ListHostedZones",
+            &["route53:ListHostedZones"][..],
+            &["*"][..],
+        ),
+        (
+            &generate,
+            "ReadHostedZones",
+            &["route53:GetHostedZone", "route53:ListResourceRecordSets"],
+            &["arn:aws:route53:::hostedzone/*"],
+        ),
+        (
+            &generate,
+            "ListZonesOfProxyVpcs",
+            &["ec2:DescribeVpcs", "route53:ListHostedZonesByVPC"],
+            &["*"],
+        ),
+        (
+            &generate,
+            "AssumeMemberAccountRoles",
+            &["sts:AssumeRole"],
+            &[role],
+        ),
+        (
+            &generate,
+            "ListConfigBucket",
+            &["s3:ListBucket"],
+            &["arn:aws:s3:::autoproxy-123456789012-0f1e2d3c"],
+        ),
+        (
+            &configure,
+            "SendApplyDocument",
+            &["ssm:SendCommand"],
+            &["arn:aws:ssm:us-east-1:123456789012:document/autoproxy-ApplyConfigDocument-0TEST"],
+        ),
+        (
+            &configure,
+            "SendToTaggedInstances",
+            &["ssm:SendCommand"],
+            &["arn:aws:ec2:us-east-1:123456789012:instance/*"],
+        ),
+    ] {
+        assert_eq!(
+            grant(by_sid(statements, sid)),
+            (strings(actions), strings(resources)),
+            "{sid}"
+        );
+    }
+    assert_eq!(
+        by_sid(&configure, "SendToTaggedInstances")["Condition"],
+        serde_json::json!({"StringEquals": {"ssm:resourceTag/Role": "peering-proxy"}})
+    );
+    assert_eq!(
+        by_sid(&configure, "ListFleetRecords")["Condition"],
+        serde_json::json!({"StringLike": {"s3:prefix": "haproxy/haproxy.fleet/*"}})
+    );
+    // Without the settings, neither optional grant exists.
+    let plain = super::least_privilege::stack(&template);
+    let sids: Vec<String> = statements_in(&template, "GenerateFunction", &plain)
+        .iter()
+        .filter_map(|s| s["Sid"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        !sids
+            .iter()
+            .any(|s| s == "ListZonesOfProxyVpcs" || s == "AssumeMemberAccountRoles")
+    );
+
+    // The member account's role: only reads Route53, only for the generator's role.
+    let text = std::fs::read_to_string(root().join("docs/member-account.yaml")).unwrap();
+    let member: Value = serde_yaml::from_str(&text).unwrap();
+    let mut member_stack = autoproxy_tests::cfn::Stack::new(
+        &member,
+        "111111111111",
+        "us-east-1",
+        "arn:aws:cloudformation:us-east-1:111111111111:stack/m/1",
+    );
+    let generator = "arn:aws:iam::123456789012:role/autoproxy-GenerateFunctionRole-X";
+    member_stack
+        .refs
+        .insert("GeneratorRoleArn".into(), serde_json::json!(generator));
+    let role = member_stack
+        .resolve(&member["Resources"]["Route53ReadRole"]["Properties"])
+        .unwrap();
+    let policies = role["Policies"].as_array().unwrap();
+    assert_eq!(policies.len(), 1, "{policies:#?}");
+    let granted: Vec<(Vec<String>, Vec<String>)> = policies[0]["PolicyDocument"]["Statement"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(grant)
+        .collect();
+    assert_eq!(
+        granted,
+        [
+            (strings(&["route53:ListHostedZones"]), strings(&["*"])),
+            (
+                strings(&["route53:GetHostedZone", "route53:ListResourceRecordSets"]),
+                strings(&["arn:aws:route53:::hostedzone/*"])
+            ),
+        ]
+    );
+    let trust = &role["AssumeRolePolicyDocument"]["Statement"];
+    assert_eq!(trust.as_array().map(Vec::len), Some(1), "{trust:#?}");
+    assert_eq!(trust[0]["Principal"], serde_json::json!({"AWS": generator}));
 }

@@ -1,0 +1,407 @@
+//! Least privilege, proven against IAM: each function runs against a moto server that enforces
+//! IAM, as a principal whose only policy is the one `template.yaml` gives that function's role
+//! (resolved as a deployed stack holds it). A full run succeeds; without any one statement that
+//! moto can check, it fails.
+//!
+//! What moto cannot check is named per statement and covered by the static tests of the
+//! template (tests/tests/it/template.rs): under enforcement moto denies every Route53 call
+//! whatever the policy, answers a missing key 404 with or without `s3:ListBucket`, and
+//! evaluates no conditions and no bucket policies.
+#![allow(clippy::print_stdout)]
+
+use std::time::Duration;
+
+use autoproxy::render::DEFAULT_TEMPLATE;
+use autoproxy::route53::AccountRoute53;
+use autoproxy::settings::{ConfigureSettings, GenerateSettings};
+use autoproxy_configure::handler::{self as configure, Reply};
+use autoproxy_generate::handler::{self as generate, Deps};
+use autoproxy_tests::cfn::Stack;
+use autoproxy_tests::estate::{Account, ZoneSpec, api_pair, versioned_bucket};
+use autoproxy_tests::iam::Enforcing;
+use autoproxy_tests::moto::{Moto, OWN_ACCOUNT, REGION};
+use autoproxy_tests::root;
+use aws_sdk_s3::error::DisplayErrorContext;
+use aws_sdk_s3::primitives::{ByteStream, DateTime, DateTimeFormat};
+use aws_sdk_ssm::types::DocumentType;
+use serde_json::{Value, json};
+
+const STACK_ID: &str = "arn:aws:cloudformation:us-east-1:123456789012:stack/autoproxy/0f1e2d3c-aaaa-bbbb-cccc-0123456789ab";
+/// The bucket the template names: `autoproxy-<account>-<first part of the stack id's uuid>`.
+const BUCKET: &str = "autoproxy-123456789012-0f1e2d3c";
+const KEY: &str = "haproxy/haproxy.cfg";
+const TEMPLATE_KEY: &str = "haproxy/custom.cfg.j2";
+const DOCUMENT: &str = "autoproxy-ApplyConfigDocument-0TEST";
+const PROXY: &str = "peering-proxy.tools.example.com";
+const AT: &str = "2026-11-23T03:14:02Z";
+
+/// What a statement's removal shows.
+enum Check {
+    /// The run fails without it.
+    Needed,
+    /// moto cannot show it; the reason, and the static test that covers it.
+    Static(&'static str),
+    /// moto checks only the action (it authorises every non-S3 call against the resource
+    /// `*`): the statement is kept with `Resource: "*"`, and its resources are checked
+    /// statically.
+    ActionOnly(&'static str),
+}
+
+const ROUTE53: &str = "moto denies every Route53 call under IAM enforcement; the statement is \
+                       checked statically (template::what_moto_cannot_check_is_exactly_this)";
+
+const SSM_RESOURCES: &str = "moto authorises SSM calls against the resource * and evaluates no \
+                             ssm:resourceTag condition: both ssm:SendCommand statements are kept \
+                             with Resource * (removing one alone leaves the other), and their \
+                             document and instance resources are checked statically";
+
+/// Every statement the generator's role has in this deployment, by Sid.
+const GENERATE: &[(&str, Check)] = &[
+    ("ListHostedZones", Check::Static(ROUTE53)),
+    ("ReadHostedZones", Check::Static(ROUTE53)),
+    (
+        "ListConfigBucket",
+        Check::Static(
+            "moto answers GetObject of a missing key 404 with or without s3:ListBucket (AWS \
+             answers 403 without it)",
+        ),
+    ),
+    ("ReadWriteConfigAndManifest", Check::Needed),
+    ("ReadTemplate", Check::Needed),
+];
+
+const CONFIGURE: &[(&str, Check)] = &[
+    ("SendApplyDocument", Check::ActionOnly(SSM_RESOURCES)),
+    ("FollowCommands", Check::Needed),
+    ("ReadConfigMetadata", Check::Needed),
+    ("ListFleetRecords", Check::Needed),
+    ("ReadFleetRecords", Check::Needed),
+    ("WriteFleetReport", Check::Needed),
+    // The standalone policy attached to the role, listed after the inline ones.
+    ("SendToTaggedInstances", Check::ActionOnly(SSM_RESOURCES)),
+];
+
+pub(super) fn template() -> serde_yaml::Value {
+    let text = std::fs::read_to_string(root().join("template.yaml")).unwrap();
+    serde_yaml::from_str(&text).unwrap()
+}
+
+/// The stack as deployed here: a custom template, no member roles, no proxy VPCs.
+pub(super) fn stack(template: &serde_yaml::Value) -> Stack {
+    let mut stack = Stack::new(template, OWN_ACCOUNT, REGION, STACK_ID);
+    stack.refs.insert("TemplateKey".into(), json!(TEMPLATE_KEY));
+    stack
+        .refs
+        .insert("ApplyConfigDocument".into(), json!(DOCUMENT));
+    stack.refs.insert("ConfigBucket".into(), json!(BUCKET));
+    stack
+        .attributes
+        .insert("ConfigBucket.Arn".into(), format!("arn:aws:s3:::{BUCKET}"));
+    for (condition, holds) in [
+        ("HasTemplateKey", true),
+        ("HasAccountRoles", false),
+        ("HasProxyVpcs", false),
+        ("HasBreakGlassRole", false),
+        ("HasAlarmTopic", false),
+        ("HasMemberAccounts", false),
+    ] {
+        stack.conditions.insert(condition.into(), holds);
+    }
+    stack
+}
+
+/// The statements template.yaml gives a function's role: its inline `Policies`, plus the
+/// standalone policies attached to that role.
+fn statements(template: &serde_yaml::Value, function: &str) -> Vec<Value> {
+    statements_in(template, function, &stack(template))
+}
+
+/// [`statements`] as `stack` deploys them.
+pub(super) fn statements_in(
+    template: &serde_yaml::Value,
+    function: &str,
+    stack: &Stack,
+) -> Vec<Value> {
+    let mut statements = Vec::new();
+    let policies = &template["Resources"][function]["Properties"]["Policies"];
+    for policy in policies.as_sequence().into_iter().flatten() {
+        let resolved = stack.resolve(policy).unwrap();
+        statements.extend(
+            resolved["Statement"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default(),
+        );
+    }
+    let role = format!("{function}Role");
+    for (_, resource) in template["Resources"].as_mapping().unwrap() {
+        let attached = format!("{:?}", resource["Properties"]["Roles"]);
+        if resource["Type"].as_str() == Some("AWS::IAM::Policy") && attached.contains(&role) {
+            let document = stack
+                .resolve(&resource["Properties"]["PolicyDocument"])
+                .unwrap();
+            let document: Value = match document {
+                Value::String(text) => serde_json::from_str(&text).unwrap(),
+                other => other,
+            };
+            statements.extend(
+                document["Statement"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default(),
+            );
+        }
+    }
+    statements
+}
+
+fn sid(statement: &Value) -> &str {
+    statement["Sid"].as_str().unwrap_or("(no Sid)")
+}
+
+/// Every statement is classified, and every classification names a statement.
+fn classified<'a>(
+    statements: &'a [Value],
+    checks: &'a [(&str, Check)],
+) -> Vec<(&'a Value, &'a Check)> {
+    let sids: Vec<&str> = statements.iter().map(sid).collect();
+    let known: Vec<&str> = checks.iter().map(|(sid, _)| *sid).collect();
+    assert_eq!(
+        sids, known,
+        "template statements vs the ones this test knows"
+    );
+    statements
+        .iter()
+        .zip(checks)
+        .map(|(statement, (_, check))| (statement, check))
+        .collect()
+}
+
+/// Each statement moto can check: with all of them the run works, without it the run fails.
+async fn prove<F, Fut>(iam: &Enforcing, checks: Vec<(&Value, &Check)>, run: F) -> Vec<String>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let all: Vec<Value> = checks
+        .iter()
+        .map(|(statement, check)| {
+            let mut statement = (*statement).clone();
+            if matches!(check, Check::ActionOnly(_)) {
+                statement["Resource"] = json!("*");
+            }
+            statement
+        })
+        .collect();
+    iam.allow_only(&all).unwrap();
+    run()
+        .await
+        .unwrap_or_else(|err| panic!("with every statement: {err}"));
+    let mut proven = Vec::new();
+    for (index, (statement, check)) in checks.iter().enumerate() {
+        let name = sid(statement);
+        match check {
+            Check::Static(reason) | Check::ActionOnly(reason) => {
+                println!("{name}: not checkable here ({reason})");
+            }
+            Check::Needed => {
+                let without: Vec<Value> = all
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i != index)
+                    .map(|(_, s)| s.clone())
+                    .collect();
+                iam.allow_only(&without).unwrap();
+                let outcome = run().await;
+                assert!(outcome.is_err(), "the run still works without {name}");
+                let err = outcome.unwrap_err();
+                let first: String = err.chars().take(160).collect();
+                println!("{name}: needed (without it: {first}…)");
+                proven.push(name.to_owned());
+            }
+        }
+    }
+    iam.allow_only(&all).unwrap();
+    proven
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_function_works_with_exactly_its_template_policy() {
+    let template = template();
+    let iam = Enforcing::start().unwrap();
+    let admin = iam.sdk_config(&iam.admin).await;
+    let principal = iam.sdk_config(&iam.principal).await;
+    versioned_bucket(&admin, BUCKET).await.unwrap();
+    let admin_s3 = aws_sdk_s3::Client::new(&admin);
+    admin_s3
+        .put_object()
+        .bucket(BUCKET)
+        .key(TEMPLATE_KEY)
+        .body(ByteStream::from_static(DEFAULT_TEMPLATE.as_bytes()))
+        .send()
+        .await
+        .unwrap();
+
+    // The generator. Route53 lives in a second moto without enforcement.
+    let route53 = Moto::start();
+    let route53_sdk = route53.sdk_config().await;
+    let zone = "lp.example.internal";
+    Account::own(&route53_sdk)
+        .seed_zone(ZoneSpec::private(zone, api_pair(zone, PROXY)))
+        .await
+        .unwrap();
+    let settings = GenerateSettings::from_lookup(|name| {
+        match name {
+            "CONFIG_BUCKET" => Some(BUCKET),
+            "CONFIG_KEY" => Some(KEY),
+            "PEERING_PROXY_HOSTNAME" => Some(PROXY),
+            "TEMPLATE_KEY" => Some(TEMPLATE_KEY),
+            "ROUTE53_REQUESTS_PER_SECOND" => Some("1000"),
+            _ => None,
+        }
+        .map(str::to_owned)
+    })
+    .unwrap();
+    let accounts = vec![AccountRoute53::new(
+        OWN_ACCOUNT,
+        &aws_sdk_route53::Config::new(&route53_sdk),
+        1000.0,
+    )];
+    let deps = Deps::with_accounts(settings, &principal, accounts).unwrap();
+    let generate_statements = statements(&template, "GenerateFunction");
+    let checks = classified(&generate_statements, GENERATE);
+    let proven = prove(&iam, checks, || async {
+        generate::handle(&deps, &json!({}), AT)
+            .await
+            .map(drop)
+            .map_err(|err| err.to_string())
+    })
+    .await;
+    assert_eq!(proven, ["ReadWriteConfigAndManifest", "ReadTemplate"]);
+
+    // The configure function: a rollout to the tagged instances and the fleet report.
+    aws_sdk_ssm::Client::new(&admin)
+        .create_document()
+        .name(DOCUMENT)
+        .document_type(DocumentType::Command)
+        .content(
+            json!({"schemaVersion": "2.2", "description": "test",
+                "parameters": {"ConfigBucket": {"type": "String"}, "ConfigKey": {"type": "String"},
+                               "ConfigVersion": {"type": "String", "default": ""}},
+                "mainSteps": [{"action": "aws:runShellScript", "name": "apply",
+                               "inputs": {"runCommand": ["true"]}}]})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    iam.admin_cli(&[
+        "ec2",
+        "run-instances",
+        "--image-id",
+        "ami-03cf127a",
+        "--count",
+        "1",
+        "--tag-specifications",
+        "ResourceType=instance,Tags=[{Key=Role,Value=peering-proxy}]",
+    ])
+    .unwrap();
+    let now = DateTime::from(std::time::SystemTime::now())
+        .fmt(DateTimeFormat::DateTime)
+        .unwrap();
+    let record = json!({"instance_id": "i-0lp", "generation": 1, "sha256": "",
+        "result": "applied", "reason": "", "version_id": "v1", "at": now});
+    admin_s3
+        .put_object()
+        .bucket(BUCKET)
+        .key("haproxy/haproxy.fleet/i-0lp.json")
+        .body(ByteStream::from(record.to_string().into_bytes()))
+        .send()
+        .await
+        .unwrap();
+    let settings = ConfigureSettings::from_lookup(|name| {
+        match name {
+            "APPLY_DOCUMENT" => Some(DOCUMENT),
+            "CONFIG_BUCKET" => Some(BUCKET),
+            _ => None,
+        }
+        .map(str::to_owned)
+    })
+    .unwrap();
+    let deps = configure::Deps {
+        settings,
+        s3: aws_sdk_s3::Client::new(&principal),
+        ssm: aws_sdk_ssm::Client::new(&principal),
+        poll_every: Duration::from_millis(50),
+    };
+    // What the generator published, put again as new versions below.
+    let published = admin_s3
+        .get_object()
+        .bucket(BUCKET)
+        .key(KEY)
+        .send()
+        .await
+        .unwrap();
+    let body = published
+        .body
+        .collect()
+        .await
+        .unwrap()
+        .into_bytes()
+        .to_vec();
+    let published = admin_s3
+        .head_object()
+        .bucket(BUCKET)
+        .key(KEY)
+        .send()
+        .await
+        .unwrap();
+    let configure_statements = statements(&template, "ConfigureFunction");
+    let checks = classified(&configure_statements, CONFIGURE);
+    let proven = prove(&iam, checks, || async {
+        // A new version each time, so a command must be sent (not one already under way).
+        let version = admin_s3
+            .put_object()
+            .bucket(BUCKET)
+            .key(KEY)
+            .set_metadata(published.metadata().cloned())
+            .body(ByteStream::from(body.clone()))
+            .send()
+            .await
+            .map_err(|err| format!("seeding a version: {}", DisplayErrorContext(err)))?
+            .version_id()
+            .unwrap_or_default()
+            .to_owned();
+        let event = json!({"Records": [{
+            "eventVersion": "2.1", "eventSource": "aws:s3", "awsRegion": REGION,
+            "eventTime": "2026-11-23T03:14:03.000Z", "eventName": "ObjectCreated:Put",
+            "userIdentity": {"principalId": "AWS:AROAEXAMPLE"},
+            "requestParameters": {"sourceIPAddress": "10.0.0.1"}, "responseElements": {},
+            "s3": {"s3SchemaVersion": "1.0", "configurationId": "autoproxy",
+                   "bucket": {"name": BUCKET, "arn": format!("arn:aws:s3:::{BUCKET}")},
+                   "object": {"key": KEY, "size": body.len(), "versionId": version,
+                              "sequencer": "0A"}}}]});
+        let soon = tokio::time::Instant::now() + Duration::from_secs(10);
+        match configure::handle(&deps, &event, soon).await {
+            Ok(Reply::Rollout(outcome)) if outcome.dispatched.iter().all(|r| r.sent) => {}
+            other => return Err(format!("rollout: {other:?}")),
+        }
+        match configure::handle(&deps, &json!({"fleet": true}), soon).await {
+            Ok(Reply::Fleet(report)) if report.warnings.is_empty() && report.instances == 1 => {
+                Ok(())
+            }
+            other => Err(format!("fleet report: {other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(
+        proven,
+        [
+            "FollowCommands",
+            "ReadConfigMetadata",
+            "ListFleetRecords",
+            "ReadFleetRecords",
+            "WriteFleetReport"
+        ]
+    );
+}
