@@ -18,15 +18,26 @@ pub enum Decision {
     Blocked(String),
 }
 
+/// The mass-deletion guard: how far the rule count may fall, and whether this run overrides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Guard {
+    pub max_drop_percent: u8,
+    /// `{"force": true}`: publish whatever the drop.
+    pub force: bool,
+}
+
 /// Decides from the current config (if any), the sha256 of the candidate's body rendered
 /// with the *current* generation (so an equal body means nothing changed), and the guard.
 pub fn decide(
     current: Option<Current<'_>>,
     candidate_sha256: &str,
     rules: usize,
-    max_drop_percent: u8,
-    force: bool,
+    guard: Guard,
 ) -> Decision {
+    let Guard {
+        max_drop_percent,
+        force,
+    } = guard;
     let Some(current) = current else {
         return Decision::Publish;
     };
@@ -71,7 +82,11 @@ mod tests {
 
     fn check(current: Option<(&str, usize)>, sha: &str, rules: usize, force: bool) -> String {
         let current = current.map(|(sha256, rules)| Current { sha256, rules });
-        match decide(current, sha, rules, 50, force) {
+        let guard = Guard {
+            max_drop_percent: 50,
+            force,
+        };
+        match decide(current, sha, rules, guard) {
             Decision::Unchanged => "unchanged".into(),
             Decision::Publish => "publish".into(),
             Decision::Blocked(_) => "blocked".into(),
@@ -120,8 +135,10 @@ mod tests {
             }),
             "b",
             2,
-            50,
-            false,
+            Guard {
+                max_drop_percent: 50,
+                force: false,
+            },
         ) else {
             panic!("expected blocked");
         };

@@ -4,14 +4,15 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use autoproxy::discovery::{self, Matching, Scope, SweepError};
+use autoproxy::discovery::{self, Matching, SweepError};
+use autoproxy::manifest::Manifest;
 use autoproxy::metrics::Metrics;
+use autoproxy::model::Route;
 use autoproxy::model::ZoneKey;
-use autoproxy::ownership::{self, Mode};
-use autoproxy::publish::{self, Current, Decision};
-use autoproxy::render::{DEFAULT_TEMPLATE, RenderError, RenderInput, Rendered, Renderer};
+use autoproxy::publish::Decision;
+use autoproxy::render::{DEFAULT_TEMPLATE, RenderError, RenderInput, Renderer};
 use autoproxy::route53::AccountRoute53;
-use autoproxy::rules::{DEFAULT_RULES, resolve};
+use autoproxy::rules::DEFAULT_RULES;
 use autoproxy::s3::{ConfigStore, CurrentConfig, StoreError};
 use autoproxy::settings::{GenerateSettings, ProxyVpc};
 use aws_config::SdkConfig;
@@ -21,7 +22,8 @@ use serde::Serialize;
 use serde_json::Value;
 use tracing::{info, warn};
 
-use crate::trigger::{self, Trigger, TriggerError};
+use crate::plan::{self, Plan, Write};
+use crate::trigger::{self, TriggerError};
 
 /// Everything a run needs, built once per cold start.
 #[derive(Debug)]
@@ -184,7 +186,8 @@ pub async fn handle(
     handle_until(deps, payload, generated_at, None).await
 }
 
-/// One run whose full sweep starts no zone read after `deadline`.
+/// One run whose full sweep starts no zone read after `deadline`: the reads, the [`plan`],
+/// then the writes it decided.
 pub async fn handle_until(
     deps: &Deps,
     payload: &Value,
@@ -193,28 +196,17 @@ pub async fn handle_until(
 ) -> Result<Summary, GenerateError> {
     let started = Instant::now();
     let trigger = trigger::parse(payload)?;
-    let now = unix_seconds(generated_at)?;
-    let calls_before: u64 = deps.accounts.iter().map(AccountRoute53::calls).sum();
-    let retries_before: u64 = deps.accounts.iter().map(AccountRoute53::retries).sum();
+    let now_unix = unix_seconds(generated_at)?;
+    let calls_before = Route53Calls::now(deps);
     info!(trigger = %trigger.label(), "run started");
 
-    let current = deps.store.current_config().await?;
-    let previous = match deps.store.manifest().await {
-        Ok(manifest) => manifest,
-        Err(err) => {
-            warn!(error = %err, "manifest unreadable: this run is a full sweep");
-            None
-        }
-    };
-    let scope = match (&trigger, &previous) {
-        (Trigger::Route53 { zone, .. }, Some(_)) => Scope::Zones(vec![zone.clone()]),
-        _ => Scope::Full,
-    };
+    let (current, previous) = read_state(deps).await?;
     let matching = Matching {
         rules: DEFAULT_RULES,
         proxies: &deps.settings.proxy_hostnames,
         ignore: &deps.settings.ignore_zones,
     };
+    let scope = plan::scope(&trigger, previous.as_ref());
     let swept = discovery::sweep(
         &deps.accounts,
         previous.as_ref(),
@@ -223,205 +215,174 @@ pub async fn handle_until(
         deadline,
     )
     .await?;
-    let mut warnings = swept.failures.clone();
-    warnings.extend(swept.warnings.iter().cloned());
-    let pending = swept.manifest.pending.len();
-    // Zones listed but never read yet (a first sweep that ran out of time, or new zones
-    // behind it) have no routes to keep: publishing would silently drop them. Save the
-    // progress and publish nothing until each has been read once.
-    let never_read = swept
-        .manifest
-        .pending
-        .iter()
-        .filter(|key| !swept.manifest.zones.contains_key(*key))
-        .count();
-    let hold = never_read > 0;
-    if pending > 0 {
-        warnings.push(format!(
-            "sweep unfinished: {pending} zone(s) not read before the time budget ran out; {}",
-            if hold {
-                format!(
-                    "{never_read} of them were never read, so progress is saved in the manifest \
-                     and nothing is published until the next run reads them (they go first)"
-                )
-            } else {
-                "they keep their last known routes and are read first by the next run".to_owned()
-            }
-        ));
-    }
-
-    let mut swept = swept;
+    let zones_scanned = swept.zones_scanned;
     let associated = match deps.settings.proxy_vpcs.as_slice() {
         [] => None,
         vpcs => Some(vpc_zones(deps, vpcs).await?),
     };
-    let mode = associated.as_ref().map_or(Mode::FirstHolder, Mode::Vpc);
-    let remembered = previous
-        .as_ref()
-        .map(|m| m.holders.clone())
-        .unwrap_or_default();
-    let owned = ownership::owned_routes(&swept.manifest.zones, &remembered, mode);
-    swept.manifest.holders = owned.holders;
-    for refusal in &owned.refusals {
+    let custom = custom_renderer(deps).await?;
+    let renderer = custom.as_ref().unwrap_or(&deps.default_renderer);
+    let label = trigger.label();
+    let render = |routes: &[Route], generation: u64| {
+        renderer.render(&RenderInput {
+            routes,
+            resolvers: &deps.settings.dns_resolvers,
+            options: &deps.settings.render_options,
+            generation,
+            generated_at,
+            trigger: &label,
+        })
+    };
+    let location = format!("s3://{}/{}", deps.store.bucket, deps.store.config_key);
+    let inputs = plan::Inputs {
+        trigger: &trigger,
+        current: current.as_ref(),
+        previous: previous.as_ref(),
+        swept,
+        associated: associated.as_ref(),
+        now_unix,
+        max_rule_drop_percent: deps.settings.max_rule_drop_percent,
+        config_location: &location,
+    };
+    let plan = plan::plan(inputs, &render).map_err(GenerateError::Render)?;
+    for refusal in &plan.refusals {
         warn!(%refusal, "route refused: zone name held by another zone");
     }
-    warnings.extend(owned.refusals.iter().map(ToString::to_string));
-    let (routes, conflicts) = resolve(owned.candidates);
-    warnings.extend(conflicts.iter().map(ToString::to_string));
+    let version_id = write(deps, &plan, current.as_ref()).await?;
+    let published = plan.write == Write::Publish;
+    report_run(&plan, zones_scanned, &calls_before.since(deps), started);
+    Ok(Summary {
+        config: trigger.dry_run().then(|| plan.rendered.text.clone()),
+        trigger: label,
+        zones_scanned,
+        rules: plan.routes,
+        changed: plan.changed,
+        published,
+        sha256: plan.rendered.header.sha256,
+        version_id,
+        diff: plan.diff,
+        warnings: plan.warnings,
+    })
+}
 
-    let custom;
-    let renderer = match &deps.settings.template_key {
-        Some(key) => {
-            custom =
-                Renderer::new(&deps.store.template(key).await?).map_err(GenerateError::Render)?;
-            &custom
+/// The config and the manifest as S3 holds them. A manifest that cannot be read (or fails its
+/// checks) is no reason to stop: the run becomes a full sweep.
+async fn read_state(
+    deps: &Deps,
+) -> Result<(Option<CurrentConfig>, Option<Manifest>), GenerateError> {
+    let current = deps.store.current_config().await?;
+    let previous = match deps.store.manifest().await {
+        Ok(manifest) => manifest,
+        Err(err) => {
+            warn!(error = %err, "manifest unreadable: this run is a full sweep");
+            None
         }
-        None => &deps.default_renderer,
     };
-    let render = |generation: u64| -> Result<Rendered, GenerateError> {
-        renderer
-            .render(&RenderInput {
-                routes: &routes,
-                resolvers: &deps.settings.dns_resolvers,
-                options: &deps.settings.render_options,
-                generation,
-                generated_at,
-                trigger: &trigger.label(),
-            })
-            .map_err(GenerateError::Render)
-    };
-    let current_generation = current.as_ref().map_or(0, CurrentConfig::generation);
-    // Never number below what was last published: someone may have copied an old version
-    // over the current object, and the fleet skips generations it has already passed. The
-    // manifest remembers the highest, and is never written with less.
-    let recorded = current_generation.max(previous.as_ref().map_or(0, |m| m.generation));
-    let next_generation = publish::next_generation(recorded, now);
-    // Rendered with the current generation, an unchanged state gives the current body.
-    let same_generation = render(current_generation)?;
-    let decision = publish::decide(
-        current.as_ref().and_then(|c| {
-            c.header.as_ref().map(|h| Current {
-                sha256: &h.sha256,
-                rules: h.rules,
-            })
-        }),
-        &same_generation.header.sha256,
-        routes.len(),
-        deps.settings.max_rule_drop_percent,
-        trigger.force(),
-    );
-    let decision = if hold && decision != Decision::Unchanged {
-        Decision::Blocked("zones never read yet: nothing published until they are".to_owned())
-    } else {
-        decision
-    };
-    let changed = decision != Decision::Unchanged;
-    let rendered = if changed {
-        render(next_generation)?
-    } else {
-        same_generation
-    };
-    let diff = match &current {
-        Some(current) if changed => autoproxy::diff::unified(
-            &current.text,
-            &rendered.text,
-            &format!("s3://{}/{}", deps.store.bucket, deps.store.config_key),
-            "rendered",
-        ),
-        None => autoproxy::diff::unified("", &rendered.text, "/dev/null", "rendered"),
-        _ => String::new(),
-    };
+    Ok((current, previous))
+}
 
-    let mut manifest = swept.manifest;
-    let mut version_id = current.as_ref().and_then(|c| c.version_id.clone());
-    let mut published = false;
-    match (&decision, trigger.dry_run()) {
-        (_, true) => info!(changed, "dry run: nothing written"),
-        (Decision::Blocked(_), false) if hold => {
-            manifest.generation = recorded;
-            deps.store.put_manifest(&manifest).await?;
-            warn!(
-                pending,
-                "zones never read yet: progress saved, config not written"
-            );
-        }
-        (Decision::Blocked(reason), false) => {
-            warn!(reason = %reason, "mass-deletion guard: nothing written");
-            warnings.push(reason.clone());
-        }
-        (Decision::Unchanged, false) => {
-            if previous.as_ref().is_none_or(|p| !p.same_content(&manifest)) {
-                manifest.generation = recorded;
-                deps.store.put_manifest(&manifest).await?;
-                info!("config unchanged; manifest updated");
+/// The template at `TEMPLATE_KEY`, compiled; `None` for the embedded one.
+async fn custom_renderer(deps: &Deps) -> Result<Option<Renderer>, GenerateError> {
+    let Some(key) = &deps.settings.template_key else {
+        return Ok(None);
+    };
+    let text = deps.store.template(key).await?;
+    Renderer::new(&text)
+        .map(Some)
+        .map_err(GenerateError::Render)
+}
+
+/// Writes what the plan decided: the manifest first, so that if the config write fails the
+/// next run still sees a difference and publishes (the other order could lose the manifest).
+/// Returns the config's version id, the new one when published.
+async fn write(
+    deps: &Deps,
+    plan: &Plan,
+    current: Option<&CurrentConfig>,
+) -> Result<Option<String>, GenerateError> {
+    let current_version = current.and_then(|c| c.version_id.clone());
+    match &plan.write {
+        Write::Nothing(why) => {
+            if let Decision::Blocked(reason) = &plan.decision {
+                warn!(reason = %reason, "{why}");
             } else {
-                info!("config unchanged: nothing written");
+                info!(changed = plan.changed, "{why}");
             }
+            Ok(current_version)
         }
-        (Decision::Publish, false) => {
-            // Manifest first: if the config write fails, the next run still sees a
-            // difference and publishes; the other order could lose the manifest.
-            manifest.generation = rendered.header.generation;
-            deps.store.put_manifest(&manifest).await?;
-            version_id = deps
+        Write::Manifest(why) => {
+            deps.store.put_manifest(&plan.manifest).await?;
+            info!(pending = plan.manifest.pending.len(), "{why}");
+            Ok(current_version)
+        }
+        Write::Publish => {
+            deps.store.put_manifest(&plan.manifest).await?;
+            let version_id = deps
                 .store
-                .put_config(&rendered.text, &rendered.header, current.as_ref())
+                .put_config(&plan.rendered.text, &plan.rendered.header, current)
                 .await?;
-            published = true;
             info!(
-                generation = rendered.header.generation,
-                rules = routes.len(),
-                sha256 = %rendered.header.sha256,
+                generation = plan.rendered.header.generation,
+                rules = plan.routes,
+                sha256 = %plan.rendered.header.sha256,
                 version_id = version_id.as_deref().unwrap_or(""),
                 "published"
             );
+            Ok(version_id)
+        }
+    }
+}
+
+/// Route53 calls so far, summed over the accounts: the difference across a run is its cost.
+struct Route53Calls {
+    calls: u64,
+    retries: u64,
+}
+
+impl Route53Calls {
+    fn now(deps: &Deps) -> Self {
+        Route53Calls {
+            calls: deps.accounts.iter().map(AccountRoute53::calls).sum(),
+            retries: deps.accounts.iter().map(AccountRoute53::retries).sum(),
         }
     }
 
-    let calls: u64 = deps.accounts.iter().map(AccountRoute53::calls).sum::<u64>() - calls_before;
-    let retries: u64 = deps
-        .accounts
-        .iter()
-        .map(AccountRoute53::retries)
-        .sum::<u64>()
-        - retries_before;
-    let elapsed = started.elapsed().as_millis();
+    fn since(&self, deps: &Deps) -> Self {
+        let now = Route53Calls::now(deps);
+        Route53Calls {
+            calls: now.calls.saturating_sub(self.calls),
+            retries: now.retries.saturating_sub(self.retries),
+        }
+    }
+}
+
+/// The run's metrics (EMF) and its last log line.
+fn report_run(plan: &Plan, zones_scanned: usize, calls: &Route53Calls, started: Instant) {
+    let elapsed_ms = started.elapsed().as_millis();
+    let published = plan.write == Write::Publish;
+    info!(
+        zones_scanned,
+        routes = plan.routes,
+        route53_calls = calls.calls,
+        changed = plan.changed,
+        published,
+        duration_ms = u64::try_from(elapsed_ms).unwrap_or(u64::MAX),
+        "run finished"
+    );
     Metrics::new("generate")
-        .count("ZonesScanned", swept.zones_scanned as u64)
-        .count("Routes", routes.len() as u64)
-        .count("OwnershipRefused", owned.refusals.len() as u64)
-        .count("Route53Calls", calls)
-        .count("Throttles", retries)
-        .count("Changed", u64::from(changed))
+        .count("ZonesScanned", zones_scanned as u64)
+        .count("Routes", plan.routes as u64)
+        .count("OwnershipRefused", plan.refusals.len() as u64)
+        .count("Route53Calls", calls.calls)
+        .count("Throttles", calls.retries)
+        .count("Changed", u64::from(plan.changed))
         .count("Published", u64::from(published))
         .count(
             "GuardBlocked",
-            u64::from(matches!(decision, Decision::Blocked(_))),
+            u64::from(matches!(plan.decision, Decision::Blocked(_))),
         )
-        .milliseconds("DurationMs", elapsed)
+        .milliseconds("DurationMs", elapsed_ms)
         .emit();
-    info!(
-        trigger = %trigger.label(),
-        zones_scanned = swept.zones_scanned,
-        routes = routes.len(),
-        route53_calls = calls,
-        changed,
-        published,
-        duration_ms = u64::try_from(elapsed).unwrap_or(u64::MAX),
-        "run finished"
-    );
-    Ok(Summary {
-        trigger: trigger.label(),
-        zones_scanned: swept.zones_scanned,
-        rules: routes.len(),
-        changed,
-        published,
-        sha256: rendered.header.sha256.clone(),
-        version_id,
-        diff,
-        warnings,
-        config: trigger.dry_run().then(|| rendered.text.clone()),
-    })
 }
 
 /// Every zone associated with one of the proxy VPCs, as listed by the VPCs' owner (this

@@ -1,0 +1,476 @@
+//! The run as a plan: every decision of the generator, without I/O. From what a run read (the
+//! trigger, the config and manifest in S3, the sweep, the zones of the proxy VPCs) to what it
+//! writes and what it reports. The handler reads, calls [`plan`], then writes what it says.
+
+use std::collections::BTreeSet;
+
+use autoproxy::discovery::{Scope, Swept};
+use autoproxy::manifest::Manifest;
+use autoproxy::model::{Route, ZoneKey};
+use autoproxy::ownership::{self, Mode, Refusal};
+use autoproxy::publish::{self, Current, Decision, Guard};
+use autoproxy::render::{RenderError, Rendered};
+use autoproxy::rules::resolve;
+use autoproxy::s3::CurrentConfig;
+
+use crate::trigger::Trigger;
+
+/// An event names one zone: with a manifest to merge into, only that zone is read again.
+pub fn scope(trigger: &Trigger, previous: Option<&Manifest>) -> Scope {
+    match (trigger, previous) {
+        (Trigger::Route53 { zone, .. }, Some(_)) => Scope::Zones(vec![zone.clone()]),
+        _ => Scope::Full,
+    }
+}
+
+/// What a run read.
+#[derive(Debug)]
+pub struct Inputs<'a> {
+    pub trigger: &'a Trigger,
+    pub current: Option<&'a CurrentConfig>,
+    pub previous: Option<&'a Manifest>,
+    pub swept: Swept,
+    /// The zones of the proxy VPCs when `PROXY_VPCS` is set; `None` for first-holder mode.
+    pub associated: Option<&'a BTreeSet<ZoneKey>>,
+    /// The run's time (the floor of the next generation).
+    pub now_unix: u64,
+    pub max_rule_drop_percent: u8,
+    /// Where the current config lives, for the diff's header.
+    pub config_location: &'a str,
+}
+
+/// What to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Write {
+    /// Nothing, and why.
+    Nothing(&'static str),
+    /// Only the manifest, and why.
+    Manifest(&'static str),
+    /// The manifest, then the config.
+    Publish,
+}
+
+/// What the run does and reports.
+#[derive(Debug)]
+pub struct Plan {
+    pub write: Write,
+    /// The manifest to write, its generation set.
+    pub manifest: Manifest,
+    /// The config: the one to publish, or the current one re-rendered when nothing changed.
+    pub rendered: Rendered,
+    pub routes: usize,
+    pub changed: bool,
+    pub decision: Decision,
+    pub refusals: Vec<Refusal>,
+    pub warnings: Vec<String>,
+    pub diff: String,
+}
+
+/// Renders the routes with a generation (the template, the settings and the time are the
+/// caller's).
+pub type Render<'a> = dyn Fn(&[Route], u64) -> Result<Rendered, RenderError> + 'a;
+
+/// Decides what the run writes: the routes each zone may give, the generation, whether the
+/// config changed, the mass-deletion guard, and the hold of an unfinished first sweep.
+pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError> {
+    let Inputs {
+        trigger,
+        current,
+        previous,
+        swept,
+        associated,
+        now_unix,
+        max_rule_drop_percent,
+        config_location,
+    } = inputs;
+    let mut warnings = swept.failures.clone();
+    warnings.extend(swept.warnings.iter().cloned());
+    let (hold, unfinished) = unfinished(&swept.manifest);
+    warnings.extend(unfinished);
+
+    let mut manifest = swept.manifest;
+    let remembered = previous.map(|m| m.holders.clone()).unwrap_or_default();
+    let mode = associated.map_or(Mode::FirstHolder, Mode::Vpc);
+    let owned = ownership::owned_routes(&manifest.zones, &remembered, mode);
+    manifest.holders = owned.holders;
+    warnings.extend(owned.refusals.iter().map(ToString::to_string));
+    let (routes, conflicts) = resolve(owned.candidates);
+    warnings.extend(conflicts.iter().map(ToString::to_string));
+
+    let current_generation = current.map_or(0, CurrentConfig::generation);
+    // Never number below what was last published: someone may have copied an old version
+    // over the current object, and the fleet skips generations it has already passed. The
+    // manifest remembers the highest, and is never written with less.
+    let recorded = current_generation.max(previous.map_or(0, |m| m.generation));
+    // Rendered with the current generation, an unchanged state gives the current body.
+    let same_generation = render(&routes, current_generation)?;
+    let guard = Guard {
+        max_drop_percent: max_rule_drop_percent,
+        force: trigger.force(),
+    };
+    let current_header = current.and_then(|c| c.header.as_ref()).map(|h| Current {
+        sha256: &h.sha256,
+        rules: h.rules,
+    });
+    let mut decision = publish::decide(
+        current_header,
+        &same_generation.header.sha256,
+        routes.len(),
+        guard,
+    );
+    if hold && decision != Decision::Unchanged {
+        decision =
+            Decision::Blocked("zones never read yet: nothing published until they are".into());
+    }
+    let changed = decision != Decision::Unchanged;
+    let rendered = if changed {
+        render(&routes, publish::next_generation(recorded, now_unix))?
+    } else {
+        same_generation
+    };
+    let diff = diff(current, &rendered, changed, config_location);
+    let manifest_changed = previous.is_none_or(|p| !p.same_content(&manifest));
+    let write = choose_write(&decision, hold, trigger.dry_run(), manifest_changed);
+    if let (Decision::Blocked(reason), false) = (&decision, hold) {
+        warnings.push(reason.clone());
+    }
+    manifest.generation = match write {
+        Write::Publish => rendered.header.generation,
+        _ => recorded,
+    };
+    Ok(Plan {
+        write,
+        manifest,
+        rendered,
+        routes: routes.len(),
+        changed,
+        decision,
+        refusals: owned.refusals,
+        warnings,
+        diff,
+    })
+}
+
+/// What the run would change in the config: against the current one, or against nothing.
+fn diff(current: Option<&CurrentConfig>, rendered: &Rendered, changed: bool, at: &str) -> String {
+    match current {
+        Some(current) if changed => {
+            autoproxy::diff::unified(&current.text, &rendered.text, at, "rendered")
+        }
+        None => autoproxy::diff::unified("", &rendered.text, "/dev/null", "rendered"),
+        Some(_) => String::new(),
+    }
+}
+
+/// Whether an unfinished sweep holds publishing back, and the warning about it. Zones listed
+/// but never read yet (a first sweep that ran out of time, or new zones behind it) have no
+/// routes to keep: publishing would silently drop them, so progress is saved and nothing is
+/// published until each has been read once.
+fn unfinished(manifest: &Manifest) -> (bool, Option<String>) {
+    let pending = manifest.pending.len();
+    let never_read = manifest
+        .pending
+        .iter()
+        .filter(|key| !manifest.zones.contains_key(*key))
+        .count();
+    let hold = never_read > 0;
+    let warning = (pending > 0).then(|| {
+        format!(
+            "sweep unfinished: {pending} zone(s) not read before the time budget ran out; {}",
+            if hold {
+                format!(
+                    "{never_read} of them were never read, so progress is saved in the manifest \
+                     and nothing is published until the next run reads them (they go first)"
+                )
+            } else {
+                "they keep their last known routes and are read first by the next run".to_owned()
+            }
+        )
+    });
+    (hold, warning)
+}
+
+/// The writes for a decision. A dry run writes nothing; a held sweep saves its progress; an
+/// unchanged config still saves a manifest whose content moved (a zone without routes, a
+/// holder).
+fn choose_write(decision: &Decision, hold: bool, dry_run: bool, manifest_changed: bool) -> Write {
+    match decision {
+        _ if dry_run => Write::Nothing("dry run: nothing written"),
+        Decision::Blocked(_) if hold => {
+            Write::Manifest("zones never read yet: progress saved, config not written")
+        }
+        Decision::Blocked(_) => Write::Nothing("mass-deletion guard: nothing written"),
+        Decision::Unchanged if manifest_changed => {
+            Write::Manifest("config unchanged; manifest updated")
+        }
+        Decision::Unchanged => Write::Nothing("config unchanged: nothing written"),
+        Decision::Publish => Write::Publish,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_decision_writes_what_it_should() {
+        let blocked = Decision::Blocked("guard".into());
+        let nothing = |why: &'static str| Write::Nothing(why);
+        for (decision, hold, dry_run, manifest_changed, expected) in [
+            (&Decision::Publish, false, false, false, Write::Publish),
+            (
+                &Decision::Publish,
+                false,
+                true,
+                true,
+                nothing("dry run: nothing written"),
+            ),
+            (
+                &blocked,
+                false,
+                false,
+                true,
+                nothing("mass-deletion guard: nothing written"),
+            ),
+            (
+                &blocked,
+                true,
+                false,
+                false,
+                Write::Manifest("zones never read yet: progress saved, config not written"),
+            ),
+            (
+                &blocked,
+                true,
+                true,
+                true,
+                nothing("dry run: nothing written"),
+            ),
+            (
+                &Decision::Unchanged,
+                false,
+                false,
+                true,
+                Write::Manifest("config unchanged; manifest updated"),
+            ),
+            (
+                &Decision::Unchanged,
+                false,
+                false,
+                false,
+                nothing("config unchanged: nothing written"),
+            ),
+        ] {
+            assert_eq!(
+                choose_write(decision, hold, dry_run, manifest_changed),
+                expected,
+                "{decision:?} hold={hold} dry_run={dry_run} manifest_changed={manifest_changed}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unread_pending_zone_holds_publishing_and_says_why() {
+        let mut manifest = Manifest::default();
+        assert_eq!(unfinished(&manifest), (false, None));
+        manifest.pending.insert("111111111111/Z1".into());
+        let (hold, warning) = unfinished(&manifest);
+        assert!(hold);
+        assert!(warning.unwrap().contains("1 of them were never read"));
+    }
+
+    use autoproxy::manifest::{ZoneEntry, zone_key};
+    use autoproxy::model::{RecordSet, Zone, ZoneRecords};
+    use autoproxy::names::HostName;
+    use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, RenderOptions, Renderer};
+    use autoproxy::rules::{DEFAULT_RULES, zone_routes};
+
+    const PROXY: &str = "peering-proxy.tools.example.com";
+    const NOW: u64 = 1_795_403_642;
+
+    /// A sweep that found these zones (by name), each with the api pair, in one account.
+    fn swept(names: &[&str]) -> Swept {
+        let mut manifest = Manifest::default();
+        let proxies = [HostName::parse(PROXY).unwrap()];
+        for (i, name) in names.iter().enumerate() {
+            let zone = Zone {
+                account: "111111111111".into(),
+                id: format!("Z{i}"),
+                name: format!("{name}."),
+                private: true,
+            };
+            let records = vec![
+                RecordSet::new(&format!("api.{name}"), "A", &["10.0.0.1"]),
+                RecordSet::new(&format!("proxy.api.{name}"), "CNAME", &[PROXY]),
+            ];
+            let zone_records = ZoneRecords {
+                zone: zone.clone(),
+                records,
+            };
+            let routes = zone_routes(DEFAULT_RULES, &zone_records, &proxies).routes;
+            manifest
+                .zones
+                .insert(zone_key(&zone.key()), ZoneEntry::new(&zone, routes, vec![]));
+        }
+        Swept {
+            manifest,
+            zones_scanned: names.len(),
+            failures: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Plans one run with the embedded template; `current` as the previous run left it.
+    fn run(
+        trigger: &Trigger,
+        swept: Swept,
+        previous: Option<&Manifest>,
+        current: Option<&CurrentConfig>,
+        now: u64,
+    ) -> Plan {
+        let renderer = Renderer::new(DEFAULT_TEMPLATE).unwrap();
+        let resolvers = ["10.0.0.2:53".parse().unwrap()];
+        let options = RenderOptions::default();
+        let render = |routes: &[Route], generation: u64| {
+            renderer.render(&RenderInput {
+                routes,
+                resolvers: &resolvers,
+                options: &options,
+                generation,
+                generated_at: "2026-11-23T03:14:02Z",
+                trigger: "test",
+            })
+        };
+        let inputs = Inputs {
+            trigger,
+            current,
+            previous,
+            swept,
+            associated: None,
+            now_unix: now,
+            max_rule_drop_percent: 50,
+            config_location: "s3://bucket/haproxy/haproxy.cfg",
+        };
+        plan(inputs, &render).unwrap()
+    }
+
+    /// The config in S3 after `plan` was published.
+    fn published(plan: &Plan) -> CurrentConfig {
+        CurrentConfig {
+            text: plan.rendered.text.clone(),
+            header: Some(plan.rendered.header.clone()),
+            etag: None,
+            version_id: Some("v1".into()),
+        }
+    }
+
+    #[test]
+    fn a_run_plans_its_writes_from_what_it_read() {
+        let schedule = Trigger::Schedule;
+        let two = ["a.internal", "b.internal"];
+        // A first run publishes, numbered with its time, the diff against nothing.
+        let first = run(&schedule, swept(&two), None, None, NOW);
+        assert_eq!((first.write.clone(), first.routes), (Write::Publish, 2));
+        assert_eq!(first.rendered.header.generation, NOW);
+        assert_eq!(first.manifest.generation, NOW);
+        assert!(first.diff.contains("/dev/null"), "{}", first.diff);
+        let current = published(&first);
+
+        // The same state again writes nothing.
+        let again = run(
+            &schedule,
+            swept(&two),
+            Some(&first.manifest),
+            Some(&current),
+            NOW + 60,
+        );
+        assert_eq!(
+            again.write,
+            Write::Nothing("config unchanged: nothing written")
+        );
+        assert!(!again.changed && again.diff.is_empty());
+
+        // A change is numbered above whatever the manifest remembers, even when the current
+        // object carries less (an old version copied over it).
+        let mut remembered = first.manifest.clone();
+        remembered.generation = NOW + 1_000;
+        let three = ["a.internal", "b.internal", "c.internal"];
+        let grown = run(
+            &schedule,
+            swept(&three),
+            Some(&remembered),
+            Some(&current),
+            NOW + 60,
+        );
+        assert_eq!(grown.write, Write::Publish);
+        assert_eq!(grown.rendered.header.generation, NOW + 1_001);
+
+        // A dry run decides the same and writes nothing.
+        let dry = Trigger::Manual {
+            dry_run: true,
+            force: false,
+        };
+        let planned = run(
+            &dry,
+            swept(&three),
+            Some(&first.manifest),
+            Some(&current),
+            NOW,
+        );
+        assert_eq!(planned.write, Write::Nothing("dry run: nothing written"));
+        assert!(planned.changed && planned.diff.contains("c.internal"));
+
+        // Losing every route is refused unless forced.
+        let gone = run(
+            &schedule,
+            swept(&[]),
+            Some(&first.manifest),
+            Some(&current),
+            NOW,
+        );
+        assert_eq!(
+            gone.write,
+            Write::Nothing("mass-deletion guard: nothing written")
+        );
+        assert!(gone.warnings.iter().any(|w| w.contains("\"force\": true")));
+        let force = Trigger::Manual {
+            dry_run: false,
+            force: true,
+        };
+        let forced = run(
+            &force,
+            swept(&[]),
+            Some(&first.manifest),
+            Some(&current),
+            NOW,
+        );
+        assert_eq!((forced.write, forced.routes), (Write::Publish, 0));
+    }
+
+    #[test]
+    fn an_unfinished_first_sweep_saves_progress_and_publishes_nothing() {
+        let mut partial = swept(&["a.internal"]);
+        partial
+            .manifest
+            .pending
+            .insert("111111111111/ZNEVER".into());
+        let plan = run(&Trigger::Schedule, partial, None, None, NOW);
+        assert_eq!(
+            plan.write,
+            Write::Manifest("zones never read yet: progress saved, config not written")
+        );
+        assert!(matches!(plan.decision, Decision::Blocked(_)));
+        assert_eq!(plan.manifest.generation, 0);
+        assert!(plan.manifest.pending.contains("111111111111/ZNEVER"));
+    }
+
+    #[test]
+    fn the_manifest_remembers_who_holds_each_name() {
+        let plan = run(&Trigger::Schedule, swept(&["a.internal"]), None, None, NOW);
+        let holder = &plan.manifest.holders["a.internal"];
+        assert_eq!(
+            (holder.account.as_str(), holder.id.as_str()),
+            ("111111111111", "Z0")
+        );
+    }
+}
