@@ -785,9 +785,10 @@ impl LambdaWatch {
         let port = crate::moto::free_port();
         let mut command = Command::new(crate::tool("cargo-lambda"));
         // --ignore-changes: other edits in the checkout must not restart a function mid-run.
-        // --timeout 900: the functions' Timeout in template.yaml. It sets the deadline the
-        // functions see; under the default one the generator's publish reserve (60 s) leaves
-        // no time to read a single zone.
+        // --timeout 900: the functions' Timeout in template.yaml. cargo-lambda passes the
+        // timeout itself as the invocation's deadline (900,000 ms: a time in 1970), so both
+        // functions take a deadline already past as none: the generator sweeps without a time
+        // budget and the configure function follows its command for up to 890 s.
         command
             .args([
                 "lambda",

@@ -138,15 +138,42 @@ pub struct Rollout {
     pub targets: i32,
     pub generation: String,
     pub version_id: String,
-    pub status: String,
+    /// As SSM spells it in the reply (`Success`, `Failed`, …).
+    #[serde(serialize_with = "command_status")]
+    pub status: CommandStatus,
     pub instances: Vec<InstanceResult>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct InstanceResult {
     pub instance_id: String,
-    pub status: String,
+    /// `None` when SSM gave no status.
+    #[serde(serialize_with = "invocation_status")]
+    pub status: Option<CommandInvocationStatus>,
     pub detail: String,
+}
+
+fn command_status<S: serde::Serializer>(status: &CommandStatus, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(status.as_str())
+}
+
+fn invocation_status<S: serde::Serializer>(
+    status: &Option<CommandInvocationStatus>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.serialize_str(
+        status
+            .as_ref()
+            .map_or("Unknown", CommandInvocationStatus::as_str),
+    )
+}
+
+impl InstanceResult {
+    fn status_str(&self) -> &str {
+        self.status
+            .as_ref()
+            .map_or("Unknown", CommandInvocationStatus::as_str)
+    }
 }
 
 /// `{"fleet": true}` and nothing else: a payload that also carries S3 records is neither.
@@ -227,13 +254,32 @@ pub async fn function_handler(
     deps: &Deps,
     event: LambdaEvent<Value>,
 ) -> Result<Reply, ConfigureError> {
-    let remaining = event
-        .context
-        .deadline()
-        .duration_since(std::time::SystemTime::now())
-        .unwrap_or_default();
-    let follow_until = Instant::now() + remaining.saturating_sub(Duration::from_secs(10));
-    handle(deps, &event.payload, follow_until).await
+    let follow_for = follow_budget(event.context.deadline(), std::time::SystemTime::now());
+    handle(deps, &event.payload, Instant::now() + follow_for).await
+}
+
+/// Kept back from the deadline to report after following the command.
+const REPORT_RESERVE: Duration = Duration::from_secs(10);
+
+/// How long to follow a command when the invocation carries no usable deadline: the
+/// function's timeout (900 s in template.yaml) less the reserve.
+const FOLLOW_WITHOUT_DEADLINE: Duration = Duration::from_secs(890);
+
+/// How long this invocation may follow its command. A deadline already past is not one Lambda
+/// sends: `cargo lambda watch` sends the timeout itself, which reads as a time in 1970; under
+/// it the command would be followed for no time at all.
+fn follow_budget(deadline: std::time::SystemTime, now: std::time::SystemTime) -> Duration {
+    match deadline.duration_since(now) {
+        Ok(remaining) => remaining.saturating_sub(REPORT_RESERVE),
+        Err(_) => {
+            warn!(
+                "the invocation's deadline has already passed (a local emulator?): following \
+                 the command for up to {} s",
+                FOLLOW_WITHOUT_DEADLINE.as_secs()
+            );
+            FOLLOW_WITHOUT_DEADLINE
+        }
+    }
 }
 
 /// One invocation, callable from tests: the fleet report for `{"fleet": true}`, a rollout
@@ -268,7 +314,7 @@ pub async fn roll_out(
         let failed: Vec<&InstanceResult> = rollout
             .instances
             .iter()
-            .filter(|i| i.status != "Success")
+            .filter(|i| i.status != Some(CommandInvocationStatus::Success))
             .collect();
         let succeeded = rollout.instances.len() - failed.len();
         let no_targets = rollout.targets == 0 && !is_running(&rollout.status);
@@ -289,11 +335,15 @@ pub async fn roll_out(
         }
         if is_failure(&rollout.status) || !failed.is_empty() {
             let detail = if failed.is_empty() {
-                format!("command {} ended {}", rollout.command_id, rollout.status)
+                format!(
+                    "command {} ended {}",
+                    rollout.command_id,
+                    rollout.status.as_str()
+                )
             } else {
                 failed
                     .iter()
-                    .map(|i| format!("{} {}: {}", i.instance_id, i.status, i.detail))
+                    .map(|i| format!("{} {}: {}", i.instance_id, i.status_str(), i.detail))
                     .collect::<Vec<_>>()
                     .join("; ")
             };
@@ -329,120 +379,21 @@ pub async fn fleet_report(deps: &Deps) -> Result<FleetReport, ConfigureError> {
             what: "the config bucket's name",
         })?;
     let config_key = deps.settings.config_key.as_str();
-    let store_error = |operation: &'static str, key: &str, message: String| ConfigureError::Store {
-        operation,
-        bucket: bucket.to_owned(),
-        key: key.to_owned(),
-        message,
+    let now_unix = unix_now();
+    let (latest_generation, published_at) = latest_config(deps, bucket, config_key).await?;
+    let keys = record_keys(deps, bucket, &fleet::prefix(config_key)).await?;
+    let (records, warnings) = read_records(deps, bucket, config_key, keys).await;
+    let against = fleet::Against {
+        latest_generation,
+        // S3 always sends LastModified; without it nobody counts as behind for long.
+        latest_published_at_unix: published_at.unwrap_or(now_unix),
+        now_unix,
+        silent_after_seconds: deps.settings.fleet_silent_after_seconds,
     };
-    let now = unix_now();
-
-    let head = deps
-        .s3
-        .head_object()
-        .bucket(bucket)
-        .key(config_key)
-        .send()
-        .await
-        .map_err(|err| {
-            store_error(
-                "HeadObject",
-                config_key,
-                DisplayErrorContext(err).to_string(),
-            )
-        })?;
-    let raw_generation = head
-        .metadata()
-        .and_then(|m| m.get(META_GENERATION))
-        .cloned();
-    let latest_generation = raw_generation
-        .as_deref()
-        .and_then(|raw| raw.parse::<u64>().ok())
-        .ok_or_else(|| ConfigureError::NoGeneration {
-            bucket: bucket.to_owned(),
-            key: config_key.to_owned(),
-            got: raw_generation.clone(),
-        })?;
-    // S3 always sends LastModified; without it nobody counts as behind for long.
-    let published_at = head
-        .last_modified()
-        .and_then(|t| u64::try_from(t.secs()).ok())
-        .unwrap_or(now);
-
-    let prefix = fleet::prefix(config_key);
-    let mut keys = Vec::new();
-    let mut pages = deps
-        .s3
-        .list_objects_v2()
-        .bucket(bucket)
-        .prefix(&prefix)
-        .into_paginator()
-        .send();
-    while let Some(page) = pages.next().await {
-        let page = page.map_err(|err| {
-            store_error(
-                "ListObjectsV2",
-                &prefix,
-                DisplayErrorContext(err).to_string(),
-            )
-        })?;
-        keys.extend(
-            page.contents()
-                .iter()
-                .filter_map(|object| object.key())
-                .filter(|key| !key.ends_with('/'))
-                .map(str::to_owned),
-        );
-    }
-
-    let mut records = Vec::new();
-    let mut warnings = Vec::new();
-    for key in keys {
-        match read_record(deps, bucket, &key).await {
-            Ok(record) if fleet::record_key(config_key, &record.instance_id) == key => {
-                records.push(record);
-            }
-            Ok(record) => warnings.push(format!(
-                "{key}: holds the record of {}, which belongs at {}",
-                record.instance_id,
-                fleet::record_key(config_key, &record.instance_id)
-            )),
-            Err(reason) => warnings.push(format!("{key}: {reason}")),
-        }
-    }
-    for warning in &warnings {
-        warn!(warning, "fleet record skipped");
-    }
-
-    let mut report = fleet::report(
-        fleet::Against {
-            latest_generation,
-            latest_published_at_unix: published_at,
-            now_unix: now,
-            silent_after_seconds: deps.settings.fleet_silent_after_seconds,
-        },
-        records,
-    );
+    let mut report = fleet::report(against, records);
     report.warnings = warnings;
     let report_key = fleet::report_key(config_key);
-    let body = serde_json::to_vec_pretty(&report)
-        .map_err(|err| store_error("PutObject", &report_key, err.to_string()))?;
-    deps.s3
-        .put_object()
-        .bucket(bucket)
-        .key(&report_key)
-        .content_type("application/json")
-        .body(body.into())
-        .send()
-        .await
-        .map_err(|err| {
-            store_error(
-                "PutObject",
-                &report_key,
-                DisplayErrorContext(err).to_string(),
-            )
-        })?;
-
+    put_report(deps, bucket, &report_key, &report).await?;
     Metrics::new("configure")
         .count("InstancesReporting", report.instances)
         .count("InstancesBehind", report.behind)
@@ -462,6 +413,149 @@ pub async fn fleet_report(deps: &Deps) -> Result<FleetReport, ConfigureError> {
         report.table()
     );
     Ok(report)
+}
+
+fn store_error(
+    operation: &'static str,
+    bucket: &str,
+    key: &str,
+    message: String,
+) -> ConfigureError {
+    ConfigureError::Store {
+        operation,
+        bucket: bucket.to_owned(),
+        key: key.to_owned(),
+        message,
+    }
+}
+
+/// The latest config's generation (its metadata) and when it was published.
+async fn latest_config(
+    deps: &Deps,
+    bucket: &str,
+    key: &str,
+) -> Result<(u64, Option<u64>), ConfigureError> {
+    let head = deps
+        .s3
+        .head_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .map_err(|err| {
+            store_error(
+                "HeadObject",
+                bucket,
+                key,
+                DisplayErrorContext(err).to_string(),
+            )
+        })?;
+    let raw = head
+        .metadata()
+        .and_then(|m| m.get(META_GENERATION))
+        .cloned();
+    let generation = raw
+        .as_deref()
+        .and_then(|raw| raw.parse::<u64>().ok())
+        .ok_or_else(|| ConfigureError::NoGeneration {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            got: raw.clone(),
+        })?;
+    let published_at = head
+        .last_modified()
+        .and_then(|t| u64::try_from(t.secs()).ok());
+    Ok((generation, published_at))
+}
+
+/// Every object under the records' prefix.
+async fn record_keys(
+    deps: &Deps,
+    bucket: &str,
+    prefix: &str,
+) -> Result<Vec<String>, ConfigureError> {
+    let mut keys = Vec::new();
+    let mut pages = deps
+        .s3
+        .list_objects_v2()
+        .bucket(bucket)
+        .prefix(prefix)
+        .into_paginator()
+        .send();
+    while let Some(page) = pages.next().await {
+        let page = page.map_err(|err| {
+            store_error(
+                "ListObjectsV2",
+                bucket,
+                prefix,
+                DisplayErrorContext(err).to_string(),
+            )
+        })?;
+        keys.extend(
+            page.contents()
+                .iter()
+                .filter_map(|object| object.key())
+                .filter(|key| !key.ends_with('/'))
+                .map(str::to_owned),
+        );
+    }
+    Ok(keys)
+}
+
+/// The records that read and parse, each at its own instance's key; a warning per other key.
+async fn read_records(
+    deps: &Deps,
+    bucket: &str,
+    config_key: &str,
+    keys: Vec<String>,
+) -> (Vec<Record>, Vec<String>) {
+    let mut records = Vec::new();
+    let mut warnings = Vec::new();
+    for key in keys {
+        match read_record(deps, bucket, &key).await {
+            Ok(record) if fleet::record_key(config_key, &record.instance_id) == key => {
+                records.push(record);
+            }
+            Ok(record) => warnings.push(format!(
+                "{key}: holds the record of {}, which belongs at {}",
+                record.instance_id,
+                fleet::record_key(config_key, &record.instance_id)
+            )),
+            Err(reason) => warnings.push(format!("{key}: {reason}")),
+        }
+    }
+    for warning in &warnings {
+        warn!(warning, "fleet record skipped");
+    }
+    (records, warnings)
+}
+
+/// Writes the report as JSON beside the config.
+async fn put_report(
+    deps: &Deps,
+    bucket: &str,
+    key: &str,
+    report: &FleetReport,
+) -> Result<(), ConfigureError> {
+    let body = serde_json::to_vec_pretty(report)
+        .map_err(|err| store_error("PutObject", bucket, key, err.to_string()))?;
+    deps.s3
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .content_type("application/json")
+        .body(body.into())
+        .send()
+        .await
+        .map_err(|err| {
+            store_error(
+                "PutObject",
+                bucket,
+                key,
+                DisplayErrorContext(err).to_string(),
+            )
+        })?;
+    Ok(())
 }
 
 /// One record, or why it could not be had.
@@ -489,12 +583,18 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn is_failure(status: &str) -> bool {
-    matches!(status, "Failed" | "TimedOut" | "Cancelled" | "Cancelling")
+fn is_failure(status: &CommandStatus) -> bool {
+    matches!(
+        status,
+        CommandStatus::Failed
+            | CommandStatus::TimedOut
+            | CommandStatus::Cancelled
+            | CommandStatus::Cancelling
+    )
 }
 
-fn is_running(status: &str) -> bool {
-    matches!(status, "Pending" | "InProgress")
+fn is_running(status: &CommandStatus) -> bool {
+    matches!(status, CommandStatus::Pending | CommandStatus::InProgress)
 }
 
 /// How far back a command for the same version counts as this rollout.
@@ -548,7 +648,7 @@ async fn earlier_command(
                 && param(command, "ConfigBucket").as_deref() == Some(dispatch.bucket.as_str())
                 && param(command, "ConfigKey").as_deref() == Some(dispatch.key.as_str())
                 && param(command, "ConfigVersion").as_deref() == Some(dispatch.version_id.as_str())
-                && !command.status().is_some_and(|s| is_failure(s.as_str()))
+                && !command.status().is_some_and(is_failure)
         });
         if let Some(command) = found {
             return Ok(Some((
@@ -613,7 +713,7 @@ async fn dispatch_one(
         info!(
             command_id,
             instance_id = %instance.instance_id,
-            status = %instance.status,
+            status = instance.status_str(),
             detail = %instance.detail,
             "instance result"
         );
@@ -673,7 +773,11 @@ async fn send(deps: &Deps, dispatch: &Dispatch, generation: &str) -> Result<Stri
 
 /// Polls the command until it ends or time runs out; returns its last status and how many
 /// instances it targeted.
-async fn follow(deps: &Deps, command_id: &str, until: Instant) -> Result<(String, i32), String> {
+async fn follow(
+    deps: &Deps,
+    command_id: &str,
+    until: Instant,
+) -> Result<(CommandStatus, i32), String> {
     loop {
         let listed = deps
             .ssm
@@ -688,9 +792,8 @@ async fn follow(deps: &Deps, command_id: &str, until: Instant) -> Result<(String
             .cloned()
             .unwrap_or(CommandStatus::Pending);
         let targets = command.map_or(0, |c| c.target_count());
-        let done = !matches!(status, CommandStatus::Pending | CommandStatus::InProgress);
-        if done {
-            return Ok((status.as_str().to_owned(), targets));
+        if !is_running(&status) {
+            return Ok((status, targets));
         }
         if Instant::now() + deps.poll_every > until {
             warn!(
@@ -699,7 +802,7 @@ async fn follow(deps: &Deps, command_id: &str, until: Instant) -> Result<(String
                 "still running when this invocation must end; SSM carries on and the \
                  command's own output and alarms report the end"
             );
-            return Ok((status.as_str().to_owned(), targets));
+            return Ok((status, targets));
         }
         tokio::time::sleep(deps.poll_every).await;
     }
@@ -732,10 +835,7 @@ async fn instance_results(deps: &Deps, command_id: &str) -> Vec<InstanceResult> 
                     .unwrap_or("");
                 InstanceResult {
                     instance_id: inv.instance_id().unwrap_or_default().to_owned(),
-                    status: inv
-                        .status()
-                        .map_or("Unknown", CommandInvocationStatus::as_str)
-                        .to_owned(),
+                    status: inv.status().cloned(),
                     detail: format!(
                         "{}{}",
                         inv.status_details().unwrap_or_default(),
@@ -830,6 +930,23 @@ mod tests {
             );
             assert!(err.to_string().contains(r#"or {"fleet": true}"#), "{err}");
         }
+    }
+
+    #[test]
+    fn a_deadline_in_the_past_still_follows_the_command() {
+        use std::time::{SystemTime, UNIX_EPOCH};
+        let now = SystemTime::now();
+        assert_eq!(
+            follow_budget(now + Duration::from_secs(900), now),
+            Duration::from_secs(890)
+        );
+        assert_eq!(
+            follow_budget(now + Duration::from_secs(5), now),
+            Duration::ZERO
+        );
+        // What cargo lambda watch sends: the 900 s timeout as a deadline, in 1970.
+        let watch = UNIX_EPOCH + Duration::from_millis(900_000);
+        assert_eq!(follow_budget(watch, now), FOLLOW_WITHOUT_DEADLINE);
     }
 
     #[test]

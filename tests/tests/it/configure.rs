@@ -148,7 +148,7 @@ async fn sends_the_apply_document_to_the_tagged_fleet_with_the_version() {
     let version = put_config(&fx, KEY, 7).await;
     let outcome = roll_out(&fx, &s3_event(KEY, &version)).await.unwrap();
     assert_eq!(outcome.dispatched.len(), 1);
-    assert_eq!(outcome.dispatched[0].status, "Success");
+    assert_eq!(outcome.dispatched[0].status.as_str(), "Success");
 
     let sent = commands(&fx).await;
     assert_eq!(sent.len(), 1);
@@ -262,7 +262,7 @@ async fn a_retry_or_a_duplicate_event_follows_the_command_already_sent() {
         again.dispatched[0].command_id,
         first.dispatched[0].command_id
     );
-    assert_eq!(again.dispatched[0].status, "Success");
+    assert_eq!(again.dispatched[0].status.as_str(), "Success");
     assert_eq!(commands(&fx).await.len(), 1, "no second command");
 
     // Another version is another rollout.
