@@ -205,111 +205,46 @@ impl GenerateSettings {
         };
         let config_bucket = get("CONFIG_BUCKET")
             .ok_or_else(|| invalid("CONFIG_BUCKET", "the name of the config bucket", ""))?;
-        let config_key = object_key("CONFIG_KEY", get("CONFIG_KEY"))?;
-        let proxy_hostnames = list(get("PEERING_PROXY_HOSTNAME"))
-            .map(|raw| {
-                HostName::parse(&raw).map_err(|err| {
-                    invalid(
-                        "PEERING_PROXY_HOSTNAME",
-                        format!("host names ({err})"),
-                        &raw,
-                    )
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        if proxy_hostnames.is_empty() {
-            return Err(invalid(
-                "PEERING_PROXY_HOSTNAME",
-                "the peering proxy's host name (comma-separated list allowed)",
-                "",
-            ));
-        }
-        let mut account_roles = list(get("ACCOUNT_ROLE_ARNS"))
-            .map(|raw| RoleArn::parse(&raw))
-            .collect::<Result<Vec<_>, _>>()?;
-        account_roles.sort();
-        account_roles.dedup();
-        let ignore_zones = IgnoreZones::parse(list(get("IGNORE_ZONES")))?;
-        let scan_own_account = match get("SCAN_OWN_ACCOUNT").as_deref() {
-            None | Some("true") => true,
-            Some("false") => false,
-            Some(other) => return Err(invalid("SCAN_OWN_ACCOUNT", "true or false", other)),
-        };
-        if !scan_own_account && account_roles.is_empty() {
-            return Err(invalid(
-                "SCAN_OWN_ACCOUNT",
-                "true, or ACCOUNT_ROLE_ARNS naming the accounts to scan (with false and no \
-                 roles there is nothing to scan)",
-                "false",
-            ));
-        }
-        let mut proxy_vpcs = list(get("PROXY_VPCS"))
-            .map(|raw| ProxyVpc::parse(&raw))
-            .collect::<Result<Vec<_>, _>>()?;
-        proxy_vpcs.sort();
-        proxy_vpcs.dedup();
-        let resolvers = get("DNS_RESOLVERS").unwrap_or_else(|| DEFAULT_RESOLVER.to_owned());
-        let dns_resolvers = list(Some(resolvers))
-            .map(|raw| parse_resolver(&raw))
-            .collect::<Result<Vec<_>, _>>()?;
-        if dns_resolvers.is_empty() {
-            return Err(invalid("DNS_RESOLVERS", "ip[:port] entries", ""));
-        }
-        let max_rule_drop_percent = match get("MAX_RULE_DROP_PERCENT") {
-            None => 50,
-            Some(raw) => raw
-                .parse::<u8>()
-                .ok()
-                .filter(|p| *p <= 100)
-                .ok_or_else(|| {
-                    invalid(
-                        "MAX_RULE_DROP_PERCENT",
-                        "a whole number from 0 to 100",
-                        &raw,
-                    )
-                })?,
-        };
+        let account_roles = sorted(
+            list(get("ACCOUNT_ROLE_ARNS"))
+                .map(|raw| RoleArn::parse(&raw))
+                .collect::<Result<Vec<_>, _>>()?,
+        );
+        let scan_own_account =
+            scan_own_account(get("SCAN_OWN_ACCOUNT").as_deref(), &account_roles)?;
         let template_key = match get("TEMPLATE_KEY") {
             None => None,
             Some(raw) => Some(object_key("TEMPLATE_KEY", Some(raw))?),
         };
-        let render_options = match get("RENDER_OPTIONS") {
-            None => RenderOptions::default(),
-            Some(raw) => serde_json::from_str(&raw).map_err(|err| {
-                invalid(
-                    "RENDER_OPTIONS",
-                    format!("a JSON object of template options ({err})"),
-                    &raw,
-                )
-            })?,
-        };
-        let route53_requests_per_second = match get("ROUTE53_REQUESTS_PER_SECOND") {
-            None => 5.0,
-            Some(raw) => raw
-                .parse::<f64>()
-                .ok()
-                .filter(|r| r.is_finite() && *r > 0.0 && *r <= 1000.0)
-                .ok_or_else(|| {
-                    invalid(
-                        "ROUTE53_REQUESTS_PER_SECOND",
-                        "a number of requests per second above 0",
-                        &raw,
-                    )
-                })?,
-        };
         Ok(GenerateSettings {
             config_bucket,
-            config_key,
-            proxy_hostnames,
+            config_key: object_key("CONFIG_KEY", get("CONFIG_KEY"))?,
+            proxy_hostnames: proxy_hostnames(get("PEERING_PROXY_HOSTNAME"))?,
             account_roles,
-            ignore_zones,
+            ignore_zones: IgnoreZones::parse(list(get("IGNORE_ZONES")))?,
             scan_own_account,
-            proxy_vpcs,
-            dns_resolvers,
-            max_rule_drop_percent,
+            proxy_vpcs: sorted(
+                list(get("PROXY_VPCS"))
+                    .map(|raw| ProxyVpc::parse(&raw))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            dns_resolvers: dns_resolvers(get("DNS_RESOLVERS"))?,
+            max_rule_drop_percent: number(
+                "MAX_RULE_DROP_PERCENT",
+                get("MAX_RULE_DROP_PERCENT"),
+                50,
+                "a whole number from 0 to 100",
+                |p: &u8| *p <= 100,
+            )?,
             template_key,
-            render_options,
-            route53_requests_per_second,
+            render_options: render_options(get("RENDER_OPTIONS"))?,
+            route53_requests_per_second: number(
+                "ROUTE53_REQUESTS_PER_SECOND",
+                get("ROUTE53_REQUESTS_PER_SECOND"),
+                5.0,
+                "a number of requests per second above 0",
+                |r: &f64| r.is_finite() && *r > 0.0 && *r <= 1000.0,
+            )?,
         })
     }
 
@@ -407,6 +342,91 @@ impl ConfigureSettings {
     pub fn from_env() -> Result<Self, SettingsError> {
         Self::from_lookup(|name| std::env::var(name).ok())
     }
+}
+
+fn sorted<T: Ord>(mut items: Vec<T>) -> Vec<T> {
+    items.sort();
+    items.dedup();
+    items
+}
+
+/// A number within what `valid` accepts, or `default` when unset.
+fn number<T: std::str::FromStr>(
+    variable: &'static str,
+    raw: Option<String>,
+    default: T,
+    expected: &str,
+    valid: impl Fn(&T) -> bool,
+) -> Result<T, SettingsError> {
+    let Some(raw) = raw else { return Ok(default) };
+    raw.parse::<T>()
+        .ok()
+        .filter(|value| valid(value))
+        .ok_or_else(|| invalid(variable, expected, &raw))
+}
+
+fn proxy_hostnames(raw: Option<String>) -> Result<Vec<HostName>, SettingsError> {
+    let names = list(raw)
+        .map(|raw| {
+            HostName::parse(&raw).map_err(|err| {
+                invalid(
+                    "PEERING_PROXY_HOSTNAME",
+                    format!("host names ({err})"),
+                    &raw,
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if names.is_empty() {
+        return Err(invalid(
+            "PEERING_PROXY_HOSTNAME",
+            "the peering proxy's host name (comma-separated list allowed)",
+            "",
+        ));
+    }
+    Ok(names)
+}
+
+/// `SCAN_OWN_ACCOUNT`: on unless `false`, and off only with member accounts to scan instead.
+fn scan_own_account(raw: Option<&str>, roles: &[RoleArn]) -> Result<bool, SettingsError> {
+    let scan = match raw {
+        None | Some("true") => true,
+        Some("false") => false,
+        Some(other) => return Err(invalid("SCAN_OWN_ACCOUNT", "true or false", other)),
+    };
+    if !scan && roles.is_empty() {
+        return Err(invalid(
+            "SCAN_OWN_ACCOUNT",
+            "true, or ACCOUNT_ROLE_ARNS naming the accounts to scan (with false and no roles \
+             there is nothing to scan)",
+            "false",
+        ));
+    }
+    Ok(scan)
+}
+
+fn dns_resolvers(raw: Option<String>) -> Result<Vec<SocketAddr>, SettingsError> {
+    let raw = raw.unwrap_or_else(|| DEFAULT_RESOLVER.to_owned());
+    let resolvers = list(Some(raw))
+        .map(|raw| parse_resolver(&raw))
+        .collect::<Result<Vec<_>, _>>()?;
+    if resolvers.is_empty() {
+        return Err(invalid("DNS_RESOLVERS", "ip[:port] entries", ""));
+    }
+    Ok(resolvers)
+}
+
+fn render_options(raw: Option<String>) -> Result<RenderOptions, SettingsError> {
+    let Some(raw) = raw else {
+        return Ok(RenderOptions::default());
+    };
+    serde_json::from_str(&raw).map_err(|err| {
+        invalid(
+            "RENDER_OPTIONS",
+            format!("a JSON object of template options ({err})"),
+            &raw,
+        )
+    })
 }
 
 fn list(raw: Option<String>) -> std::vec::IntoIter<String> {
