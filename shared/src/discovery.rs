@@ -145,9 +145,23 @@ enum AccountSweep {
 
 /// How reading one zone of a full sweep ended.
 enum ZoneRead {
-    Read(Result<Option<ZoneEntry>, ScanError>),
+    /// Read, with what it gave.
+    Entry(ZoneEntry),
+    /// Deleted between the listing and the read.
+    Gone,
+    Failed(ScanError),
     /// Not started: the time budget ran out first.
     Unread,
+}
+
+impl From<Result<Option<ZoneEntry>, ScanError>> for ZoneRead {
+    fn from(result: Result<Option<ZoneEntry>, ScanError>) -> Self {
+        match result {
+            Ok(Some(entry)) => ZoneRead::Entry(entry),
+            Ok(None) => ZoneRead::Gone,
+            Err(err) => ZoneRead::Failed(err),
+        }
+    }
 }
 
 async fn sweep_account(
@@ -175,7 +189,7 @@ async fn sweep_account(
                 return (zone, ZoneRead::Unread);
             }
             let result = read_zone(account, &zone, matching).await;
-            (zone, ZoneRead::Read(result))
+            (zone, ZoneRead::from(result))
         })
         .buffer_unordered(ZONES_IN_FLIGHT)
         .collect::<Vec<_>>()
@@ -234,41 +248,42 @@ fn merge_account(swept: &mut Swept, base: &Manifest, account: &str, result: Acco
         }
         AccountSweep::Listed(zones) => {
             for (zone, read) in zones {
-                let key = zone_key(&zone.key());
-                let result = match read {
-                    ZoneRead::Read(result) => result,
-                    ZoneRead::Unread => {
-                        if let Some(entry) = base.zones.get(&key) {
-                            swept.manifest.zones.insert(key.clone(), entry.clone());
-                        }
-                        swept.manifest.pending.insert(key);
-                        continue;
-                    }
-                };
-                match result {
-                    Ok(Some(entry)) => {
-                        swept.zones_scanned += 1;
-                        swept.manifest.zones.insert(key, entry);
-                    }
-                    // Deleted between the listing and the read: it drops out.
-                    Ok(None) => {}
-                    Err(err) => {
-                        let previous = base.zones.get(&key);
-                        warn!(account, zone_id = %zone.id, error = %err, "zone read failed");
-                        swept.failures.push(format!(
-                            "zone {}: {err}; {}",
-                            zone.key(),
-                            if previous.is_some() {
-                                "keeping its routes from the last manifest"
-                            } else {
-                                "it had no routes before"
-                            }
-                        ));
-                        if let Some(entry) = previous {
-                            swept.manifest.zones.insert(key, entry.clone());
-                        }
-                    }
+                merge_zone(swept, base, account, &zone, read);
+            }
+        }
+    }
+}
+
+/// One zone of a listed account: its new entry, or what the last manifest knew of it.
+fn merge_zone(swept: &mut Swept, base: &Manifest, account: &str, zone: &Zone, read: ZoneRead) {
+    let key = zone_key(&zone.key());
+    match read {
+        ZoneRead::Entry(entry) => {
+            swept.zones_scanned += 1;
+            swept.manifest.zones.insert(key, entry);
+        }
+        // Deleted between the listing and the read: it drops out.
+        ZoneRead::Gone => {}
+        ZoneRead::Unread => {
+            if let Some(entry) = base.zones.get(&key) {
+                swept.manifest.zones.insert(key.clone(), entry.clone());
+            }
+            swept.manifest.pending.insert(key);
+        }
+        ZoneRead::Failed(err) => {
+            let previous = base.zones.get(&key);
+            warn!(account, zone_id = %zone.id, error = %err, "zone read failed");
+            swept.failures.push(format!(
+                "zone {}: {err}; {}",
+                zone.key(),
+                if previous.is_some() {
+                    "keeping its routes from the last manifest"
+                } else {
+                    "it had no routes before"
                 }
+            ));
+            if let Some(entry) = previous {
+                swept.manifest.zones.insert(key, entry.clone());
             }
         }
     }

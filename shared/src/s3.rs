@@ -12,6 +12,10 @@ use crate::artifact::{
 };
 use crate::manifest::Manifest;
 
+/// What S3 answers a conditional put that lost a race: 412 Precondition Failed (the object
+/// changed since it was read), or 409 Conflict (a concurrent conditional write in flight).
+const LOST_RACE: [u16; 2] = [412, 409];
+
 /// The largest object this function reads (config, manifest, template): a bound, not a guess
 /// at real sizes (10,000 routes render to about 3 MB; the manifest is larger).
 pub const MAX_OBJECT_BYTES: usize = 256 * 1024 * 1024;
@@ -242,10 +246,9 @@ impl ConfigStore {
         match request.send().await {
             Ok(out) => Ok(out.version_id().map(str::to_owned)),
             Err(err)
-                if matches!(
-                    err.raw_response().map(|r| r.status().as_u16()),
-                    Some(412 | 409)
-                ) =>
+                if err
+                    .raw_response()
+                    .is_some_and(|r| LOST_RACE.contains(&r.status().as_u16())) =>
             {
                 Err(StoreError::Conflict {
                     bucket: self.bucket.clone(),

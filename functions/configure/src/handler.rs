@@ -189,7 +189,7 @@ pub fn dispatches(
     config_key: &str,
 ) -> Result<(Vec<Dispatch>, Vec<String>), ConfigureError> {
     let malformed = || ConfigureError::Malformed {
-        got: truncate(&payload.to_string(), 300),
+        got: truncate(&payload.to_string(), QUOTED_PAYLOAD_CHARS),
     };
     let event: S3Event = serde_json::from_value(payload.clone()).map_err(|_| malformed())?;
     if event.records.is_empty() {
@@ -237,6 +237,11 @@ fn decode_key(raw: &str) -> String {
         .decode_utf8_lossy()
         .into_owned()
 }
+
+/// How much of a refused payload an error quotes.
+const QUOTED_PAYLOAD_CHARS: usize = 300;
+/// SSM's limit on a command's comment.
+const SSM_COMMENT_MAX_CHARS: usize = 100;
 
 fn truncate(text: &str, max: usize) -> String {
     if text.len() <= max {
@@ -756,7 +761,7 @@ async fn send(deps: &Deps, dispatch: &Dispatch, generation: &str) -> Result<Stri
                 "autoproxy generation {generation} (version {})",
                 dispatch.version_id
             ),
-            100,
+            SSM_COMMENT_MAX_CHARS,
         ))
         .cloud_watch_output_config(output.build())
         .send()
