@@ -9,6 +9,7 @@ mod dataplane;
 mod e2e;
 mod generate;
 mod golden;
+mod properties;
 mod ratelimit;
 mod resolver;
 mod template;

@@ -1,0 +1,878 @@
+//! Property tests: outside input, generated at volume, through the pure paths, checked for
+//! what must hold whatever arrives.
+//!
+//! * Route53 data → `rules::zone_routes` → `rules::resolve` → the embedded template: nothing
+//!   panics or fails to render, only plain host names reach the config (every byte printable
+//!   ASCII or a newline, no line or field added), and every rejected name is a warning. A
+//!   well-formed zone always gives its route, however Route53 spells it.
+//!
+//! The seed is fixed, so every run tries the same inputs and a failure reproduces;
+//! `PROPTEST_RNG_SEED=<u64>` tries others and `PROPTEST_CASES=<n>` overrides every property's
+//! case count. Each property prints how many cases it ran (`-- --nocapture` shows it).
+// The printed counts are part of the report: how much input each property saw.
+#![allow(clippy::print_stdout)]
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+
+use autoproxy::artifact::{MapFiles, ROUTE_LINE, SUFFIX_LINE};
+use autoproxy::model::{RecordSet, Route, SniMatch, Zone, ZoneRecords};
+use autoproxy::names::{HostName, normalize};
+use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, RenderOptions, Renderer};
+use autoproxy::rules::{DEFAULT_RULES, Warning, resolve, zone_routes};
+use proptest::collection::vec;
+use proptest::prelude::*;
+use proptest::sample::select;
+use proptest::string::string_regex;
+use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
+
+/// The seed every property starts from unless `PROPTEST_RNG_SEED` says otherwise.
+const SEED: u64 = 0x6175_746f_7072_6f78;
+const PROXY: &str = "peering-proxy.tools.example.com";
+const GENERATED_AT: &str = "2026-11-23T03:14:02Z";
+const NOW: u64 = 1_795_403_642;
+
+// ---------------------------------------------------------------------------------------------
+// The runner
+
+/// Runs `check` on `cases` inputs from `strategy` and returns the line to print; panics with
+/// the smallest failing input proptest finds.
+fn check_property<S: Strategy>(
+    name: &str,
+    cases: u32,
+    strategy: S,
+    check: impl Fn(S::Value) -> Result<(), TestCaseError>,
+) -> String {
+    let mut config = Config::default();
+    if std::env::var_os("PROPTEST_CASES").is_none() {
+        config.cases = cases;
+    }
+    if config.rng_seed == RngSeed::Random {
+        config.rng_seed = RngSeed::Fixed(SEED);
+    }
+    // The fixed seed reproduces a failure; no regression files in the work tree.
+    config.failure_persistence = None;
+    config.max_shrink_iters = 2_000;
+    let seed = config.rng_seed;
+    let (ran, failed) = (Cell::new(0_u32), Cell::new(0_u32));
+    let result = TestRunner::new(config).run(&strategy, |input| {
+        ran.set(ran.get() + 1);
+        let outcome = check(input);
+        if outcome.is_err() {
+            failed.set(failed.get() + 1);
+        }
+        outcome
+    });
+    let line = format!(
+        "{name}: {} cases, {} failures (seed {seed})",
+        ran.get(),
+        failed.get()
+    );
+    if let Err(err) = result {
+        panic!("{line} (failures include shrinking steps)\n{err}");
+    }
+    line
+}
+
+/// How often each outcome came up, to show the generators reach every branch.
+#[derive(Default)]
+struct Tally(RefCell<std::collections::BTreeMap<&'static str, usize>>);
+
+impl Tally {
+    fn add(&self, what: &'static str, n: usize) {
+        *self.0.borrow_mut().entry(what).or_default() += n;
+    }
+}
+
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let counts = self.0.borrow();
+        let parts: Vec<String> = counts
+            .iter()
+            .map(|(what, n)| format!("{what} {n}"))
+            .collect();
+        f.write_str(&parts.join(", "))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Generic generators
+
+/// Strings matching `pattern`, compiled once (a `&str` strategy compiles it for every value).
+fn re(pattern: &str) -> BoxedStrategy<String> {
+    string_regex(pattern).unwrap().boxed()
+}
+
+/// Short text built to hit the decoder and the validator: escapes (good, malformed, out of
+/// range), separators, quotes, comment and brace characters, control and non-ASCII characters.
+fn junk() -> BoxedStrategy<String> {
+    prop_oneof![
+        3 => re(concat!(
+            r#"([a-zA-Z0-9 #{}"'$;:*%@/_\t\n\r\x00\x7f-]"#,
+            r"|\\[0-9]{1,3}|\\[ -/:-~]|\\|\.", // escapes: octal, of a character, lone
+            r"|é|\x{85}|\x{a0}|\x{2028}){0,24}",
+        )),
+        1 => vec(any::<char>(), 0..16).prop_map(String::from_iter),
+    ]
+    .boxed()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Route53 names
+
+/// One label as bytes, and whether it is a plain host-name label, so that a name built only
+/// of plain labels must be accepted and one with any other label must be rejected.
+#[derive(Debug, Clone)]
+struct Label {
+    bytes: Vec<u8>,
+    plain: bool,
+}
+
+impl Label {
+    fn plain(text: &str) -> Label {
+        Label {
+            bytes: text.as_bytes().to_vec(),
+            plain: true,
+        }
+    }
+}
+
+/// How a name is spelled: per character, escaped as `\ddd` or not and upper-cased or not (the
+/// choices cycle), and whether it ends with a dot.
+#[derive(Debug, Clone)]
+struct Spelling {
+    choices: Vec<u8>,
+    trailing_dot: bool,
+}
+
+fn spelling() -> BoxedStrategy<Spelling> {
+    (vec(any::<u8>(), 1..12), any::<bool>())
+        .prop_map(|(choices, trailing_dot)| Spelling {
+            choices,
+            trailing_dot,
+        })
+        .boxed()
+}
+
+fn is_plain_byte(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_'
+}
+
+/// The name as Route53 (or a caller) may write it: every byte outside a-z 0-9 - _ as `\ddd`
+/// (a few printable ones raw, as a caller may send them), plain bytes in any case and
+/// sometimes escaped too.
+fn spell(labels: &[&Label], spelling: &Spelling) -> String {
+    let mut out = String::new();
+    let mut k = 0;
+    for (index, label) in labels.iter().enumerate() {
+        if index > 0 {
+            out.push('.');
+        }
+        for &byte in &label.bytes {
+            let choice = spelling.choices[k % spelling.choices.len()];
+            k += 1;
+            let wildcard = label.bytes == b"*";
+            let raw_ok = is_plain_byte(byte)
+                || wildcard
+                || (choice % 8 == 1 && byte.is_ascii_graphic() && byte != b'.' && byte != b'\\')
+                || (choice % 8 == 1 && byte == b' ');
+            if raw_ok && !choice.is_multiple_of(4) {
+                let byte = if choice & 4 == 0 {
+                    byte
+                } else {
+                    byte.to_ascii_uppercase()
+                };
+                out.push(char::from(byte));
+            } else {
+                let _ = write!(out, "\\{byte:03o}");
+            }
+        }
+    }
+    if spelling.trailing_dot {
+        out.push('.');
+    }
+    out
+}
+
+fn plain_label() -> BoxedStrategy<Label> {
+    prop_oneof![
+        1 => select(vec!["example", "internal", "a", "k8s", "int", "api"]).prop_map(Label::plain),
+        3 => re("[a-zA-Z0-9_-]{1,20}").prop_map(|text| Label::plain(&text)),
+    ]
+    .boxed()
+}
+
+/// A label with at least one byte that no host name may carry (after decoding).
+fn hostile_label() -> BoxedStrategy<Label> {
+    let bad = prop_oneof![
+        3 => select(vec![
+            b' ', b'\n', b'\r', b'\t', b'#', b'{', b'}', b'"', b'\'', b'\\', b'$', b'.', b'*',
+            b';', 0, 0x7f, 0x80, 0xc3, 0xff, b':', b'/', b'%', b'@',
+        ]),
+        1 => any::<u8>().prop_map(|b| if is_plain_byte(b) { b'!' } else { b }),
+    ];
+    (re("[a-z0-9]{0,6}"), bad, re("[a-z0-9]{0,6}"))
+        .prop_map(|(before, bad, after)| {
+            let mut bytes = before.into_bytes();
+            bytes.push(bad);
+            bytes.extend(after.into_bytes());
+            if bytes == b"*" {
+                // A lone `*` label is a wildcard, which is allowed first.
+                bytes.push(b'x');
+            }
+            Label {
+                bytes,
+                plain: false,
+            }
+        })
+        .boxed()
+}
+
+/// A zone's name: labels known plain or hostile, or arbitrary text.
+#[derive(Debug, Clone)]
+enum ZoneName {
+    Built(Vec<Label>, Spelling),
+    Raw(String),
+}
+
+impl ZoneName {
+    fn text(&self) -> String {
+        match self {
+            ZoneName::Built(labels, spelling) => {
+                spell(&labels.iter().collect::<Vec<_>>(), spelling)
+            }
+            ZoneName::Raw(text) => text.clone(),
+        }
+    }
+
+    /// Whether the name must be accepted (`None`: arbitrary text, no independent verdict).
+    fn verdict(&self) -> Option<bool> {
+        match self {
+            ZoneName::Built(labels, _) => Some(labels.iter().all(|l| l.plain)),
+            ZoneName::Raw(_) => None,
+        }
+    }
+}
+
+fn zone_name() -> BoxedStrategy<ZoneName> {
+    let label = prop_oneof![8 => plain_label(), 1 => hostile_label()];
+    // A few names recur, so that two zones (in two accounts) claim the same SNI now and then.
+    let shared = select(vec!["example.internal", "shared.internal", "a.b.internal"]);
+    prop_oneof![
+        4 => (vec(label, 1..=4), spelling()).prop_map(|(labels, s)| ZoneName::Built(labels, s)),
+        2 => (shared, spelling()).prop_map(|(name, s)| {
+            ZoneName::Built(name.split('.').map(Label::plain).collect(), s)
+        }),
+        1 => junk().prop_map(ZoneName::Raw),
+    ]
+    .boxed()
+}
+
+/// A record's name: labels before the zone's (a rule's front or back, or anything), or
+/// arbitrary text.
+#[derive(Debug, Clone)]
+enum RecordName {
+    InZone(Vec<Label>, Spelling),
+    Raw(String),
+}
+
+fn rule_prefix() -> BoxedStrategy<Vec<Label>> {
+    select(vec![
+        "proxy.api",
+        "api",
+        "proxy.api.k8s",
+        "api.k8s",
+        "*.int",
+        "ingress-int",
+        "",
+    ])
+    .prop_map(|prefix| {
+        prefix
+            .split('.')
+            .filter(|l| !l.is_empty())
+            .map(Label::plain)
+            .collect()
+    })
+    .boxed()
+}
+
+fn record_name() -> BoxedStrategy<RecordName> {
+    let prefix = prop_oneof![
+        6 => rule_prefix(),
+        1 => vec(plain_label(), 1..3),
+        2 => (rule_prefix(), hostile_label(), any::<usize>()).prop_map(|(mut labels, bad, at)| {
+            let at = at % (labels.len() + 1);
+            labels.insert(at, bad);
+            labels
+        }),
+    ];
+    prop_oneof![
+        8 => (prefix, spelling()).prop_map(|(labels, s)| RecordName::InZone(labels, s)),
+        1 => junk().prop_map(RecordName::Raw),
+    ]
+    .boxed()
+}
+
+/// The peering proxy's name in any spelling.
+fn the_proxy() -> BoxedStrategy<String> {
+    let proxy: Vec<Label> = PROXY.split('.').map(Label::plain).collect();
+    spelling()
+        .prop_map(move |s| spell(&proxy.iter().collect::<Vec<_>>(), &s))
+        .boxed()
+}
+
+/// A CNAME target, A value or alias target: often the proxy, or anything.
+fn target() -> BoxedStrategy<String> {
+    prop_oneof![
+        3 => the_proxy(),
+        1 => select(vec!["10.0.0.1", "internal-a.elb.amazonaws.com", "tools.example.com"])
+            .prop_map(String::from),
+        1 => junk(),
+        1 => (vec(prop_oneof![plain_label(), hostile_label()], 1..4), spelling())
+            .prop_map(|(labels, s)| spell(&labels.iter().collect::<Vec<_>>(), &s)),
+    ]
+    .boxed()
+}
+
+fn record_type() -> BoxedStrategy<String> {
+    prop_oneof![
+        4 => Just("CNAME".to_owned()),
+        4 => Just("A".to_owned()),
+        1 => select(vec!["AAAA", "TXT", "cname", "a", ""]).prop_map(String::from),
+        1 => junk(),
+    ]
+    .boxed()
+}
+
+#[derive(Debug, Clone)]
+struct GenRecord {
+    name: RecordName,
+    rtype: String,
+    values: Vec<String>,
+    alias_target: Option<String>,
+}
+
+fn record() -> BoxedStrategy<GenRecord> {
+    (
+        record_name(),
+        record_type(),
+        vec(target(), 0..3),
+        proptest::option::weighted(0.2, target()),
+    )
+        .prop_map(|(name, rtype, values, alias_target)| GenRecord {
+            name,
+            rtype,
+            values,
+            alias_target,
+        })
+        .boxed()
+}
+
+/// A rule's front and back records, mostly as the rule wants them (a CNAME to the proxy, a
+/// back of the rule's type), sometimes of another type or pointing elsewhere.
+fn rule_pair() -> BoxedStrategy<Vec<GenRecord>> {
+    let other_type = || prop_oneof![6 => Just(None), 1 => record_type().prop_map(Some)];
+    (
+        select(DEFAULT_RULES.to_vec()),
+        (spelling(), spelling()),
+        (other_type(), prop_oneof![4 => the_proxy(), 1 => target()]),
+        (
+            other_type(),
+            vec(target(), 0..2),
+            proptest::option::weighted(0.3, target()),
+        ),
+    )
+        .prop_map(|(rule, (front_spelling, back_spelling), front, back)| {
+            let labels = |relative: &str| relative.split('.').map(Label::plain).collect();
+            let (front_type, front_target) = front;
+            let (back_type, values, alias_target) = back;
+            vec![
+                GenRecord {
+                    name: RecordName::InZone(labels(rule.front), front_spelling),
+                    rtype: front_type.unwrap_or_else(|| "CNAME".to_owned()),
+                    values: vec![front_target],
+                    alias_target: None,
+                },
+                GenRecord {
+                    name: RecordName::InZone(labels(rule.back), back_spelling),
+                    rtype: back_type.unwrap_or_else(|| rule.back_types[0].to_owned()),
+                    values,
+                    alias_target,
+                },
+            ]
+        })
+        .boxed()
+}
+
+#[derive(Debug, Clone)]
+struct GenZone {
+    account: String,
+    id: String,
+    name: ZoneName,
+    private: bool,
+    records: Vec<GenRecord>,
+}
+
+impl GenZone {
+    /// The record's name as Route53 would return it, and whether it must be accepted.
+    fn record_name(&self, name: &RecordName) -> (String, Option<bool>) {
+        match (name, &self.name) {
+            (RecordName::Raw(text), _) => (text.clone(), None),
+            (RecordName::InZone(prefix, spelling), ZoneName::Built(zone, _)) => {
+                let labels: Vec<&Label> = prefix.iter().chain(zone).collect();
+                let plain = labels.iter().all(|l| l.plain);
+                (spell(&labels, spelling), Some(plain))
+            }
+            (RecordName::InZone(prefix, spelling), ZoneName::Raw(zone)) => {
+                let mut text = spell(&prefix.iter().collect::<Vec<_>>(), spelling);
+                if !prefix.is_empty() && !text.ends_with('.') {
+                    text.push('.');
+                }
+                text.push_str(zone);
+                (text, None)
+            }
+        }
+    }
+
+    fn zone_records(&self) -> ZoneRecords {
+        ZoneRecords {
+            zone: Zone {
+                account: self.account.clone(),
+                id: self.id.clone(),
+                name: self.name.text(),
+                private: self.private,
+            },
+            records: self
+                .records
+                .iter()
+                .map(|record| RecordSet {
+                    name: self.record_name(&record.name).0,
+                    rtype: record.rtype.clone(),
+                    values: record.values.clone(),
+                    alias_target: record.alias_target.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+fn zone() -> BoxedStrategy<GenZone> {
+    (
+        select(vec!["111111111111", "222222222222", "333333333333"]),
+        re("Z[0-9A-Z]{1,21}"),
+        zone_name(),
+        proptest::bool::weighted(0.9),
+        vec(rule_pair(), 0..3),
+        vec(record(), 0..6),
+    )
+        .prop_map(|(account, id, name, private, pairs, others)| GenZone {
+            account: account.to_owned(),
+            id,
+            name,
+            private,
+            records: pairs.into_iter().flatten().chain(others).collect(),
+        })
+        .boxed()
+}
+
+// ---------------------------------------------------------------------------------------------
+// What a clean config is
+
+/// Labels of a-z 0-9 - _, none empty, at most 63 each and 253 in all: what `names.rs` admits
+/// (without the wildcard, which never reaches a route).
+fn is_host(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 253
+        && text.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        })
+}
+
+/// A route's SNI: a host name, or for a suffix a dot and a host name.
+fn is_sni(route: &Route) -> bool {
+    match route.sni_match {
+        SniMatch::Exact => is_host(&route.sni),
+        SniMatch::Suffix => route.sni.strip_prefix('.').is_some_and(is_host),
+    }
+}
+
+/// The provenance fields of a route line (rule, account, zone id): one token of letters,
+/// digits, `-`, `_` and `.`.
+fn is_token(text: &str) -> bool {
+    !text.is_empty()
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+}
+
+/// Every line of a config but the route lines and the two header lines that depend on them:
+/// what no route may change.
+fn skeleton(text: &str) -> Vec<&str> {
+    text.split('\n')
+        .filter(|line| {
+            !line.starts_with(ROUTE_LINE)
+                && !line.starts_with(SUFFIX_LINE)
+                && !line.starts_with("# sha256: ")
+                && !line.starts_with("# rules: ")
+        })
+        .collect()
+}
+
+fn route_lines(text: &str) -> Vec<&str> {
+    text.split('\n')
+        .filter(|line| line.starts_with(ROUTE_LINE) || line.starts_with(SUFFIX_LINE))
+        .collect()
+}
+
+fn expected_line(route: &Route) -> String {
+    let (prefix, key) = match route.sni_match {
+        SniMatch::Exact => (ROUTE_LINE, route.sni.as_str()),
+        SniMatch::Suffix => (
+            SUFFIX_LINE,
+            route.sni.strip_prefix('.').unwrap_or(&route.sni),
+        ),
+    };
+    format!(
+        "{prefix}{key} {}:{} {} {} {}",
+        route.backend, route.port, route.rule, route.account, route.zone_id
+    )
+}
+
+/// The checks every rendered config must pass whatever it was made from: no line added or
+/// changed outside the route lines, one route line per route. (The renderer itself checks that
+/// the header reads back.)
+fn check_structure(text: &str, routes: &[Route], baseline: &[String]) -> Result<(), TestCaseError> {
+    prop_assert!(!text.contains('\r'), "a carriage return in the config");
+    prop_assert_eq!(
+        skeleton(text),
+        baseline,
+        "a line outside the route table changed"
+    );
+    let lines = route_lines(text);
+    let expected: Vec<String> = routes.iter().map(expected_line).collect();
+    prop_assert_eq!(lines, expected, "the route lines are not one per route");
+    Ok(())
+}
+
+/// What only allowed bytes in every value give: printable ASCII and newlines only, each route
+/// line six fields of the allowed sets, and the route maps the apply document writes holding
+/// exactly the routes.
+fn check_clean(text: &str, routes: &[Route]) -> Result<(), TestCaseError> {
+    if let Some(bad) = text
+        .bytes()
+        .find(|b| *b != b'\n' && !(0x20..0x7f).contains(b))
+    {
+        return Err(TestCaseError::fail(format!(
+            "byte {bad:#04x} in the config: {:?}",
+            route_lines(text)
+        )));
+    }
+    for (line, route) in route_lines(text).iter().zip(routes) {
+        prop_assert!(is_sni(route), "SNI {:?} reached the config", route.sni);
+        prop_assert!(
+            is_host(route.backend.as_str()),
+            "backend {:?}",
+            route.backend
+        );
+        for token in [&route.rule, &route.account, &route.zone_id] {
+            prop_assert!(is_token(token), "{token:?} reached the config");
+        }
+        prop_assert_eq!(line.split(' ').count(), 6, "{}", line);
+    }
+    let (mut exact, mut suffixes) = (String::new(), String::new());
+    for route in routes {
+        let (table, key) = match route.sni_match {
+            SniMatch::Exact => (&mut exact, route.sni.as_str()),
+            SniMatch::Suffix => (&mut suffixes, route.sni.trim_start_matches('.')),
+        };
+        let _ = writeln!(table, "{key} {}:{}", route.backend, route.port);
+    }
+    prop_assert_eq!(MapFiles::route_tables(text), (exact, suffixes));
+    Ok(())
+}
+
+/// The embedded template, as the generator's handler renders it.
+struct Render {
+    renderer: Renderer,
+    resolvers: Vec<SocketAddr>,
+    options: RenderOptions,
+    baselines: RefCell<HashMap<u64, Vec<String>>>,
+}
+
+impl Render {
+    fn new() -> Render {
+        Render {
+            renderer: Renderer::new(DEFAULT_TEMPLATE).unwrap(),
+            resolvers: vec!["169.254.169.253:53".parse().unwrap()],
+            options: RenderOptions::default(),
+            baselines: RefCell::new(HashMap::new()),
+        }
+    }
+
+    fn render(
+        &self,
+        routes: &[Route],
+        generation: u64,
+    ) -> Result<String, autoproxy::render::RenderError> {
+        self.renderer
+            .render(&RenderInput {
+                routes,
+                resolvers: &self.resolvers,
+                options: &self.options,
+                generation,
+                generated_at: GENERATED_AT,
+                trigger: "schedule",
+            })
+            .map(|rendered| rendered.text)
+    }
+
+    /// The skeleton of the config without routes, at this generation.
+    fn baseline(&self, generation: u64) -> Vec<String> {
+        self.baselines
+            .borrow_mut()
+            .entry(generation)
+            .or_insert_with(|| {
+                let text = self.render(&[], generation).unwrap();
+                skeleton(&text).into_iter().map(str::to_owned).collect()
+            })
+            .clone()
+    }
+}
+
+fn proxies() -> Vec<HostName> {
+    vec![HostName::parse(PROXY).unwrap()]
+}
+
+/// A warning about a skipped name reads as an error: it says what was expected, on one line.
+fn check_warning_text(warning: &Warning) -> Result<(), TestCaseError> {
+    let text = warning.to_string();
+    prop_assert!(
+        text.contains("skipped: expected"),
+        "unclear warning: {text}"
+    );
+    prop_assert!(
+        !text.chars().any(char::is_control),
+        "a control character in the warning {text:?}"
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Route53 data → rendered config
+
+#[test]
+fn route53_data_reaches_the_config_only_as_plain_host_names() {
+    let render = Render::new();
+    let proxies = proxies();
+    let tally = Tally::default();
+    let line = check_property("route53→config", 1_000, vec(zone(), 1..=3), |estate| {
+        let mut candidates = Vec::new();
+        for zone in &estate {
+            let data = zone.zone_records();
+            let outcome = zone_routes(DEFAULT_RULES, &data, &proxies);
+            if !zone.private {
+                prop_assert!(outcome.routes.is_empty() && outcome.warnings.is_empty());
+                continue;
+            }
+            let zone_ok = normalize(&data.zone.name).to_host().is_ok();
+            if let Some(verdict) = zone.name.verdict() {
+                prop_assert_eq!(zone_ok, verdict, "zone name {:?}", data.zone.name);
+            }
+            if !zone_ok {
+                tally.add("zone names refused", 1);
+                prop_assert!(outcome.routes.is_empty());
+                prop_assert_eq!(outcome.warnings.len(), 1);
+                prop_assert!(
+                    matches!(outcome.warnings[0], Warning::ZoneName { .. }),
+                    "{:?}",
+                    outcome.warnings
+                );
+                check_warning_text(&outcome.warnings[0])?;
+                continue;
+            }
+            // Every record name is accepted or named in a warning; where the generator
+            // knows which, the validator agrees.
+            let mut rejected = 0;
+            for (record, set) in zone.records.iter().zip(&data.records) {
+                let accepted = normalize(&set.name).to_host().is_ok();
+                if let (_, Some(verdict)) = zone.record_name(&record.name) {
+                    prop_assert_eq!(accepted, verdict, "record name {:?}", set.name);
+                }
+                rejected += usize::from(!accepted);
+            }
+            let named = outcome
+                .warnings
+                .iter()
+                .filter(|w| matches!(w, Warning::RecordName { .. }))
+                .count();
+            prop_assert_eq!(named, rejected, "{:?}", outcome.warnings);
+            tally.add("record names refused", rejected);
+            tally.add("record names read", data.records.len() - rejected);
+            for warning in &outcome.warnings {
+                if matches!(warning, Warning::RecordName { .. }) {
+                    check_warning_text(warning)?;
+                }
+            }
+            for route in &outcome.routes {
+                prop_assert!(is_sni(route), "SNI {:?}", route.sni);
+                prop_assert!(is_host(route.backend.as_str()), "{:?}", route.backend);
+            }
+            candidates.extend(outcome.routes);
+        }
+        let (routes, conflicts) = resolve(candidates);
+        tally.add("routes rendered", routes.len());
+        tally.add("SNI conflicts", conflicts.len());
+        let text = match render.render(&routes, NOW) {
+            Ok(text) => text,
+            Err(err) => return Err(TestCaseError::fail(format!("render failed: {err}"))),
+        };
+        check_structure(&text, &routes, &render.baseline(NOW))?;
+        check_clean(&text, &routes)
+    });
+    println!("{line}: {tally}");
+}
+
+/// A zone with the API pair, every name in its own spelling, among noise that routes nothing.
+#[derive(Debug, Clone)]
+struct ApiZone {
+    zone: Vec<Label>,
+    spellings: [Spelling; 4],
+    account: String,
+    id: String,
+    /// The back record as an alias (no values) or a plain A record.
+    alias: bool,
+    /// Extra records: hostile names (each a warning), and names no rule reads.
+    noise: Vec<(Vec<Label>, String, String)>,
+    shuffle: Vec<usize>,
+}
+
+fn api_zone() -> BoxedStrategy<ApiZone> {
+    let lower = re("[a-z0-9_-]{1,20}").prop_map(|text| Label::plain(&text));
+    let noise_name = prop_oneof![
+        2 => hostile_label().prop_map(|l| vec![l]),
+        1 => re("n[a-z0-9]{0,8}").prop_map(|text| vec![Label::plain(&text)]),
+        1 => Just(vec![Label::plain("proxy"), Label::plain("api"), Label::plain("k8s")]),
+        1 => Just(vec![Label::plain("*"), Label::plain("int")]),
+    ];
+    (
+        vec(lower, 1..=4),
+        [spelling(), spelling(), spelling(), spelling()],
+        re("[0-9]{12}"),
+        re("Z[0-9A-Z]{1,21}"),
+        any::<bool>(),
+        vec((noise_name, record_type(), junk()), 0..6),
+        vec(any::<usize>(), 8),
+    )
+        .prop_map(
+            |(zone, spellings, account, id, alias, noise, shuffle)| ApiZone {
+                zone,
+                spellings,
+                account,
+                id,
+                alias,
+                noise,
+                shuffle,
+            },
+        )
+        .boxed()
+}
+
+#[test]
+fn a_well_formed_api_pair_always_routes_whatever_its_spelling() {
+    let render = Render::new();
+    let proxies = proxies();
+    let line = check_property("route53 api pair→route", 500, api_zone(), |case| {
+        let zone: Vec<&Label> = case.zone.iter().collect();
+        let with = |prefix: &[&str], spelling: &Spelling| {
+            let front: Vec<Label> = prefix.iter().map(|l| Label::plain(l)).collect();
+            let labels: Vec<&Label> = front.iter().chain(zone.iter().copied()).collect();
+            spell(&labels, spelling)
+        };
+        let proxy: Vec<Label> = PROXY.split('.').map(Label::plain).collect();
+        let proxy = spell(&proxy.iter().collect::<Vec<_>>(), &case.spellings[3]);
+        let back_name = with(&["api"], &case.spellings[1]);
+        let mut records = vec![
+            RecordSet::new(
+                &with(&["proxy", "api"], &case.spellings[0]),
+                "CNAME",
+                &[&proxy],
+            ),
+            if case.alias {
+                RecordSet::alias(&back_name, "A", "nlb.elb.amazonaws.com.")
+            } else {
+                RecordSet::new(&back_name, "A", &["10.0.0.1"])
+            },
+        ];
+        let mut hostile = 0;
+        for (prefix, rtype, value) in &case.noise {
+            let labels: Vec<&Label> = prefix.iter().chain(zone.iter().copied()).collect();
+            hostile += usize::from(prefix.iter().any(|l| !l.plain));
+            // A front of another rule never points at the proxy here.
+            let value = if value.contains("peering-proxy") {
+                "elsewhere"
+            } else {
+                value
+            };
+            records.push(RecordSet::new(
+                &spell(&labels, &case.spellings[2]),
+                rtype,
+                &[value],
+            ));
+        }
+        let count = records.len();
+        for (i, pick) in case.shuffle.iter().enumerate().take(count) {
+            records.swap(i, pick % count);
+        }
+        let data = ZoneRecords {
+            zone: Zone {
+                account: case.account.clone(),
+                id: case.id.clone(),
+                name: spell(&zone, &case.spellings[2]),
+                private: true,
+            },
+            records,
+        };
+        let outcome = zone_routes(DEFAULT_RULES, &data, &proxies);
+        let name: Vec<&str> = case
+            .zone
+            .iter()
+            .map(|l| std::str::from_utf8(&l.bytes).unwrap())
+            .collect();
+        let name = name.join(".");
+        let warned = outcome
+            .warnings
+            .iter()
+            .filter(|w| matches!(w, Warning::RecordName { .. }))
+            .count();
+        prop_assert_eq!(warned, hostile, "{:?}", outcome.warnings);
+        prop_assert_eq!(outcome.warnings.len(), hostile, "{:?}", outcome.warnings);
+        let (routes, conflicts) = resolve(outcome.routes);
+        prop_assert!(conflicts.is_empty());
+        prop_assert_eq!(routes.len(), 1, "{:?}", routes);
+        let route = &routes[0];
+        prop_assert_eq!(route.rule.as_str(), "api");
+        prop_assert_eq!(route.sni_match, SniMatch::Exact);
+        prop_assert_eq!(&route.sni, &format!("proxy.api.{name}"));
+        prop_assert_eq!(route.backend.as_str(), format!("api.{name}"));
+        prop_assert_eq!(route.port, 443);
+        let text = match render.render(&routes, NOW) {
+            Ok(text) => text,
+            Err(err) => return Err(TestCaseError::fail(format!("render failed: {err}"))),
+        };
+        prop_assert_eq!(
+            route_lines(&text),
+            vec![format!(
+                "#@route proxy.api.{name} api.{name}:443 api {} {}",
+                case.account, case.id
+            )]
+        );
+        check_clean(&text, &routes)
+    });
+    println!("{line}");
+}
