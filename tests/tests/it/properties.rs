@@ -5,6 +5,9 @@
 //!   panics or fails to render, only plain host names reach the config (every byte printable
 //!   ASCII or a newline, no line or field added), and every rejected name is a warning. A
 //!   well-formed zone always gives its route, however Route53 spells it.
+//! * Invocation payloads → the generator's trigger and configure's `dispatches` /
+//!   `is_fleet_request`: nothing panics, every refusal says what was expected, an accepted zone
+//!   hint carries a well-formed account and zone id.
 //!
 //! The seed is fixed, so every run tries the same inputs and a failure reproduces;
 //! `PROPTEST_RNG_SEED=<u64>` tries others and `PROPTEST_CASES=<n>` overrides every property's
@@ -22,15 +25,19 @@ use autoproxy::model::{RecordSet, Route, SniMatch, Zone, ZoneRecords};
 use autoproxy::names::{HostName, normalize};
 use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, RenderOptions, Renderer};
 use autoproxy::rules::{DEFAULT_RULES, Warning, resolve, zone_routes};
+use autoproxy_configure::handler::{Dispatch, dispatches, is_fleet_request};
+use autoproxy_generate::trigger::{self, ROUTE53_EVENTS, Trigger, TriggerError};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::string::string_regex;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
+use serde_json::{Value, json};
 
 /// The seed every property starts from unless `PROPTEST_RNG_SEED` says otherwise.
 const SEED: u64 = 0x6175_746f_7072_6f78;
 const PROXY: &str = "peering-proxy.tools.example.com";
+const CONFIG_KEY: &str = "haproxy/haproxy.cfg";
 const GENERATED_AT: &str = "2026-11-23T03:14:02Z";
 const NOW: u64 = 1_795_403_642;
 
@@ -117,6 +124,177 @@ fn junk() -> BoxedStrategy<String> {
         1 => vec(any::<char>(), 0..16).prop_map(String::from_iter),
     ]
     .boxed()
+}
+
+/// A string far too large for any field: 20,000 to 240,000 bytes.
+fn huge() -> BoxedStrategy<String> {
+    prop_oneof![
+        (1_usize..4, any::<char>()).prop_map(|(n, c)| c.to_string().repeat(n * 20_000)),
+        (1_usize..4).prop_map(|n| "123456789012".repeat(n * 5_000)),
+    ]
+    .boxed()
+}
+
+/// Keys that mean something to one of the parsers, and junk.
+fn key() -> BoxedStrategy<String> {
+    prop_oneof![
+        3 => select(vec![
+            "detail-type", "source", "account", "detail", "eventName", "recipientAccountId",
+            "requestParameters", "hostedZoneId", "id", "responseElements", "hostedZone",
+            "dry_run", "force", "fleet", "Records", "s3", "bucket", "object", "key",
+            "versionId", "name", "eventTime", "format", "generation", "zones", "routes", "sni",
+            "backend", "pending",
+        ])
+        .prop_map(String::from),
+        1 => junk(),
+    ]
+    .boxed()
+}
+
+/// Any JSON value, nested a few levels.
+fn json() -> BoxedStrategy<Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        any::<f64>()
+            .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+        hostile().prop_map(Value::String),
+    ];
+    leaf.prop_recursive(3, 16, 4, |inner| {
+        prop_oneof![
+            vec(inner.clone(), 0..5).prop_map(Value::Array),
+            vec((key(), inner), 0..5).prop_map(|pairs| Value::Object(pairs.into_iter().collect())),
+        ]
+    })
+    .boxed()
+}
+
+/// Text that must never reach a config line: one character or a few.
+fn hostile() -> BoxedStrategy<String> {
+    prop_oneof![
+        3 => select(vec![
+            " ", "\n", "\r", "\t", "#", "{", "}", "\"", "'", "\\", "$", "${HOME}", "é", "\u{85}",
+            "\u{a0}", "\u{2028}", "*", ":", "%", ";", "\u{0}", "\u{7f}", "..", "A", "a b",
+            "\u{feff}", "\u{200b}",
+        ])
+        .prop_map(String::from),
+        1 => junk(),
+    ]
+    .boxed()
+}
+
+/// One step into a JSON value.
+#[derive(Debug, Clone, PartialEq)]
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// A change to a JSON value at the `n`th node (modulo the node count), in preorder.
+#[derive(Debug, Clone)]
+enum Mutation {
+    /// Insert text into the `n`th string (a field value keeps its shape but not its content).
+    Splice(usize, usize, String),
+    Replace(usize, Value),
+    Remove(usize),
+    Insert(usize, String, Value),
+}
+
+fn mutation() -> BoxedStrategy<Mutation> {
+    prop_oneof![
+        4 => (any::<usize>(), any::<usize>(), hostile())
+            .prop_map(|(n, at, s)| Mutation::Splice(n, at, s)),
+        2 => (any::<usize>(), hostile()).prop_map(|(n, s)| Mutation::Replace(n, Value::String(s))),
+        2 => (any::<usize>(), json()).prop_map(|(n, v)| Mutation::Replace(n, v)),
+        1 => any::<usize>().prop_map(Mutation::Remove),
+        1 => (any::<usize>(), key(), json()).prop_map(|(n, k, v)| Mutation::Insert(n, k, v)),
+    ]
+    .boxed()
+}
+
+/// Every node's path, in preorder, and whether the node is a string.
+fn paths(value: &Value, here: &mut Vec<Step>, out: &mut Vec<(Vec<Step>, bool)>) {
+    out.push((here.clone(), value.is_string()));
+    match value {
+        Value::Object(map) => {
+            for (key, child) in map {
+                here.push(Step::Key(key.clone()));
+                paths(child, here, out);
+                here.pop();
+            }
+        }
+        Value::Array(items) => {
+            for (index, child) in items.iter().enumerate() {
+                here.push(Step::Index(index));
+                paths(child, here, out);
+                here.pop();
+            }
+        }
+        _ => {}
+    }
+}
+
+fn node_mut<'a>(value: &'a mut Value, path: &[Step]) -> Option<&'a mut Value> {
+    path.iter().try_fold(value, |node, step| match step {
+        Step::Key(key) => node.get_mut(key.as_str()),
+        Step::Index(index) => node.get_mut(*index),
+    })
+}
+
+fn mutate(value: &mut Value, mutation: &Mutation) {
+    let mut found = Vec::new();
+    paths(value, &mut Vec::new(), &mut found);
+    let pick = |n: usize, among: &[Vec<Step>]| among.get(n % among.len().max(1)).cloned();
+    let strings: Vec<Vec<Step>> = found
+        .iter()
+        .filter(|(_, is_string)| *is_string)
+        .map(|(path, _)| path.clone())
+        .collect();
+    let all: Vec<Vec<Step>> = found.into_iter().map(|(path, _)| path).collect();
+    match mutation {
+        Mutation::Splice(n, at, text) => {
+            if let Some(path) = pick(*n, &strings)
+                && let Some(Value::String(old)) = node_mut(value, &path)
+            {
+                let mut at = at % (old.len() + 1);
+                while !old.is_char_boundary(at) {
+                    at -= 1;
+                }
+                old.insert_str(at, text);
+            }
+        }
+        Mutation::Replace(n, new) => {
+            if let Some(path) = pick(*n, &all)
+                && let Some(node) = node_mut(value, &path)
+            {
+                *node = new.clone();
+            }
+        }
+        Mutation::Remove(n) => {
+            let Some(path) = pick(*n, &all) else { return };
+            let Some((last, parent)) = path.split_last() else {
+                return;
+            };
+            match (node_mut(value, parent), last) {
+                (Some(Value::Object(map)), Step::Key(key)) => {
+                    map.remove(key);
+                }
+                (Some(Value::Array(items)), Step::Index(index)) if *index < items.len() => {
+                    items.remove(*index);
+                }
+                _ => {}
+            }
+        }
+        Mutation::Insert(n, key, new) => {
+            if let Some(path) = pick(*n, &all)
+                && let Some(Value::Object(map)) = node_mut(value, &path)
+            {
+                map.insert(key.clone(), new.clone());
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -875,4 +1053,572 @@ fn a_well_formed_api_pair_always_routes_whatever_its_spelling() {
         check_clean(&text, &routes)
     });
     println!("{line}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Events → trigger, S3 events → dispatch
+
+/// A field: missing, a typical value, or any JSON value.
+fn field(typical: BoxedStrategy<String>) -> BoxedStrategy<Option<Value>> {
+    prop_oneof![
+        1 => Just(None),
+        14 => typical.prop_map(|s| Some(Value::String(s))),
+        1 => json().prop_map(Some),
+    ]
+    .boxed()
+}
+
+/// A well-formed value with one character put in, or one changed.
+fn near(valid: BoxedStrategy<String>) -> BoxedStrategy<String> {
+    let odd = prop_oneof![
+        3 => select(vec![
+            '.', ' ', '\n', '/', '-', '_', ':', '\0', '١', '１', 'Ｚ', 'é', '\u{a0}', '#', '*',
+        ]),
+        1 => any::<char>(),
+    ];
+    (valid, odd, any::<usize>(), any::<bool>())
+        .prop_map(|(text, odd, at, replace)| {
+            let mut chars: Vec<char> = text.chars().collect();
+            let at = at % (chars.len() + 1);
+            if replace && at < chars.len() {
+                chars[at] = odd;
+            } else {
+                chars.insert(at, odd);
+            }
+            chars.into_iter().collect()
+        })
+        .boxed()
+}
+
+fn account_id() -> BoxedStrategy<String> {
+    prop_oneof![
+        12 => re("[0-9]{12}"),
+        3 => near(re("[0-9]{12}")),
+        1 => re("[0-9]{0,11}"),
+        1 => re("[0-9]{13,20}"),
+        2 => select(vec![
+            "١٢٣٤٥٦٧٨٩٠١٢", " 12345678901", "12345678901\n", "123456789012 ", "0x1234567890",
+            "-12345678901", "+12345678901", "1234567890１２", "12345678901\u{0}",
+        ])
+        .prop_map(String::from),
+        1 => junk(),
+    ]
+    .boxed()
+}
+
+fn zone_id() -> BoxedStrategy<String> {
+    prop_oneof![
+        6 => re("Z[0-9A-Z]{1,30}"),
+        6 => re("/hostedzone/Z[0-9A-Za-z]{1,30}"),
+        4 => near(re("(/hostedzone/)?Z[0-9A-Z]{1,30}")),
+        2 => select(vec![
+            "/hostedzone/../x", "/hostedzone/", "", "/", "..", "/hostedzone/Z1/", "Z1; rm -rf /",
+            "/hostedzone/Z1 ", "Z\u{0}1", "/change/C0EXAMPLE", "../../../etc/passwd", "Z1\nZ2",
+            "Ｚ１", "/hostedzone/Z1%2F..", "Z1\\", "/hostedzone/é",
+        ])
+        .prop_map(String::from),
+        1 => re("(/hostedzone/)?[ -~]{0,40}"),
+        1 => re("[Zz][0-9a-z]{31,40}"),
+        1 => junk(),
+    ]
+    .boxed()
+}
+
+/// An EventBridge event shaped like the ones the generator takes, each field missing, typical
+/// or any JSON value.
+fn eventbridge() -> BoxedStrategy<Value> {
+    let detail_type = prop_oneof![
+        8 => Just("AWS API Call via CloudTrail".to_owned()),
+        2 => Just("Scheduled Event".to_owned()),
+        1 => junk(),
+    ]
+    .boxed();
+    let source = prop_oneof![
+        8 => Just("aws.route53".to_owned()),
+        1 => select(vec!["aws.events", "aws.ec2", "AWS.ROUTE53", "aws.route53 "])
+            .prop_map(String::from),
+        1 => junk(),
+    ]
+    .boxed();
+    let event_name = prop_oneof![
+        8 => select(ROUTE53_EVENTS.to_vec()).prop_map(String::from),
+        1 => select(vec!["ListHostedZones", "changeresourcerecordsets", ""]).prop_map(String::from),
+        1 => junk(),
+    ]
+    .boxed();
+    (
+        (field(detail_type), field(source), field(account_id())),
+        (field(event_name), field(account_id())),
+        (field(zone_id()), field(zone_id()), field(zone_id())),
+        proptest::option::weighted(0.1, json()),
+        proptest::option::weighted(0.1, json()),
+        proptest::option::weighted(0.2, (key(), json())),
+        proptest::option::weighted(0.05, (0_usize..5, huge())),
+    )
+        .prop_map(
+            |(
+                (mut detail_type, source, mut account),
+                (event_name, mut recipient),
+                (mut hosted_zone_id, id, mut response_id),
+                detail_instead,
+                parameters_instead,
+                extra,
+                huge,
+            )| {
+                if let Some((which, text)) = huge {
+                    let text = Some(Value::String(text));
+                    match which {
+                        0 => account = text,
+                        1 => recipient = text,
+                        2 => hosted_zone_id = text,
+                        3 => response_id = text,
+                        _ => detail_type = text,
+                    }
+                }
+                let mut parameters = serde_json::Map::new();
+                put(&mut parameters, "hostedZoneId", hosted_zone_id);
+                put(&mut parameters, "id", id);
+                let mut detail = serde_json::Map::new();
+                put(&mut detail, "eventName", event_name);
+                put(&mut detail, "recipientAccountId", recipient);
+                detail.insert(
+                    "requestParameters".into(),
+                    parameters_instead.unwrap_or(Value::Object(parameters)),
+                );
+                if let Some(id) = response_id {
+                    detail.insert("responseElements".into(), json!({"hostedZone": {"id": id}}));
+                }
+                let mut event = serde_json::Map::new();
+                event.insert("version".into(), json!("0"));
+                put(&mut event, "detail-type", detail_type);
+                put(&mut event, "source", source);
+                put(&mut event, "account", account);
+                event.insert(
+                    "detail".into(),
+                    detail_instead.unwrap_or(Value::Object(detail)),
+                );
+                if let Some((key, value)) = extra {
+                    event.insert(key, value);
+                }
+                Value::Object(event)
+            },
+        )
+        .boxed()
+}
+
+fn put(map: &mut serde_json::Map<String, Value>, key: &str, value: Option<Value>) {
+    if let Some(value) = value {
+        map.insert(key.to_owned(), value);
+    }
+}
+
+/// `{"dry_run": …, "force": …}`, each missing, a bool or anything, and now and then a key more.
+fn manual() -> BoxedStrategy<Value> {
+    let flag = prop_oneof![
+        1 => Just(None),
+        4 => any::<bool>().prop_map(|b| Some(Value::Bool(b))),
+        1 => json().prop_map(Some),
+    ];
+    (
+        flag.clone(),
+        flag,
+        proptest::option::weighted(0.2, (key(), json())),
+    )
+        .prop_map(|(dry_run, force, extra)| {
+            let mut object = serde_json::Map::new();
+            put(&mut object, "dry_run", dry_run);
+            put(&mut object, "force", force);
+            if let Some((key, value)) = extra {
+                object.insert(key, value);
+            }
+            Value::Object(object)
+        })
+        .boxed()
+}
+
+fn generator_payload() -> BoxedStrategy<Value> {
+    prop_oneof![
+        6 => eventbridge(),
+        1 => manual(),
+        1 => json(),
+        1 => (eventbridge(), vec(mutation(), 1..4)).prop_map(|(mut event, mutations)| {
+            for m in &mutations {
+                mutate(&mut event, m);
+            }
+            event
+        }),
+    ]
+    .boxed()
+}
+
+/// The last `/`-separated part of a zone id, as the hint should carry it.
+fn bare_upper(raw: &str) -> String {
+    raw.rsplit('/').next().unwrap_or(raw).to_ascii_uppercase()
+}
+
+fn check_trigger(payload: &Value, tally: &Tally) -> Result<(), TestCaseError> {
+    let detail_type = payload.get("detail-type").and_then(Value::as_str);
+    let parsed = trigger::parse(payload);
+    tally.add(
+        match &parsed {
+            Ok(Trigger::Schedule) => "schedule",
+            Ok(Trigger::Manual { .. }) => "manual",
+            Ok(Trigger::Route53 { .. }) => "zone hint",
+            Err(TriggerError::Unrecognised { .. }) => "refused (shape)",
+            Err(TriggerError::Route53 { .. }) => "refused (route53 field)",
+        },
+        1,
+    );
+    match parsed {
+        Ok(Trigger::Schedule) => prop_assert_eq!(detail_type, Some("Scheduled Event")),
+        Ok(Trigger::Manual { dry_run, force }) => {
+            let object = payload.as_object();
+            prop_assert!(object.is_some());
+            let object = object.unwrap();
+            for (key, value) in object {
+                prop_assert!(
+                    (key == "dry_run" || key == "force") && value.is_boolean(),
+                    "accepted {key:?}: {value}"
+                );
+            }
+            let flag = |name: &str| object.get(name).and_then(Value::as_bool).unwrap_or(false);
+            prop_assert_eq!((dry_run, force), (flag("dry_run"), flag("force")));
+        }
+        Ok(Trigger::Route53 { event_name, zone }) => {
+            prop_assert_eq!(detail_type, Some("AWS API Call via CloudTrail"));
+            prop_assert_eq!(payload["source"].as_str(), Some("aws.route53"));
+            prop_assert!(ROUTE53_EVENTS.contains(&event_name.as_str()));
+            let account = &zone.account;
+            prop_assert!(
+                account.len() == 12 && account.bytes().all(|b| b.is_ascii_digit()),
+                "account {account:?} accepted"
+            );
+            let id = &zone.id;
+            prop_assert!(
+                !id.is_empty()
+                    && id.len() <= 32
+                    && id
+                        .bytes()
+                        .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()),
+                "zone id {id:?} accepted"
+            );
+            let detail = &payload["detail"];
+            prop_assert!(
+                [
+                    detail["recipientAccountId"].as_str(),
+                    payload["account"].as_str()
+                ]
+                .contains(&Some(account.as_str())),
+                "account {account:?} is not the event's"
+            );
+            let ids = [
+                &detail["requestParameters"]["hostedZoneId"],
+                &detail["requestParameters"]["id"],
+                &detail["responseElements"]["hostedZone"]["id"],
+            ];
+            prop_assert!(
+                ids.iter()
+                    .filter_map(|v| v.as_str())
+                    .any(|raw| bare_upper(raw) == *id),
+                "zone id {id:?} is not the event's"
+            );
+        }
+        Err(err) => {
+            let message = err.to_string();
+            prop_assert!(message.starts_with("expected "), "{message}");
+            prop_assert!(message.contains("; got "), "{message}");
+            prop_assert!(
+                !message.contains('\n') && !message.contains('\r'),
+                "a line break in {message:?}"
+            );
+            match err {
+                TriggerError::Unrecognised { .. } => {
+                    for shape in [
+                        "\"Scheduled Event\"",
+                        "AWS API Call via CloudTrail",
+                        "dry_run",
+                    ] {
+                        prop_assert!(message.contains(shape), "{message}");
+                    }
+                }
+                TriggerError::Route53 { expected, .. } => {
+                    prop_assert!(message.contains(expected), "{message}");
+                    prop_assert!(
+                        ["12-digit account", "hosted zone id", "zone-changing calls"]
+                            .iter()
+                            .any(|what| expected.contains(what)),
+                        "{message}"
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn generator_events_are_accepted_only_when_well_formed() {
+    let tally = Tally::default();
+    let line = check_property("events→trigger", 2_000, generator_payload(), |payload| {
+        check_trigger(&payload, &tally)
+    });
+    println!("{line}: {tally}");
+}
+
+/// An S3 event record and, when every field is well formed, what `dispatches` must make of it.
+#[derive(Debug, Clone)]
+struct S3Record {
+    value: Value,
+    /// `Some(Some(version))`: dispatch this version; `Some(None)`: ignore; `None`: unknown.
+    expected: Option<Option<String>>,
+}
+
+/// The config key as S3 may encode it (true), or another key (false).
+fn object_key() -> BoxedStrategy<(String, bool)> {
+    let encoded: String = CONFIG_KEY.bytes().map(|b| format!("%{b:02X}")).collect();
+    prop_oneof![
+        3 => Just((CONFIG_KEY.to_owned(), true)),
+        1 => select(vec![
+            "haproxy%2Fhaproxy.cfg", "haproxy%2fhaproxy%2ecfg", "%68aproxy/haproxy.cfg",
+        ])
+        .prop_map(|k| (k.to_owned(), true)),
+        1 => Just((encoded, true)),
+        2 => select(vec![
+            "haproxy/haproxy.manifest.json", "haproxy/haproxy.cfg.tmp", "haproxy/haproxy+cfg",
+            "haproxy/haproxy.cfg%00", "HAPROXY/haproxy.cfg", "haproxy/haproxy.fleet/i-1.json",
+            "%zz", "%ff%fe", "haproxy/haproxy.cfg ", "",
+        ])
+        .prop_map(|k| (k.to_owned(), false)),
+    ]
+    .boxed()
+}
+
+fn s3_record() -> BoxedStrategy<S3Record> {
+    let well_formed = (
+        select(vec![
+            "ObjectCreated:Put",
+            "ObjectCreated:CompleteMultipartUpload",
+            "ObjectCreated:Copy",
+            "ObjectRemoved:Delete",
+            "ObjectRemoved:DeleteMarkerCreated",
+        ]),
+        object_key(),
+        re("[A-Za-z0-9._]{1,32}"),
+    )
+        .prop_map(|(event_name, (key, is_config), version)| {
+            let value = json!({
+                "eventVersion": "2.1", "eventSource": "aws:s3", "awsRegion": "us-east-1",
+                "eventTime": "2026-11-23T03:14:03.000Z", "eventName": event_name,
+                "userIdentity": {"principalId": "AWS:AROAEXAMPLE"},
+                "requestParameters": {"sourceIPAddress": "10.0.0.1"}, "responseElements": {},
+                "s3": {"s3SchemaVersion": "1.0", "configurationId": "autoproxy",
+                       "bucket": {"name": "config-bucket", "arn": "arn:aws:s3:::config-bucket"},
+                       "object": {"key": key, "size": 20, "versionId": version, "sequencer": "0A"}}
+            });
+            let created = event_name.starts_with("ObjectCreated:");
+            S3Record {
+                value,
+                expected: Some((created && is_config).then_some(version)),
+            }
+        })
+        .boxed();
+    prop_oneof![
+        3 => well_formed.clone(),
+        2 => (well_formed.clone(), s3_edge()).prop_map(|(mut record, (path, new))| {
+            let (last, parent) = path.split_last().unwrap();
+            let steps: Vec<Step> = parent.iter().map(|k| Step::Key((*k).to_owned())).collect();
+            if let Some(Value::Object(map)) = node_mut(&mut record.value, &steps) {
+                match new {
+                    Some(new) => map.insert((*last).to_owned(), new),
+                    None => map.remove(*last),
+                };
+            }
+            S3Record { value: record.value, expected: None }
+        }),
+        2 => (well_formed, vec(mutation(), 1..3)).prop_map(|(mut record, mutations)| {
+            for m in &mutations {
+                mutate(&mut record.value, m);
+            }
+            S3Record { value: record.value, expected: None }
+        }),
+        1 => json().prop_map(|value| S3Record { value, expected: None }),
+    ]
+    .boxed()
+}
+
+/// One field of an S3 record at an edge: missing (`None`), null, empty, of another type or
+/// almost right.
+fn s3_edge() -> BoxedStrategy<(Vec<&'static str>, Option<Value>)> {
+    let edges = |path: &[&'static str], values: Vec<Option<Value>>| {
+        let path = path.to_vec();
+        select(values).prop_map(move |value| (path.clone(), value))
+    };
+    prop_oneof![
+        edges(
+            &["s3", "object", "versionId"],
+            vec![
+                None,
+                Some(json!(null)),
+                Some(json!("")),
+                Some(json!(7)),
+                Some(json!([]))
+            ]
+        ),
+        edges(
+            &["eventName"],
+            vec![
+                None,
+                Some(json!(null)),
+                Some(json!("ObjectCreated")),
+                Some(json!("objectcreated:put")),
+                Some(json!("ObjectCreated:*")),
+                Some(json!(1))
+            ]
+        ),
+        edges(
+            &["s3", "object", "key"],
+            vec![
+                None,
+                Some(json!(null)),
+                Some(json!("")),
+                Some(json!("haproxy/haproxy.cfg\u{0}")),
+                Some(json!(["haproxy/haproxy.cfg"]))
+            ]
+        ),
+        edges(
+            &["s3", "bucket", "name"],
+            vec![None, Some(json!(null)), Some(json!("")), Some(json!({}))]
+        ),
+        edges(
+            &["eventTime"],
+            vec![
+                None,
+                Some(json!("yesterday")),
+                Some(json!(0)),
+                Some(json!(null))
+            ]
+        ),
+        edges(&["s3"], vec![None, Some(json!(null)), Some(json!({}))]),
+        edges(&["userIdentity"], vec![None, Some(json!("x"))]),
+        edges(
+            &["responseElements"],
+            vec![None, Some(json!(null)), Some(json!({"x": 1}))]
+        ),
+    ]
+    .boxed()
+}
+
+/// An invocation payload of the configure function and, when known, the dispatches it holds
+/// (the versions, in order, duplicates dropped) and how many keys it ignores.
+#[derive(Debug, Clone)]
+struct S3Case {
+    payload: Value,
+    expected: Option<(Vec<String>, usize)>,
+}
+
+fn configure_payload() -> BoxedStrategy<S3Case> {
+    let unknown = |payload| S3Case {
+        payload,
+        expected: None,
+    };
+    prop_oneof![
+        6 => vec(s3_record(), 1..4).prop_map(|records| {
+            let expected = records
+                .iter()
+                .map(|r| r.expected.clone())
+                .collect::<Option<Vec<_>>>()
+                .map(|outcomes| {
+                    let mut versions: Vec<String> = Vec::new();
+                    let mut ignored = 0;
+                    for outcome in outcomes {
+                        match outcome {
+                            Some(v) if !versions.contains(&v) => versions.push(v),
+                            Some(_) => {}
+                            None => ignored += 1,
+                        }
+                    }
+                    (versions, ignored)
+                });
+            let records: Vec<Value> = records.into_iter().map(|r| r.value).collect();
+            let payload = json!({ "Records": records });
+            S3Case { payload, expected }
+        }),
+        1 => Just(unknown(json!({"Records": []}))),
+        1 => Just(unknown(json!({"fleet": true}))),
+        1 => json().prop_map(move |v| unknown(json!({"fleet": v}))),
+        1 => (key(), json()).prop_map(move |(k, v)| {
+            let mut object = serde_json::Map::new();
+            object.insert("fleet".into(), Value::Bool(true));
+            object.insert(k, v);
+            unknown(Value::Object(object))
+        }),
+        1 => json().prop_map(move |v| unknown(json!({"Records": v}))),
+        1 => json().prop_map(unknown),
+    ]
+    .boxed()
+}
+
+fn check_dispatch(case: &S3Case, tally: &Tally) -> Result<(), TestCaseError> {
+    let payload = &case.payload;
+    let fleet = is_fleet_request(payload);
+    tally.add("fleet", usize::from(fleet));
+    prop_assert_eq!(fleet, *payload == json!({"fleet": true}));
+    let result = dispatches(payload, CONFIG_KEY);
+    match &result {
+        Ok((wanted, ignored)) => {
+            tally.add("dispatched", wanted.len());
+            tally.add("ignored", ignored.len());
+        }
+        Err(_) => tally.add("refused", 1),
+    }
+    match result {
+        Ok((wanted, ignored)) => {
+            let records = payload["Records"].as_array().map_or(0, Vec::len);
+            prop_assert!(records > 0, "accepted without records: {payload}");
+            prop_assert!(wanted.len() + ignored.len() <= records);
+            for (index, dispatch) in wanted.iter().enumerate() {
+                prop_assert_eq!(dispatch.key.as_str(), CONFIG_KEY);
+                prop_assert!(!dispatch.version_id.is_empty());
+                prop_assert!(!wanted[..index].contains(dispatch), "dispatched twice");
+            }
+            if let Some((versions, ignored_count)) = &case.expected {
+                let expected: Vec<Dispatch> = versions
+                    .iter()
+                    .map(|version| Dispatch {
+                        bucket: "config-bucket".into(),
+                        key: CONFIG_KEY.into(),
+                        version_id: version.clone(),
+                    })
+                    .collect();
+                prop_assert_eq!(&wanted, &expected);
+                prop_assert_eq!(ignored.len(), *ignored_count);
+            }
+        }
+        Err(err) => {
+            prop_assert!(
+                case.expected.is_none(),
+                "a well-formed event refused: {err}"
+            );
+            let message = err.to_string();
+            prop_assert!(
+                message.starts_with("expected an S3 event notification"),
+                "{message}"
+            );
+            prop_assert!(message.contains("{\"fleet\": true}"), "{message}");
+            prop_assert!(message.ends_with("nothing was sent"), "{message}");
+            prop_assert!(!message.contains('\n'), "a line break in {message:?}");
+            // The payload is echoed cut to 300 bytes.
+            prop_assert!(message.len() < 600, "{} bytes", message.len());
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn configure_payloads_dispatch_only_the_config_key() {
+    let tally = Tally::default();
+    let line = check_property("s3 event→dispatch", 2_000, configure_payload(), |case| {
+        check_dispatch(&case, &tally)
+    });
+    println!("{line}: {tally}");
 }
