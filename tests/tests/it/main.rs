@@ -11,6 +11,7 @@ mod generate;
 mod golden;
 mod least_privilege;
 mod ownership;
+mod properties;
 mod ratelimit;
 mod resolver;
 mod template;
