@@ -28,6 +28,7 @@ const RECORD: &str = "haproxy/haproxy.fleet/i-0a1b2c3d4e5f60718.json";
 struct Fixture {
     haproxy: Haproxy,
     backends: Backends,
+    /// The apply document as deployed for this HAProxy (its config path and reload command).
     document: Document,
     sdk: aws_config::SdkConfig,
     rt: tokio::runtime::Runtime,
@@ -46,10 +47,11 @@ impl Fixture {
             estate::versioned_bucket(&sdk, BUCKET).await.unwrap();
             sdk
         });
+        let haproxy = Haproxy::new();
         Fixture {
-            haproxy: Haproxy::new(),
+            document: haproxy.apply_document().unwrap(),
+            haproxy,
             backends: Backends::start(backends),
-            document: Document::from_workspace().unwrap(),
             sdk,
             rt,
             moto,
@@ -85,20 +87,30 @@ impl Fixture {
             .unwrap()
     }
 
-    /// The parameters the configure function would pass, then `overrides`.
+    /// The parameters the configure function would pass (`ConfigPath` and `ReloadCommand`
+    /// left at their deployed defaults), then `overrides`.
     fn run(&self, overrides: &[(&str, &str)]) -> Run {
-        let path = self.haproxy.config_path().display().to_string();
-        let reload = self.haproxy.reload_command(&[]);
-        let mut parameters = vec![
-            ("ConfigBucket", BUCKET),
-            ("ConfigKey", KEY),
-            ("ConfigPath", path.as_str()),
-            ("ReloadCommand", reload.as_str()),
-        ];
+        self.run_deployed(&self.document, overrides)
+    }
+
+    /// `run` with another deployment of the document (another reload command).
+    fn run_deployed(&self, document: &Document, overrides: &[(&str, &str)]) -> Run {
+        self.try_run(document, overrides, &[]).unwrap()
+    }
+
+    /// `run`, as SSM would refuse it or as the agent ran it, with `env` added.
+    fn try_run(
+        &self,
+        document: &Document,
+        overrides: &[(&str, &str)],
+        env: &[(String, String)],
+    ) -> Result<Run, AgentError> {
+        let mut parameters = vec![("ConfigBucket", BUCKET), ("ConfigKey", KEY)];
         parameters.extend_from_slice(overrides);
-        let mut env = self.moto.env();
-        env.push(("AWS_SSM_INSTANCE_ID".to_owned(), INSTANCE.to_owned()));
-        self.document.run(&parameters, &env, RUN_TIMEOUT).unwrap()
+        let mut all = self.moto.env();
+        all.push(("AWS_SSM_INSTANCE_ID".to_owned(), INSTANCE.to_owned()));
+        all.extend_from_slice(env);
+        document.run(&parameters, &all, RUN_TIMEOUT)
     }
 
     fn apply(&self, version: &str) -> Run {
@@ -228,7 +240,7 @@ fn temp_files(dir: &Path) -> Vec<String> {
 
 #[test]
 fn the_document_declares_strict_env_var_parameters() {
-    let document = Document::from_workspace().unwrap();
+    let document = Document::from_workspace(&[]).unwrap();
     let names: Vec<&str> = document
         .parameters
         .iter()
@@ -263,30 +275,27 @@ fn the_document_declares_strict_env_var_parameters() {
         ),
         ("ConfigVersion", "a;b", false),
         ("ConfigVersion", "a\nb", false),
+        // Deployed with the defaults: only those.
         ("ConfigPath", "/etc/haproxy/haproxy.cfg", true),
-        ("ConfigPath", "etc/haproxy.cfg", false),
-        ("ConfigPath", "/etc/../shadow", false),
-        ("ConfigPath", "/etc/haproxy/", false),
-        ("ConfigPath", "/etc/ha proxy.cfg", false),
+        ("ConfigPath", "/etc/haproxy/other.cfg", false),
+        ("ConfigPath", "/etc/cron.d/x", false),
         ("ReloadCommand", "systemctl reload haproxy", true),
         (
             "ReloadCommand",
-            "/usr/local/bin/reload.sh --unit=haproxy@main",
-            true,
+            "systemctl reload-or-restart haproxy",
+            false,
         ),
-        ("ReloadCommand", "systemctl  reload haproxy", false),
-        ("ReloadCommand", " systemctl", false),
-        ("ReloadCommand", "systemctl reload haproxy; id", false),
-        ("ReloadCommand", "kill -USR2 $(cat /run/haproxy.pid)", false),
-        ("ReloadCommand", "reload *", false),
-        ("ReloadCommand", "reload\nid", false),
+        ("ReloadCommand", "/bin/sh -c id", false),
     ];
     for (name, value, allowed) in cases {
         let result = document.resolve(&[("ConfigBucket", "bucket"), (name, value)]);
         assert_eq!(result.is_ok(), *allowed, "{name} = {value:?}: {result:?}");
         if !allowed {
             assert!(
-                matches!(result, Err(AgentError::Rejected { .. })),
+                matches!(
+                    result,
+                    Err(AgentError::Rejected { .. } | AgentError::NotAllowed { .. })
+                ),
                 "{result:?}"
             );
         }
@@ -297,6 +306,123 @@ fn the_document_declares_strict_env_var_parameters() {
     assert_eq!(defaults["ConfigPath"], "/etc/haproxy/haproxy.cfg");
     assert_eq!(defaults["ReloadCommand"], "systemctl reload haproxy");
     assert!(matches!(document.resolve(&[]), Err(AgentError::Missing(_))));
+}
+
+/// The config path and the reload command are the deployer's choice, checked as CloudFormation
+/// checks a template parameter; the document then admits that one value and no other.
+#[test]
+fn the_config_path_and_reload_command_are_checked_when_the_stack_is_deployed() {
+    let cases: &[(&str, &str, bool)] = &[
+        ("ProxyConfigPath", "/etc/haproxy/haproxy.cfg", true),
+        ("ProxyConfigPath", "/srv/haproxy-main/haproxy.cfg", true),
+        ("ProxyConfigPath", "etc/haproxy.cfg", false),
+        ("ProxyConfigPath", "/etc/../shadow", false),
+        ("ProxyConfigPath", "/etc/haproxy/", false),
+        ("ProxyConfigPath", "/etc/ha proxy.cfg", false),
+        ("ProxyReloadCommand", "systemctl reload haproxy", true),
+        (
+            "ProxyReloadCommand",
+            "/usr/local/bin/reload.sh --unit=haproxy@main",
+            true,
+        ),
+        ("ProxyReloadCommand", "systemctl  reload haproxy", false),
+        ("ProxyReloadCommand", " systemctl", false),
+        ("ProxyReloadCommand", "systemctl reload haproxy; id", false),
+        (
+            "ProxyReloadCommand",
+            "kill -USR2 $(cat /run/haproxy.pid)",
+            false,
+        ),
+        ("ProxyReloadCommand", "reload *", false),
+        ("ProxyReloadCommand", "reload\nid", false),
+    ];
+    for (name, value, allowed) in cases {
+        let result = Document::from_workspace(&[(name, value)]);
+        match (result, allowed) {
+            (Ok(document), true) => {
+                let parameter = if *name == "ProxyConfigPath" {
+                    "ConfigPath"
+                } else {
+                    "ReloadCommand"
+                };
+                let values = document.resolve(&[("ConfigBucket", "bucket")]).unwrap();
+                assert_eq!(
+                    values[parameter], *value,
+                    "the default is the deployed value"
+                );
+                assert_eq!(
+                    document.parameter(parameter).unwrap().allowed_values,
+                    Some(vec![(*value).to_owned()])
+                );
+            }
+            (Err(AgentError::TemplateParameterRejected { name: n, .. }), false) => {
+                assert_eq!(n, *name);
+            }
+            (result, _) => panic!("{name} = {value:?}: {result:?}"),
+        }
+    }
+    assert!(matches!(
+        Document::from_workspace(&[("ConfigPath", "/etc/haproxy/haproxy.cfg")]),
+        Err(AgentError::UnknownTemplateParameter { .. })
+    ));
+}
+
+/// Whoever may send the document can choose the config version, not what is written or run
+/// as root: a path or command other than the deployed ones is refused before any instance
+/// sees the command (each of these matched the document's former allowedPattern).
+#[test]
+fn a_config_path_or_reload_command_outside_the_deployed_set_is_refused() {
+    let f = Fixture::new(&["a"]);
+    let version = f.upload(&f.config(1, &[("g1.test", "a")]));
+    let path = f.haproxy.config_path().display().to_string();
+    let reload = f.haproxy.reload_command(&[]);
+    let elsewhere = f.haproxy.dir().join("elsewhere.cfg");
+    let marker = f.haproxy.dir().join("ran");
+    let touch = format!("/usr/bin/touch {}", marker.display());
+    let hostile: &[(&str, &str, &str)] = &[
+        ("ReloadCommand", "/bin/sh -c id", &reload),
+        ("ReloadCommand", &touch, &reload),
+        ("ConfigPath", "/etc/cron.d/x", &path),
+        ("ConfigPath", &elsewhere.display().to_string(), &path),
+    ];
+    for (name, value, deployed) in hostile {
+        let err = f
+            .try_run(
+                &f.document,
+                &[("ConfigVersion", &version), (name, value)],
+                &[],
+            )
+            .expect_err("refused at SendCommand");
+        let message = err.to_string();
+        match err {
+            AgentError::NotAllowed {
+                name: n,
+                value: v,
+                allowed,
+            } => {
+                assert_eq!((n.as_str(), v.as_str()), (*name, *value));
+                assert_eq!(allowed, [*deployed]);
+            }
+            other => panic!("{name} = {value:?}: {other:?}"),
+        }
+        for part in [name, value, deployed] {
+            assert!(message.contains(part), "{message:?} names {part:?}");
+        }
+    }
+    assert!(!marker.exists() && !elsewhere.exists(), "nothing ran");
+    assert_eq!(f.haproxy.running_generation(), None);
+
+    // The deployed values run, named or left to their defaults.
+    let run = f.run(&[
+        ("ConfigVersion", &version),
+        ("ConfigPath", &path),
+        ("ReloadCommand", &reload),
+    ]);
+    assert!(run.success(), "{run}{}", f.haproxy.log());
+    assert_eq!(f.haproxy.running_generation(), Some(1));
+    let run = f.run(&[("ConfigVersion", &version)]);
+    assert!(run.success(), "{run}");
+    assert_eq!(run.step("skip").len(), 1, "{run}");
 }
 
 #[test]
@@ -678,8 +804,11 @@ fn a_failing_reload_command_is_rolled_back() {
     let version = f.upload(&second);
 
     // Fails once: the rollback's own reload works.
-    let flaky = f.haproxy.reload_command(&["fail-once"]);
-    let run = f.run(&[("ConfigVersion", &version), ("ReloadCommand", &flaky)]);
+    let flaky = f
+        .haproxy
+        .apply_document_reloading_with(&f.haproxy.reload_command(&["fail-once"]))
+        .unwrap();
+    let run = f.run_deployed(&flaky, &[("ConfigVersion", &version)]);
     assert_eq!(run.status, Some(2), "{run}");
     let failure = run.failure().unwrap();
     assert!(failure.contains("exited with 1"), "{run}");
@@ -692,7 +821,8 @@ fn a_failing_reload_command_is_rolled_back() {
     f.assert_routes("g1.test", "a");
 
     // Always fails: the file is restored, and the run says the rollback is incomplete.
-    let run = f.run(&[("ConfigVersion", &version), ("ReloadCommand", "false")]);
+    let failing = f.haproxy.apply_document_reloading_with("false").unwrap();
+    let run = f.run_deployed(&failing, &[("ConfigVersion", &version)]);
     assert_eq!(run.status, Some(3), "{run}");
     assert!(
         run.failure().unwrap().contains("its reload failed too"),
@@ -712,9 +842,12 @@ fn two_runs_at_once_are_serialised() {
     let third = f.upload(&third_text);
 
     // The first run holds the lock for at least the 2 s its reload sleeps.
-    let slow = f.haproxy.reload_command(&["2"]);
+    let slow = f
+        .haproxy
+        .apply_document_reloading_with(&f.haproxy.reload_command(&["2"]))
+        .unwrap();
     let (first_run, second_run) = std::thread::scope(|scope| {
-        let a = scope.spawn(|| f.run(&[("ConfigVersion", &second), ("ReloadCommand", &slow)]));
+        let a = scope.spawn(|| f.run_deployed(&slow, &[("ConfigVersion", &second)]));
         std::thread::sleep(Duration::from_millis(300));
         let b = scope.spawn(|| f.apply(&third));
         (a.join().unwrap(), b.join().unwrap())
@@ -875,7 +1008,7 @@ fn every_apply_leaves_a_fleet_record_of_what_runs() {
 #[test]
 fn a_lock_wait_outlasts_any_apply_that_holds_the_lock() {
     let text = std::fs::read_to_string(autoproxy_tests::root().join("template.yaml")).unwrap();
-    let document = Document::from_workspace().unwrap();
+    let document = Document::from_workspace(&[]).unwrap();
     let constant = |name: &str| -> u64 {
         document
             .script
