@@ -978,8 +978,12 @@ impl Pipeline {
             LEGACY.zone(),
         ));
 
-        let document = Document::from_workspace()?;
-        create_document(&sdk).await?;
+        // The stack deployed for the HAProxy on this machine: its ConfigPath and ReloadCommand
+        // are the only ones the document accepts.
+        let haproxy = Haproxy::new();
+        register(Started::Haproxy(haproxy.dir().to_owned()));
+        let document = haproxy.apply_document()?;
+        create_document(&sdk, &document).await?;
         let instance_ids = run_instances(&moto)?;
         say(&format!(
             "fleet: SSM document {DOCUMENT} (ApplyConfigDocument from template.yaml); EC2 \
@@ -1007,8 +1011,6 @@ impl Pipeline {
             backends.port
         ));
 
-        let haproxy = Haproxy::new();
-        register(Started::Haproxy(haproxy.dir().to_owned()));
         say(&format!(
             "peering proxy: HAProxy (master-worker) prepared in {}; TLS on {}; not running \
              until the first config arrives",
@@ -1259,9 +1261,9 @@ impl Pipeline {
     }
 
     /// The SSM agent's part: for each instance the command targets, one at a time, runs the
-    /// apply document with the command's parameters, plus the two an instance keeps at their
-    /// defaults in production and a laptop cannot (`ConfigPath`, `ReloadCommand`); stops at
-    /// the first failure (`MaxErrors` 0).
+    /// apply document with the command's parameters (`ConfigPath` and `ReloadCommand` at
+    /// their defaults, the values this stand-in stack was deployed with); stops at the first
+    /// failure (`MaxErrors` 0).
     pub fn apply(&self, command: &SentCommand) -> Result<Vec<(String, Run)>, PipelineError> {
         if command.document != DOCUMENT {
             return Err(step_error(
@@ -1272,15 +1274,11 @@ impl Pipeline {
                 ),
             ));
         }
-        let path = self.haproxy.config_path().display().to_string();
-        let reload = self.haproxy.reload_command(&[]);
-        let mut given: Vec<(&str, &str)> = command
+        let given: Vec<(&str, &str)> = command
             .parameters
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        given.push(("ConfigPath", &path));
-        given.push(("ReloadCommand", &reload));
         let mut runs = Vec::new();
         for instance in &command.instance_ids {
             // As the SSM agent does: the fleet record is named after it.
@@ -1423,14 +1421,11 @@ fn names_in(account: &str, clusters: &[Cluster]) -> String {
         .join(" and ")
 }
 
-/// The apply document in moto's SSM, with the content from template.yaml.
-async fn create_document(sdk: &SdkConfig) -> Result<(), PipelineError> {
-    let text = std::fs::read_to_string(crate::root().join("template.yaml"))
-        .map_err(|e| step_error("read template.yaml", e))?;
-    let template: serde_yaml::Value =
-        serde_yaml::from_str(&text).map_err(|e| step_error("parse template.yaml", e))?;
-    let content = &template["Resources"][crate::ssm_agent::RESOURCE]["Properties"]["Content"];
-    let content = serde_yaml::to_string(content).map_err(|e| step_error("document content", e))?;
+/// The apply document in moto's SSM, with the content CloudFormation would create from
+/// template.yaml (its `!Ref`s resolved).
+async fn create_document(sdk: &SdkConfig, document: &Document) -> Result<(), PipelineError> {
+    let content =
+        serde_yaml::to_string(&document.content).map_err(|e| step_error("document content", e))?;
     aws_sdk_ssm::Client::new(sdk)
         .create_document()
         .name(DOCUMENT)

@@ -23,6 +23,7 @@ use autoproxy::names::HostName;
 use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, RenderOptions, Renderer};
 
 use crate::moto::free_port;
+use crate::ssm_agent::{self, AgentError, Document};
 
 /// Stand-in for `systemctl reload haproxy`: USR2 to the master (HAProxy re-executes itself
 /// with the new config; the new worker takes the listening sockets over from the old one),
@@ -57,7 +58,7 @@ pub struct Haproxy {
 impl Haproxy {
     /// Prepares the directory, ports and `reload.sh`; nothing runs until the first reload.
     pub fn new() -> Haproxy {
-        // No leading dot: the apply document's ConfigPath pattern refuses hidden components.
+        // No leading dot: the ProxyConfigPath pattern refuses hidden components.
         let dir = tempfile::Builder::new()
             .prefix("autoproxy-haproxy-")
             .tempdir()
@@ -79,7 +80,7 @@ impl Haproxy {
         self.dir.path()
     }
 
-    /// The installed config, as `ConfigPath`.
+    /// The installed config, the stack's `ProxyConfigPath`.
     pub fn config_path(&self) -> PathBuf {
         self.dir().join("haproxy.cfg")
     }
@@ -88,12 +89,27 @@ impl Haproxy {
         self.dir().join("admin.sock")
     }
 
-    /// The `ReloadCommand` for this HAProxy; `args` go to `reload.sh` (a delay in seconds,
-    /// or `fail-once`).
+    /// The reload command for this HAProxy (a `ProxyReloadCommand`); `args` go to
+    /// `reload.sh` (a delay in seconds, or `fail-once`).
     pub fn reload_command(&self, args: &[&str]) -> String {
         let mut words = vec![self.dir().join("reload.sh").display().to_string()];
         words.extend(args.iter().map(|a| (*a).to_owned()));
         words.join(" ")
+    }
+
+    /// The apply document as a stack deployed for this HAProxy holds it: `ConfigPath` fixed
+    /// to [`Haproxy::config_path`], `ReloadCommand` to [`Haproxy::reload_command`].
+    pub fn apply_document(&self) -> Result<Document, AgentError> {
+        self.apply_document_reloading_with(&self.reload_command(&[]))
+    }
+
+    /// The same, deployed with another reload command.
+    pub fn apply_document_reloading_with(&self, reload: &str) -> Result<Document, AgentError> {
+        let path = self.config_path().display().to_string();
+        Document::from_workspace(&[
+            (ssm_agent::CONFIG_PATH_PARAMETER, &path),
+            (ssm_agent::RELOAD_COMMAND_PARAMETER, reload),
+        ])
     }
 
     /// Render options for an unprivileged HAProxy on this instance's loopback ports.

@@ -14,7 +14,7 @@ pub const ADDRESS_MAP: &str = "autoproxy/addresses.map";
 /// The text of the resolver script the instances install: the one copy, in the apply
 /// document of `template.yaml` (or of the template named by `AUTOPROXY_TEMPLATE`).
 pub fn resolver_script() -> String {
-    let document = crate::ssm_agent::Document::from_workspace()
+    let document = crate::ssm_agent::Document::from_workspace(&[])
         .unwrap_or_else(|err| panic!("cannot read the apply document: {err}"));
     document
         .resolver_script()

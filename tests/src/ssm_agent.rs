@@ -1,11 +1,14 @@
 //! A local stand-in for the SSM agent running the apply document.
 //!
 //! moto records `SendCommand` but runs nothing, so the tests (and the demo) run the document
-//! themselves, the way the agent does: take it from `template.yaml`, fill in parameter
-//! defaults, check every value against its `allowedPattern`, and run the `aws:runShellScript`
-//! text with `sh` in a fresh directory, each parameter passed only as the environment variable
-//! `SSM_<Name>` (`interpolationType: ENV_VAR`). What is run is exactly the text in
-//! `template.yaml`: there is no second copy of the script.
+//! themselves, the way the stack and the agent do: take it from `template.yaml` as a deploy
+//! creates it (every `!Ref` of a template parameter replaced by the value the deployer chose,
+//! or the parameter's `Default`, each checked against its `AllowedPattern`/`AllowedValues` as
+//! CloudFormation checks them), fill in parameter defaults, refuse a value outside a
+//! parameter's `allowedValues` or `allowedPattern` as SSM does at `SendCommand`, and run the
+//! `aws:runShellScript` text with `sh` in a fresh directory, each parameter passed only as the
+//! environment variable `SSM_<Name>` (`interpolationType: ENV_VAR`). What is run is exactly the
+//! text in `template.yaml`: there is no second copy of the script.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -23,6 +26,12 @@ use serde_yaml::Value;
 
 /// The logical id of the document in `template.yaml`.
 pub const RESOURCE: &str = "ApplyConfigDocument";
+
+/// The template parameter that fixes the document's `ConfigPath` at deploy time.
+pub const CONFIG_PATH_PARAMETER: &str = "ProxyConfigPath";
+
+/// The template parameter that fixes the document's `ReloadCommand` at deploy time.
+pub const RELOAD_COMMAND_PARAMETER: &str = "ProxyReloadCommand";
 
 /// Why the document could not be read or run.
 #[derive(Debug, thiserror::Error)]
@@ -54,27 +63,52 @@ pub enum AgentError {
         value: String,
         pattern: String,
     },
+    #[error("parameter {name}: {value:?} is not one of its allowedValues {allowed:?}")]
+    NotAllowed {
+        name: String,
+        value: String,
+        allowed: Vec<String>,
+    },
+    #[error("deploy: {name} is not a parameter of the template (CloudFormation refuses the stack)")]
+    UnknownTemplateParameter { name: String },
+    #[error("deploy: template parameter {0} has no Default and no value was given")]
+    TemplateParameterMissing(String),
+    #[error("deploy: template parameter {name}: {value:?} breaks its {constraint}")]
+    TemplateParameterRejected {
+        name: String,
+        value: String,
+        constraint: String,
+    },
+    #[error(
+        "deploy: {found} in the document: the stand-in resolves only !Ref of a template parameter"
+    )]
+    Unresolved { found: String },
     #[error("cannot run the script: {0}")]
     Spawn(#[source] std::io::Error),
 }
 
-/// One document parameter as the agent enforces it.
+/// One document parameter as SSM enforces it (after the deploy resolved its `!Ref`s).
 #[derive(Debug, Clone)]
 pub struct Parameter {
     pub name: String,
     pub default: Option<String>,
-    /// As the document spells it.
-    pub allowed_pattern: String,
+    /// As the document spells it, if it has one.
+    pub allowed_pattern: Option<String>,
     /// Compiled with ASCII classes, as Java (SSM) reads them; searched, not anchored: the
     /// document's patterns carry their own `^...$`.
-    matcher: Regex,
+    matcher: Option<Regex>,
+    /// The only values SSM accepts, if the document lists them.
+    pub allowed_values: Option<Vec<String>>,
 }
 
-/// The apply document: its parameters and the script of its single step.
+/// The apply document as a deploy created it: its parameters and the script of its single
+/// step.
 #[derive(Debug, Clone)]
 pub struct Document {
     pub parameters: Vec<Parameter>,
     pub script: String,
+    /// The document's `Content` with every `!Ref` resolved: what `CreateDocument` receives.
+    pub content: Value,
 }
 
 /// What one run of the script did.
@@ -92,38 +126,44 @@ pub struct Run {
 impl Document {
     /// The document in the workspace's `template.yaml`, or in the template file named by
     /// `AUTOPROXY_TEMPLATE` (to run the tests against a deliberately broken copy of the
-    /// script and see them fail).
-    pub fn from_workspace() -> Result<Document, AgentError> {
+    /// script and see them fail), deployed with the template parameters `deploy` (name,
+    /// value); the others keep their `Default`.
+    pub fn from_workspace(deploy: &[(&str, &str)]) -> Result<Document, AgentError> {
         let path = std::env::var_os("AUTOPROXY_TEMPLATE")
             .map_or_else(|| crate::root().join("template.yaml"), PathBuf::from);
-        Document::from_template(&path)
+        Document::from_template(&path, deploy)
     }
 
-    /// The document in a SAM/CloudFormation template file.
-    pub fn from_template(path: &Path) -> Result<Document, AgentError> {
+    /// The document in a SAM/CloudFormation template file, deployed with `deploy`.
+    pub fn from_template(path: &Path, deploy: &[(&str, &str)]) -> Result<Document, AgentError> {
         let text = std::fs::read_to_string(path).map_err(|source| AgentError::Read {
             path: path.to_owned(),
             source,
         })?;
-        Document::from_template_text(&text)
+        Document::from_template_text(&text, deploy)
     }
 
-    /// The document in a template's text. Refuses a document that breaks the contract the
-    /// script relies on: schema 2.2, one `aws:runShellScript` step, every parameter a
-    /// `String` passed as `ENV_VAR` with an `allowedPattern`, and no `{{ }}` in the script.
-    pub fn from_template_text(text: &str) -> Result<Document, AgentError> {
+    /// The document in a template's text, deployed with the template parameters `deploy`
+    /// (name, value; unnamed ones take their `Default`). Refuses, as CloudFormation would, a
+    /// name the template does not declare and a value outside its parameter's `AllowedPattern`
+    /// or `AllowedValues`. Refuses a document that breaks the contract the script relies on:
+    /// schema 2.2, one `aws:runShellScript` step, every parameter a `String` passed as
+    /// `ENV_VAR` with an `allowedPattern` or `allowedValues` its default satisfies, no `!Ref`
+    /// but of template parameters, and no `{{ }}` in the script.
+    pub fn from_template_text(text: &str, deploy: &[(&str, &str)]) -> Result<Document, AgentError> {
         let template: Value = serde_yaml::from_str(text)?;
+        let deploy = Deploy::new(&template, deploy)?;
         let properties = get(&template, &["Resources", RESOURCE, "Properties"])?;
         expect_str(
             get(properties, &["DocumentType"])?,
             "Command",
             "DocumentType",
         )?;
-        let content = get(properties, &["Content"])?;
-        expect_str(get(content, &["schemaVersion"])?, "2.2", "schemaVersion")?;
+        let content = deploy.resolve(get(properties, &["Content"])?)?;
+        expect_str(get(&content, &["schemaVersion"])?, "2.2", "schemaVersion")?;
 
         let mut parameters = Vec::new();
-        let declared = get(content, &["parameters"])?
+        let declared = get(&content, &["parameters"])?
             .as_mapping()
             .ok_or_else(|| shape("a mapping of parameters", "something else"))?;
         for (name, spec) in declared {
@@ -144,25 +184,46 @@ impl Document {
                     &format!("{:?}", field("interpolationType")),
                 ));
             }
-            let pattern = field("allowedPattern")
-                .ok_or_else(|| shape(&format!("{name}: an allowedPattern"), "none"))?;
-            let matcher = Regex::builder()
-                .syntax(syntax::Config::new().unicode(false))
-                .build(pattern)
-                .map_err(|source| AgentError::Pattern {
-                    name: name.clone(),
-                    pattern: pattern.to_owned(),
-                    source: Box::new(source),
-                })?;
-            parameters.push(Parameter {
+            let allowed_values = match spec.get("allowedValues") {
+                None => None,
+                Some(list) => Some(
+                    list.as_sequence()
+                        .filter(|list| !list.is_empty())
+                        .and_then(|list| {
+                            list.iter()
+                                .map(|v| v.as_str().map(str::to_owned))
+                                .collect::<Option<Vec<_>>>()
+                        })
+                        .ok_or_else(|| {
+                            shape(
+                                &format!("{name}: allowedValues as a list of strings"),
+                                &format!("{list:?}"),
+                            )
+                        })?,
+                ),
+            };
+            let pattern = field("allowedPattern");
+            if pattern.is_none() && allowed_values.is_none() {
+                return Err(shape(
+                    &format!("{name}: an allowedPattern or allowedValues"),
+                    "neither",
+                ));
+            }
+            let matcher = pattern.map(|pattern| compile(&name, pattern)).transpose()?;
+            let parameter = Parameter {
                 default: field("default").map(str::to_owned),
                 name,
-                allowed_pattern: pattern.to_owned(),
+                allowed_pattern: pattern.map(str::to_owned),
                 matcher,
-            });
+                allowed_values,
+            };
+            if let Some(default) = &parameter.default {
+                parameter.check(default)?;
+            }
+            parameters.push(parameter);
         }
 
-        let steps = get(content, &["mainSteps"])?
+        let steps = get(&content, &["mainSteps"])?
             .as_sequence()
             .ok_or_else(|| shape("mainSteps as a list", "something else"))?;
         let [step] = steps.as_slice() else {
@@ -187,7 +248,11 @@ impl Document {
                 "{{",
             ));
         }
-        Ok(Document { parameters, script })
+        Ok(Document {
+            parameters,
+            script,
+            content,
+        })
     }
 
     /// The autoproxy-resolver program the script installs: the text of its quoted heredoc.
@@ -209,8 +274,8 @@ impl Document {
         self.parameters.iter().find(|p| p.name == name)
     }
 
-    /// Fills in defaults and checks every value against its `allowedPattern`, as the SSM
-    /// service does before a command reaches any instance.
+    /// Fills in defaults and checks every value against its `allowedValues` and
+    /// `allowedPattern`, as the SSM service does before a command reaches any instance.
     pub fn resolve(&self, given: &[(&str, &str)]) -> Result<BTreeMap<String, String>, AgentError> {
         for (name, _) in given {
             if self.parameter(name).is_none() {
@@ -230,13 +295,7 @@ impl Document {
                 .map(|(_, value)| (*value).to_owned())
                 .or_else(|| parameter.default.clone())
                 .ok_or_else(|| AgentError::Missing(parameter.name.clone()))?;
-            if !parameter.matcher.is_match(value.as_bytes()) {
-                return Err(AgentError::Rejected {
-                    name: parameter.name.clone(),
-                    value,
-                    pattern: parameter.allowed_pattern.clone(),
-                });
-            }
+            parameter.check(&value)?;
             values.insert(parameter.name.clone(), value);
         }
         Ok(values)
@@ -316,6 +375,171 @@ impl Document {
             timed_out,
         })
     }
+}
+
+impl Parameter {
+    /// Refuses a value outside `allowedValues` or not matching `allowedPattern`.
+    pub fn check(&self, value: &str) -> Result<(), AgentError> {
+        if let Some(allowed) = &self.allowed_values
+            && !allowed.iter().any(|a| a == value)
+        {
+            return Err(AgentError::NotAllowed {
+                name: self.name.clone(),
+                value: value.to_owned(),
+                allowed: allowed.clone(),
+            });
+        }
+        if let (Some(pattern), Some(matcher)) = (&self.allowed_pattern, &self.matcher)
+            && !matcher.is_match(value.as_bytes())
+        {
+            return Err(AgentError::Rejected {
+                name: self.name.clone(),
+                value: value.to_owned(),
+                pattern: pattern.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A deploy of the template: its `Parameters`, and the values the deployer chose.
+struct Deploy<'a> {
+    declared: Option<&'a serde_yaml::Mapping>,
+    given: &'a [(&'a str, &'a str)],
+}
+
+impl<'a> Deploy<'a> {
+    /// Refuses a given name the template does not declare, or a value its parameter's
+    /// constraints refuse, as CloudFormation does before it creates anything.
+    fn new(template: &'a Value, given: &'a [(&'a str, &'a str)]) -> Result<Deploy<'a>, AgentError> {
+        let deploy = Deploy {
+            declared: template.get("Parameters").and_then(Value::as_mapping),
+            given,
+        };
+        for (name, value) in given {
+            let spec = deploy
+                .spec(name)
+                .ok_or_else(|| AgentError::UnknownTemplateParameter {
+                    name: (*name).to_owned(),
+                })?;
+            check_template_parameter(name, spec, value)?;
+        }
+        Ok(deploy)
+    }
+
+    fn spec(&self, name: &str) -> Option<&'a Value> {
+        self.declared?.get(name)
+    }
+
+    /// What `!Ref name` resolves to: the given value (the last, if named twice) or the
+    /// parameter's `Default`.
+    fn value(&self, name: &str) -> Result<String, AgentError> {
+        let spec = self.spec(name).ok_or_else(|| AgentError::Unresolved {
+            found: format!("!Ref {name}"),
+        })?;
+        if let Some((_, value)) = self.given.iter().rev().find(|(n, _)| *n == name) {
+            return Ok((*value).to_owned());
+        }
+        let default = spec
+            .get("Default")
+            .and_then(scalar)
+            .ok_or_else(|| AgentError::TemplateParameterMissing(name.to_owned()))?;
+        check_template_parameter(name, spec, &default)?;
+        Ok(default)
+    }
+
+    /// `value` with every `!Ref <parameter>` (or `{Ref: <parameter>}`) replaced by its value;
+    /// any other intrinsic function is refused.
+    fn resolve(&self, value: &Value) -> Result<Value, AgentError> {
+        Ok(match value {
+            Value::Tagged(tagged) if tagged.tag == "Ref" => {
+                let name = tagged
+                    .value
+                    .as_str()
+                    .ok_or_else(|| AgentError::Unresolved {
+                        found: format!("{value:?}"),
+                    })?;
+                Value::String(self.value(name)?)
+            }
+            Value::Tagged(tagged) => {
+                return Err(AgentError::Unresolved {
+                    found: format!("{}", tagged.tag),
+                });
+            }
+            Value::Mapping(mapping) => {
+                if let [(key, target)] = mapping.iter().collect::<Vec<_>>().as_slice()
+                    && let Some(key) = key.as_str()
+                    && (key == "Ref" || key.starts_with("Fn::"))
+                {
+                    return match (key, target.as_str()) {
+                        ("Ref", Some(name)) => Ok(Value::String(self.value(name)?)),
+                        _ => Err(AgentError::Unresolved {
+                            found: key.to_owned(),
+                        }),
+                    };
+                }
+                let mut resolved = serde_yaml::Mapping::new();
+                for (key, item) in mapping {
+                    resolved.insert(key.clone(), self.resolve(item)?);
+                }
+                Value::Mapping(resolved)
+            }
+            Value::Sequence(items) => Value::Sequence(
+                items
+                    .iter()
+                    .map(|item| self.resolve(item))
+                    .collect::<Result<_, _>>()?,
+            ),
+            other => other.clone(),
+        })
+    }
+}
+
+/// A template parameter's `AllowedValues` and `AllowedPattern` (which CloudFormation matches
+/// against the whole value).
+fn check_template_parameter(name: &str, spec: &Value, value: &str) -> Result<(), AgentError> {
+    let rejected = |constraint: String| AgentError::TemplateParameterRejected {
+        name: name.to_owned(),
+        value: value.to_owned(),
+        constraint,
+    };
+    if let Some(allowed) = spec.get("AllowedValues").and_then(Value::as_sequence) {
+        let allowed: Vec<String> = allowed.iter().filter_map(scalar).collect();
+        if !allowed.iter().any(|a| a == value) {
+            return Err(rejected(format!("AllowedValues {allowed:?}")));
+        }
+    }
+    if let Some(pattern) = spec.get("AllowedPattern").and_then(Value::as_str) {
+        // Matched against the whole value: anchored here.
+        let matcher = compile(name, &format!("^(?:{pattern})$"))?;
+        if !matcher.is_match(value.as_bytes()) {
+            return Err(rejected(format!("AllowedPattern {pattern}")));
+        }
+    }
+    Ok(())
+}
+
+/// A YAML scalar as CloudFormation passes it on: a string.
+fn scalar(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// Parameter `name`'s pattern compiled with ASCII classes, as Java (SSM, CloudFormation)
+/// reads it.
+fn compile(name: &str, pattern: &str) -> Result<Regex, AgentError> {
+    Regex::builder()
+        .syntax(syntax::Config::new().unicode(false))
+        .build(pattern)
+        .map_err(|source| AgentError::Pattern {
+            name: name.to_owned(),
+            pattern: pattern.to_owned(),
+            source: Box::new(source),
+        })
 }
 
 impl Run {

@@ -32,7 +32,6 @@ use autoproxy_tests::estate;
 use autoproxy_tests::moto::Moto;
 use autoproxy_tests::proxy::{Backends, Haproxy};
 use autoproxy_tests::resolver::{Knobs, Resolver};
-use autoproxy_tests::ssm_agent::Document;
 
 /// Where a resolv.conf can point (port 53); the first free one is used.
 const NAMESERVERS: [Ipv4Addr; 3] = [
@@ -405,10 +404,8 @@ fn apply_times(env: &Env, routes: &[Route]) -> ApplyTimes {
     rt.block_on(estate::versioned_bucket(&sdk, BUCKET))
         .expect("the config bucket");
     let haproxy = Haproxy::new();
-    let document = Document::from_workspace().expect("the apply document");
+    let document = haproxy.apply_document().expect("the apply document");
     let options = haproxy.options(env.backends.port);
-    let path = haproxy.config_path().display().to_string();
-    let reload = haproxy.reload_command(&[]);
     let mut times = Vec::new();
     let mut bytes = 0;
     for generation in 1..=2_u64 {
@@ -434,8 +431,6 @@ fn apply_times(env: &Env, routes: &[Route]) -> ApplyTimes {
                 &[
                     ("ConfigBucket", BUCKET),
                     ("ConfigKey", KEY),
-                    ("ConfigPath", path.as_str()),
-                    ("ReloadCommand", reload.as_str()),
                     ("ConfigVersion", version.as_str()),
                 ],
                 &moto.env(),

@@ -4,12 +4,14 @@
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
-use std::path::Path;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use autoproxy::artifact;
+use autoproxy::model::SniMatch;
 use autoproxy_tests::dns::DnsServer;
 use autoproxy_tests::estate;
 use autoproxy_tests::moto::Moto;
@@ -28,6 +30,7 @@ const RECORD: &str = "haproxy/haproxy.fleet/i-0a1b2c3d4e5f60718.json";
 struct Fixture {
     haproxy: Haproxy,
     backends: Backends,
+    /// The apply document as deployed for this HAProxy (its config path and reload command).
     document: Document,
     sdk: aws_config::SdkConfig,
     rt: tokio::runtime::Runtime,
@@ -46,10 +49,11 @@ impl Fixture {
             estate::versioned_bucket(&sdk, BUCKET).await.unwrap();
             sdk
         });
+        let haproxy = Haproxy::new();
         Fixture {
-            haproxy: Haproxy::new(),
+            document: haproxy.apply_document().unwrap(),
+            haproxy,
             backends: Backends::start(backends),
-            document: Document::from_workspace().unwrap(),
             sdk,
             rt,
             moto,
@@ -85,20 +89,30 @@ impl Fixture {
             .unwrap()
     }
 
-    /// The parameters the configure function would pass, then `overrides`.
+    /// The parameters the configure function would pass (`ConfigPath` and `ReloadCommand`
+    /// left at their deployed defaults), then `overrides`.
     fn run(&self, overrides: &[(&str, &str)]) -> Run {
-        let path = self.haproxy.config_path().display().to_string();
-        let reload = self.haproxy.reload_command(&[]);
-        let mut parameters = vec![
-            ("ConfigBucket", BUCKET),
-            ("ConfigKey", KEY),
-            ("ConfigPath", path.as_str()),
-            ("ReloadCommand", reload.as_str()),
-        ];
+        self.run_deployed(&self.document, overrides)
+    }
+
+    /// `run` with another deployment of the document (another reload command).
+    fn run_deployed(&self, document: &Document, overrides: &[(&str, &str)]) -> Run {
+        self.try_run(document, overrides, &[]).unwrap()
+    }
+
+    /// `run`, as SSM would refuse it or as the agent ran it, with `env` added.
+    fn try_run(
+        &self,
+        document: &Document,
+        overrides: &[(&str, &str)],
+        env: &[(String, String)],
+    ) -> Result<Run, AgentError> {
+        let mut parameters = vec![("ConfigBucket", BUCKET), ("ConfigKey", KEY)];
         parameters.extend_from_slice(overrides);
-        let mut env = self.moto.env();
-        env.push(("AWS_SSM_INSTANCE_ID".to_owned(), INSTANCE.to_owned()));
-        self.document.run(&parameters, &env, RUN_TIMEOUT).unwrap()
+        let mut all = self.moto.env();
+        all.push(("AWS_SSM_INSTANCE_ID".to_owned(), INSTANCE.to_owned()));
+        all.extend_from_slice(env);
+        document.run(&parameters, &all, RUN_TIMEOUT)
     }
 
     fn apply(&self, version: &str) -> Run {
@@ -228,7 +242,7 @@ fn temp_files(dir: &Path) -> Vec<String> {
 
 #[test]
 fn the_document_declares_strict_env_var_parameters() {
-    let document = Document::from_workspace().unwrap();
+    let document = Document::from_workspace(&[]).unwrap();
     let names: Vec<&str> = document
         .parameters
         .iter()
@@ -263,30 +277,27 @@ fn the_document_declares_strict_env_var_parameters() {
         ),
         ("ConfigVersion", "a;b", false),
         ("ConfigVersion", "a\nb", false),
+        // Deployed with the defaults: only those.
         ("ConfigPath", "/etc/haproxy/haproxy.cfg", true),
-        ("ConfigPath", "etc/haproxy.cfg", false),
-        ("ConfigPath", "/etc/../shadow", false),
-        ("ConfigPath", "/etc/haproxy/", false),
-        ("ConfigPath", "/etc/ha proxy.cfg", false),
+        ("ConfigPath", "/etc/haproxy/other.cfg", false),
+        ("ConfigPath", "/etc/cron.d/x", false),
         ("ReloadCommand", "systemctl reload haproxy", true),
         (
             "ReloadCommand",
-            "/usr/local/bin/reload.sh --unit=haproxy@main",
-            true,
+            "systemctl reload-or-restart haproxy",
+            false,
         ),
-        ("ReloadCommand", "systemctl  reload haproxy", false),
-        ("ReloadCommand", " systemctl", false),
-        ("ReloadCommand", "systemctl reload haproxy; id", false),
-        ("ReloadCommand", "kill -USR2 $(cat /run/haproxy.pid)", false),
-        ("ReloadCommand", "reload *", false),
-        ("ReloadCommand", "reload\nid", false),
+        ("ReloadCommand", "/bin/sh -c id", false),
     ];
     for (name, value, allowed) in cases {
         let result = document.resolve(&[("ConfigBucket", "bucket"), (name, value)]);
         assert_eq!(result.is_ok(), *allowed, "{name} = {value:?}: {result:?}");
         if !allowed {
             assert!(
-                matches!(result, Err(AgentError::Rejected { .. })),
+                matches!(
+                    result,
+                    Err(AgentError::Rejected { .. } | AgentError::NotAllowed { .. })
+                ),
                 "{result:?}"
             );
         }
@@ -297,6 +308,123 @@ fn the_document_declares_strict_env_var_parameters() {
     assert_eq!(defaults["ConfigPath"], "/etc/haproxy/haproxy.cfg");
     assert_eq!(defaults["ReloadCommand"], "systemctl reload haproxy");
     assert!(matches!(document.resolve(&[]), Err(AgentError::Missing(_))));
+}
+
+/// The config path and the reload command are the deployer's choice, checked as CloudFormation
+/// checks a template parameter; the document then admits that one value and no other.
+#[test]
+fn the_config_path_and_reload_command_are_checked_when_the_stack_is_deployed() {
+    let cases: &[(&str, &str, bool)] = &[
+        ("ProxyConfigPath", "/etc/haproxy/haproxy.cfg", true),
+        ("ProxyConfigPath", "/srv/haproxy-main/haproxy.cfg", true),
+        ("ProxyConfigPath", "etc/haproxy.cfg", false),
+        ("ProxyConfigPath", "/etc/../shadow", false),
+        ("ProxyConfigPath", "/etc/haproxy/", false),
+        ("ProxyConfigPath", "/etc/ha proxy.cfg", false),
+        ("ProxyReloadCommand", "systemctl reload haproxy", true),
+        (
+            "ProxyReloadCommand",
+            "/usr/local/bin/reload.sh --unit=haproxy@main",
+            true,
+        ),
+        ("ProxyReloadCommand", "systemctl  reload haproxy", false),
+        ("ProxyReloadCommand", " systemctl", false),
+        ("ProxyReloadCommand", "systemctl reload haproxy; id", false),
+        (
+            "ProxyReloadCommand",
+            "kill -USR2 $(cat /run/haproxy.pid)",
+            false,
+        ),
+        ("ProxyReloadCommand", "reload *", false),
+        ("ProxyReloadCommand", "reload\nid", false),
+    ];
+    for (name, value, allowed) in cases {
+        let result = Document::from_workspace(&[(name, value)]);
+        match (result, allowed) {
+            (Ok(document), true) => {
+                let parameter = if *name == "ProxyConfigPath" {
+                    "ConfigPath"
+                } else {
+                    "ReloadCommand"
+                };
+                let values = document.resolve(&[("ConfigBucket", "bucket")]).unwrap();
+                assert_eq!(
+                    values[parameter], *value,
+                    "the default is the deployed value"
+                );
+                assert_eq!(
+                    document.parameter(parameter).unwrap().allowed_values,
+                    Some(vec![(*value).to_owned()])
+                );
+            }
+            (Err(AgentError::TemplateParameterRejected { name: n, .. }), false) => {
+                assert_eq!(n, *name);
+            }
+            (result, _) => panic!("{name} = {value:?}: {result:?}"),
+        }
+    }
+    assert!(matches!(
+        Document::from_workspace(&[("ConfigPath", "/etc/haproxy/haproxy.cfg")]),
+        Err(AgentError::UnknownTemplateParameter { .. })
+    ));
+}
+
+/// Whoever may send the document can choose the config version, not what is written or run
+/// as root: a path or command other than the deployed ones is refused before any instance
+/// sees the command (each of these matched the document's former allowedPattern).
+#[test]
+fn a_config_path_or_reload_command_outside_the_deployed_set_is_refused() {
+    let f = Fixture::new(&["a"]);
+    let version = f.upload(&f.config(1, &[("g1.test", "a")]));
+    let path = f.haproxy.config_path().display().to_string();
+    let reload = f.haproxy.reload_command(&[]);
+    let elsewhere = f.haproxy.dir().join("elsewhere.cfg");
+    let marker = f.haproxy.dir().join("ran");
+    let touch = format!("/usr/bin/touch {}", marker.display());
+    let hostile: &[(&str, &str, &str)] = &[
+        ("ReloadCommand", "/bin/sh -c id", &reload),
+        ("ReloadCommand", &touch, &reload),
+        ("ConfigPath", "/etc/cron.d/x", &path),
+        ("ConfigPath", &elsewhere.display().to_string(), &path),
+    ];
+    for (name, value, deployed) in hostile {
+        let err = f
+            .try_run(
+                &f.document,
+                &[("ConfigVersion", &version), (name, value)],
+                &[],
+            )
+            .expect_err("refused at SendCommand");
+        let message = err.to_string();
+        match err {
+            AgentError::NotAllowed {
+                name: n,
+                value: v,
+                allowed,
+            } => {
+                assert_eq!((n.as_str(), v.as_str()), (*name, *value));
+                assert_eq!(allowed, [*deployed]);
+            }
+            other => panic!("{name} = {value:?}: {other:?}"),
+        }
+        for part in [name, value, deployed] {
+            assert!(message.contains(part), "{message:?} names {part:?}");
+        }
+    }
+    assert!(!marker.exists() && !elsewhere.exists(), "nothing ran");
+    assert_eq!(f.haproxy.running_generation(), None);
+
+    // The deployed values run, named or left to their defaults.
+    let run = f.run(&[
+        ("ConfigVersion", &version),
+        ("ConfigPath", &path),
+        ("ReloadCommand", &reload),
+    ]);
+    assert!(run.success(), "{run}{}", f.haproxy.log());
+    assert_eq!(f.haproxy.running_generation(), Some(1));
+    let run = f.run(&[("ConfigVersion", &version)]);
+    assert!(run.success(), "{run}");
+    assert_eq!(run.step("skip").len(), 1, "{run}");
 }
 
 #[test]
@@ -678,8 +806,11 @@ fn a_failing_reload_command_is_rolled_back() {
     let version = f.upload(&second);
 
     // Fails once: the rollback's own reload works.
-    let flaky = f.haproxy.reload_command(&["fail-once"]);
-    let run = f.run(&[("ConfigVersion", &version), ("ReloadCommand", &flaky)]);
+    let flaky = f
+        .haproxy
+        .apply_document_reloading_with(&f.haproxy.reload_command(&["fail-once"]))
+        .unwrap();
+    let run = f.run_deployed(&flaky, &[("ConfigVersion", &version)]);
     assert_eq!(run.status, Some(2), "{run}");
     let failure = run.failure().unwrap();
     assert!(failure.contains("exited with 1"), "{run}");
@@ -692,7 +823,8 @@ fn a_failing_reload_command_is_rolled_back() {
     f.assert_routes("g1.test", "a");
 
     // Always fails: the file is restored, and the run says the rollback is incomplete.
-    let run = f.run(&[("ConfigVersion", &version), ("ReloadCommand", "false")]);
+    let failing = f.haproxy.apply_document_reloading_with("false").unwrap();
+    let run = f.run_deployed(&failing, &[("ConfigVersion", &version)]);
     assert_eq!(run.status, Some(3), "{run}");
     assert!(
         run.failure().unwrap().contains("its reload failed too"),
@@ -712,9 +844,12 @@ fn two_runs_at_once_are_serialised() {
     let third = f.upload(&third_text);
 
     // The first run holds the lock for at least the 2 s its reload sleeps.
-    let slow = f.haproxy.reload_command(&["2"]);
+    let slow = f
+        .haproxy
+        .apply_document_reloading_with(&f.haproxy.reload_command(&["2"]))
+        .unwrap();
     let (first_run, second_run) = std::thread::scope(|scope| {
-        let a = scope.spawn(|| f.run(&[("ConfigVersion", &second), ("ReloadCommand", &slow)]));
+        let a = scope.spawn(|| f.run_deployed(&slow, &[("ConfigVersion", &second)]));
         std::thread::sleep(Duration::from_millis(300));
         let b = scope.spawn(|| f.apply(&third));
         (a.join().unwrap(), b.join().unwrap())
@@ -875,7 +1010,7 @@ fn every_apply_leaves_a_fleet_record_of_what_runs() {
 #[test]
 fn a_lock_wait_outlasts_any_apply_that_holds_the_lock() {
     let text = std::fs::read_to_string(autoproxy_tests::root().join("template.yaml")).unwrap();
-    let document = Document::from_workspace().unwrap();
+    let document = Document::from_workspace(&[]).unwrap();
     let constant = |name: &str| -> u64 {
         document
             .script
@@ -930,4 +1065,252 @@ fn a_stats_socket_path_that_is_not_only_a_path_is_refused() {
     );
     assert_eq!(snapshot(f.haproxy.dir()), before, "nothing touched");
     assert_eq!(f.haproxy.running_generation(), Some(1));
+}
+
+/// What one argument of a `sync` call was at the moment of the call.
+#[derive(Debug, Clone, PartialEq)]
+enum Synced {
+    Dir(PathBuf),
+    /// A file and its size.
+    File(PathBuf, u64),
+    Missing(PathBuf),
+}
+
+impl Synced {
+    fn path(&self) -> &Path {
+        match self {
+            Synced::Dir(path) | Synced::File(path, _) | Synced::Missing(path) => path,
+        }
+    }
+}
+
+/// A `sync` placed first in PATH (the script only appends the system directories): it logs
+/// each call, one line per path argument as it is at that moment, then runs the real `sync`.
+struct SyncShim {
+    dir: tempfile::TempDir,
+}
+
+impl SyncShim {
+    fn new() -> SyncShim {
+        let real = ["/usr/bin/sync", "/bin/sync"]
+            .into_iter()
+            .map(Path::new)
+            .find(|path| path.is_file())
+            .expect("coreutils sync");
+        let dir = tempfile::Builder::new()
+            .prefix("autoproxy-sync-shim-")
+            .tempdir()
+            .unwrap();
+        let log = dir.path().join("sync.log");
+        let script = format!(
+            r#"#!/bin/sh
+for arg in "$@"; do
+  case $arg in -*) continue ;; esac
+  if [ -d "$arg" ]; then echo "dir $arg"
+  elif [ -f "$arg" ]; then echo "file $(wc -c <"$arg") $arg"
+  else echo "missing $arg"; fi
+done >>'{log}'
+echo end >>'{log}'
+exec '{real}' "$@"
+"#,
+            log = log.display(),
+            real = real.display()
+        );
+        let shim = dir.path().join("sync");
+        std::fs::write(&shim, script).unwrap();
+        std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+        SyncShim { dir }
+    }
+
+    /// The environment that puts the shim first (then the pinned tools, as the agent
+    /// stand-in does).
+    fn env(&self) -> Vec<(String, String)> {
+        let inherited = std::env::var("PATH").unwrap_or_default();
+        let tools = autoproxy_tests::moto::tools_bin();
+        vec![(
+            "PATH".to_owned(),
+            format!(
+                "{}:{}:{inherited}",
+                self.dir.path().display(),
+                tools.display()
+            ),
+        )]
+    }
+
+    /// The calls logged since the last `take`, in order, each its arguments.
+    fn take(&self) -> Vec<Vec<Synced>> {
+        let log = self.dir.path().join("sync.log");
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let _ = std::fs::remove_file(&log);
+        let mut calls = vec![Vec::new()];
+        for line in text.lines() {
+            let (kind, rest) = line.split_once(' ').unwrap_or((line, ""));
+            let current = calls.last_mut().unwrap();
+            match kind {
+                "end" => calls.push(Vec::new()),
+                "dir" => current.push(Synced::Dir(rest.into())),
+                "missing" => current.push(Synced::Missing(rest.into())),
+                "file" => {
+                    let (size, path) = rest.trim_start().split_once(' ').unwrap();
+                    current.push(Synced::File(path.into(), size.parse().unwrap()));
+                }
+                other => panic!("sync log line {other:?}"),
+            }
+        }
+        calls.pop();
+        calls
+    }
+}
+
+/// The calls, by index, that named a path in `dir` whose name starts with `prefix`.
+fn synced_in<'a>(calls: &'a [Vec<Synced>], dir: &Path, prefix: &str) -> Vec<(usize, &'a Synced)> {
+    calls
+        .iter()
+        .enumerate()
+        .flat_map(|(index, call)| call.iter().map(move |arg| (index, arg)))
+        .filter(|(_, arg)| {
+            arg.path().parent() == Some(dir)
+                && arg
+                    .path()
+                    .file_name()
+                    .is_some_and(|name| name.to_string_lossy().starts_with(prefix))
+        })
+        .collect()
+}
+
+/// The one staging file in `dir` named `<prefix>…` that was synced, complete (`size` bytes),
+/// and is gone now (renamed into place); the index of its call.
+#[track_caller]
+fn staged_file(calls: &[Vec<Synced>], dir: &Path, prefix: &str, size: u64) -> usize {
+    let found = synced_in(calls, dir, prefix);
+    let [(index, Synced::File(path, synced))] = found.as_slice() else {
+        panic!("expected one file {prefix}… in {dir:?} synced: {found:?}\nall calls: {calls:#?}")
+    };
+    assert_eq!(*synced, size, "{path:?} was synced before it was complete");
+    assert!(!path.exists(), "{path:?} was renamed into place after");
+    *index
+}
+
+/// The calls, by index, that synced directory `dir`.
+fn synced_dir(calls: &[Vec<Synced>], dir: &Path) -> Vec<usize> {
+    calls
+        .iter()
+        .enumerate()
+        .filter(|(_, call)| call.contains(&Synced::Dir(dir.to_owned())))
+        .map(|(index, _)| index)
+        .collect()
+}
+
+/// A config with an exact and a suffix route to `backend`, so both route maps have content.
+fn config_with_both_maps(f: &Fixture, generation: u64, zone: &str, backend: &str) -> String {
+    let exact = proxy::api_route(zone, f.backends.get(backend));
+    let mut suffix = exact.clone();
+    suffix.rule = "ingress-int".to_owned();
+    suffix.sni = format!(".int.{zone}");
+    suffix.sni_match = SniMatch::Suffix;
+    proxy::render(
+        generation,
+        &[exact, suffix],
+        &f.haproxy.options(f.backends.port),
+    )
+}
+
+/// Checks the maps of `generation` were synced complete in their staging directory, before
+/// the config's own sync at call `new`; the maps directory (holding their rename) by then.
+#[track_caller]
+fn assert_maps_synced(f: &Fixture, calls: &[Vec<Synced>], generation: u64, new: usize) {
+    let maps = f.haproxy.dir().join("autoproxy");
+    let stage = synced_in(calls, &maps, &format!(".gen-{generation}."));
+    let [(at, Synced::Dir(stage))] = stage.as_slice() else {
+        panic!("expected the staging directory of generation {generation} synced: {calls:#?}")
+    };
+    assert!(!stage.exists(), "{stage:?} was renamed into place after");
+    let installed = maps.join(format!("gen-{generation}"));
+    for name in ["routes.map", "suffixes.map"] {
+        let size = std::fs::metadata(installed.join(name)).unwrap().len();
+        assert!(size > 0, "{name} has routes");
+        assert_eq!(
+            staged_file(calls, stage, name, size),
+            *at,
+            "{name} synced with its directory"
+        );
+    }
+    assert!(*at < new, "the maps before the config: {calls:#?}");
+    assert!(
+        synced_dir(calls, &maps)
+            .iter()
+            .any(|&index| *at < index && index <= new),
+        "{maps:?} (the maps' rename) synced before the config's rename: {calls:#?}"
+    );
+}
+
+/// A crash on XFS after a rename can leave a zero-length file in place unless its data was
+/// flushed first: every file the apply renames into place (the config, its maps, the seeded
+/// address map, last-known-good, a rollback's restore) is synced at its staging path, complete,
+/// before its rename, and the directory after.
+#[test]
+fn every_file_is_on_disk_before_the_rename_that_installs_it() {
+    let f = Fixture::new(&["a", "b"]);
+    let shim = SyncShim::new();
+    let dir = f.haproxy.dir().to_owned();
+    let maps = dir.join("autoproxy");
+    let apply = |text: &str| {
+        let version = f.upload(text);
+        let run = f
+            .try_run(&f.document, &[("ConfigVersion", &version)], &shim.env())
+            .unwrap();
+        let calls = shim.take();
+        let missing: Vec<&Synced> = calls
+            .iter()
+            .flatten()
+            .filter(|arg| matches!(arg, Synced::Missing(_)))
+            .collect();
+        assert!(missing.is_empty(), "synced what did not exist: {missing:?}");
+        (run, calls)
+    };
+    let len = |text: &str| u64::try_from(text.len()).unwrap();
+
+    // The first install: the seeded address map, generation 1's maps, the config.
+    let first = config_with_both_maps(&f, 1, "g1.test", "a");
+    let (run, calls) = apply(&first);
+    assert!(run.success(), "{run}{}", f.haproxy.log());
+    let new = staged_file(&calls, &dir, ".autoproxy-new.", len(&first));
+    assert_maps_synced(&f, &calls, 1, new);
+    let seeded = std::fs::metadata(maps.join("addresses.map")).unwrap().len();
+    assert!(staged_file(&calls, &maps, ".autoproxy-addresses.", seeded) < new);
+    assert!(
+        synced_dir(&calls, &dir).iter().any(|&index| index > new),
+        "{dir:?} synced after the config's rename: {calls:#?}"
+    );
+
+    // The next generation: last-known-good too.
+    let second = config_with_both_maps(&f, 2, "g2.test", "b");
+    let (run, calls) = apply(&second);
+    assert!(run.success(), "{run}{}", f.haproxy.log());
+    assert_eq!(f.installed(), second);
+    let new = staged_file(&calls, &dir, ".autoproxy-new.", len(&second));
+    assert_maps_synced(&f, &calls, 2, new);
+    assert!(staged_file(&calls, &dir, ".autoproxy-last-good.", len(&first)) < new);
+    assert_eq!(f.last_good().as_deref(), Some(first.as_str()));
+    assert!(
+        synced_dir(&calls, &dir).iter().any(|&index| index > new),
+        "{dir:?} synced after the config's rename: {calls:#?}"
+    );
+
+    // A generation that cannot start: the rollback's restore of generation 2.
+    let squatter = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut options = f.haproxy.options(f.backends.port);
+    options.http_bind = squatter.local_addr().unwrap().to_string();
+    let third = f.config_with(3, &[("g3.test", "a")], &options);
+    let (run, calls) = apply(&third);
+    assert_eq!(run.status, Some(2), "{run}");
+    assert_eq!(f.installed(), second);
+    let restore = staged_file(&calls, &dir, ".autoproxy-restore.", len(&second));
+    assert!(
+        synced_dir(&calls, &dir)
+            .iter()
+            .any(|&index| index > restore),
+        "{dir:?} synced after the restore's rename: {calls:#?}"
+    );
+    drop(squatter);
 }
