@@ -1,0 +1,568 @@
+//! Events → trigger, S3 events → dispatch.
+
+use super::*;
+
+/// A field: missing, a typical value, or any JSON value.
+pub(super) fn field(typical: BoxedStrategy<String>) -> BoxedStrategy<Option<Value>> {
+    prop_oneof![
+        1 => Just(None),
+        14 => typical.prop_map(|s| Some(Value::String(s))),
+        1 => json().prop_map(Some),
+    ]
+    .boxed()
+}
+
+/// A well-formed value with one character put in, or one changed.
+pub(super) fn near(valid: BoxedStrategy<String>) -> BoxedStrategy<String> {
+    let odd = prop_oneof![
+        3 => select(vec![
+            '.', ' ', '\n', '/', '-', '_', ':', '\0', '١', '１', 'Ｚ', 'é', '\u{a0}', '#', '*',
+        ]),
+        1 => any::<char>(),
+    ];
+    (valid, odd, any::<usize>(), any::<bool>())
+        .prop_map(|(text, odd, at, replace)| {
+            let mut chars: Vec<char> = text.chars().collect();
+            let at = at % (chars.len() + 1);
+            if replace && at < chars.len() {
+                chars[at] = odd;
+            } else {
+                chars.insert(at, odd);
+            }
+            chars.into_iter().collect()
+        })
+        .boxed()
+}
+
+pub(super) fn account_id() -> BoxedStrategy<String> {
+    prop_oneof![
+        12 => re("[0-9]{12}"),
+        3 => near(re("[0-9]{12}")),
+        1 => re("[0-9]{0,11}"),
+        1 => re("[0-9]{13,20}"),
+        2 => select(vec![
+            "١٢٣٤٥٦٧٨٩٠١٢", " 12345678901", "12345678901\n", "123456789012 ", "0x1234567890",
+            "-12345678901", "+12345678901", "1234567890１２", "12345678901\u{0}",
+        ])
+        .prop_map(String::from),
+        1 => junk(),
+    ]
+    .boxed()
+}
+
+pub(super) fn zone_id() -> BoxedStrategy<String> {
+    prop_oneof![
+        6 => re("Z[0-9A-Z]{1,30}"),
+        6 => re("/hostedzone/Z[0-9A-Za-z]{1,30}"),
+        4 => near(re("(/hostedzone/)?Z[0-9A-Z]{1,30}")),
+        2 => select(vec![
+            "/hostedzone/../x", "/hostedzone/", "", "/", "..", "/hostedzone/Z1/", "Z1; rm -rf /",
+            "/hostedzone/Z1 ", "Z\u{0}1", "/change/C0EXAMPLE", "../../../etc/passwd", "Z1\nZ2",
+            "Ｚ１", "/hostedzone/Z1%2F..", "Z1\\", "/hostedzone/é",
+        ])
+        .prop_map(String::from),
+        1 => re("(/hostedzone/)?[ -~]{0,40}"),
+        1 => re("[Zz][0-9a-z]{31,40}"),
+        1 => junk(),
+    ]
+    .boxed()
+}
+
+/// An EventBridge event shaped like the ones the generator takes, each field missing, typical
+/// or any JSON value.
+pub(super) fn eventbridge() -> BoxedStrategy<Value> {
+    let detail_type = prop_oneof![
+        8 => Just("AWS API Call via CloudTrail".to_owned()),
+        2 => Just("Scheduled Event".to_owned()),
+        1 => junk(),
+    ]
+    .boxed();
+    let source = prop_oneof![
+        8 => Just("aws.route53".to_owned()),
+        1 => select(vec!["aws.events", "aws.ec2", "AWS.ROUTE53", "aws.route53 "])
+            .prop_map(String::from),
+        1 => junk(),
+    ]
+    .boxed();
+    let event_name = prop_oneof![
+        8 => select(ROUTE53_EVENTS.to_vec()).prop_map(String::from),
+        1 => select(vec!["ListHostedZones", "changeresourcerecordsets", ""]).prop_map(String::from),
+        1 => junk(),
+    ]
+    .boxed();
+    (
+        (field(detail_type), field(source), field(account_id())),
+        (field(event_name), field(account_id())),
+        (field(zone_id()), field(zone_id()), field(zone_id())),
+        proptest::option::weighted(0.1, json()),
+        proptest::option::weighted(0.1, json()),
+        proptest::option::weighted(0.2, (key(), json())),
+        proptest::option::weighted(0.05, (0_usize..5, huge())),
+    )
+        .prop_map(
+            |(
+                (mut detail_type, source, mut account),
+                (event_name, mut recipient),
+                (mut hosted_zone_id, id, mut response_id),
+                detail_instead,
+                parameters_instead,
+                extra,
+                huge,
+            )| {
+                if let Some((which, text)) = huge {
+                    let text = Some(Value::String(text));
+                    match which {
+                        0 => account = text,
+                        1 => recipient = text,
+                        2 => hosted_zone_id = text,
+                        3 => response_id = text,
+                        _ => detail_type = text,
+                    }
+                }
+                let mut parameters = serde_json::Map::new();
+                put(&mut parameters, "hostedZoneId", hosted_zone_id);
+                put(&mut parameters, "id", id);
+                let mut detail = serde_json::Map::new();
+                put(&mut detail, "eventName", event_name);
+                put(&mut detail, "recipientAccountId", recipient);
+                detail.insert(
+                    "requestParameters".into(),
+                    parameters_instead.unwrap_or(Value::Object(parameters)),
+                );
+                if let Some(id) = response_id {
+                    detail.insert("responseElements".into(), json!({"hostedZone": {"id": id}}));
+                }
+                let mut event = serde_json::Map::new();
+                event.insert("version".into(), json!("0"));
+                put(&mut event, "detail-type", detail_type);
+                put(&mut event, "source", source);
+                put(&mut event, "account", account);
+                event.insert(
+                    "detail".into(),
+                    detail_instead.unwrap_or(Value::Object(detail)),
+                );
+                if let Some((key, value)) = extra {
+                    event.insert(key, value);
+                }
+                Value::Object(event)
+            },
+        )
+        .boxed()
+}
+
+pub(super) fn put(map: &mut serde_json::Map<String, Value>, key: &str, value: Option<Value>) {
+    if let Some(value) = value {
+        map.insert(key.to_owned(), value);
+    }
+}
+
+/// `{"dry_run": …, "force": …}`, each missing, a bool or anything, and now and then a key more.
+pub(super) fn manual() -> BoxedStrategy<Value> {
+    let flag = prop_oneof![
+        1 => Just(None),
+        4 => any::<bool>().prop_map(|b| Some(Value::Bool(b))),
+        1 => json().prop_map(Some),
+    ];
+    (
+        flag.clone(),
+        flag,
+        proptest::option::weighted(0.2, (key(), json())),
+    )
+        .prop_map(|(dry_run, force, extra)| {
+            let mut object = serde_json::Map::new();
+            put(&mut object, "dry_run", dry_run);
+            put(&mut object, "force", force);
+            if let Some((key, value)) = extra {
+                object.insert(key, value);
+            }
+            Value::Object(object)
+        })
+        .boxed()
+}
+
+pub(super) fn generator_payload() -> BoxedStrategy<Value> {
+    prop_oneof![
+        6 => eventbridge(),
+        1 => manual(),
+        1 => json(),
+        1 => (eventbridge(), vec(mutation(), 1..4)).prop_map(|(mut event, mutations)| {
+            for m in &mutations {
+                mutate(&mut event, m);
+            }
+            event
+        }),
+    ]
+    .boxed()
+}
+
+/// The last `/`-separated part of a zone id, as the hint should carry it.
+pub(super) fn bare_upper(raw: &str) -> String {
+    raw.rsplit('/').next().unwrap_or(raw).to_ascii_uppercase()
+}
+
+pub(super) fn check_trigger(payload: &Value, tally: &Tally) -> Result<(), TestCaseError> {
+    let detail_type = payload.get("detail-type").and_then(Value::as_str);
+    let parsed = trigger::parse(payload);
+    tally.add(
+        match &parsed {
+            Ok(Trigger::Schedule) => "schedule",
+            Ok(Trigger::Manual { .. }) => "manual",
+            Ok(Trigger::Route53 { .. }) => "zone hint",
+            Err(TriggerError::Unrecognised { .. }) => "refused (shape)",
+            Err(TriggerError::Route53 { .. }) => "refused (route53 field)",
+        },
+        1,
+    );
+    match parsed {
+        Ok(Trigger::Schedule) => prop_assert_eq!(detail_type, Some("Scheduled Event")),
+        Ok(Trigger::Manual { dry_run, force }) => {
+            let object = payload.as_object();
+            prop_assert!(object.is_some());
+            let object = object.unwrap();
+            for (key, value) in object {
+                prop_assert!(
+                    (key == "dry_run" || key == "force") && value.is_boolean(),
+                    "accepted {key:?}: {value}"
+                );
+            }
+            let flag = |name: &str| object.get(name).and_then(Value::as_bool).unwrap_or(false);
+            prop_assert_eq!((dry_run, force), (flag("dry_run"), flag("force")));
+        }
+        Ok(Trigger::Route53 { event_name, zone }) => {
+            prop_assert_eq!(detail_type, Some("AWS API Call via CloudTrail"));
+            prop_assert_eq!(payload["source"].as_str(), Some("aws.route53"));
+            prop_assert!(ROUTE53_EVENTS.contains(&event_name.as_str()));
+            let account = &zone.account;
+            prop_assert!(
+                account.len() == 12 && account.bytes().all(|b| b.is_ascii_digit()),
+                "account {account:?} accepted"
+            );
+            let id = &zone.id;
+            prop_assert!(
+                !id.is_empty()
+                    && id.len() <= 32
+                    && id
+                        .bytes()
+                        .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()),
+                "zone id {id:?} accepted"
+            );
+            let detail = &payload["detail"];
+            prop_assert!(
+                [
+                    detail["recipientAccountId"].as_str(),
+                    payload["account"].as_str()
+                ]
+                .contains(&Some(account.as_str())),
+                "account {account:?} is not the event's"
+            );
+            let ids = [
+                &detail["requestParameters"]["hostedZoneId"],
+                &detail["requestParameters"]["id"],
+                &detail["responseElements"]["hostedZone"]["id"],
+            ];
+            prop_assert!(
+                ids.iter()
+                    .filter_map(|v| v.as_str())
+                    .any(|raw| bare_upper(raw) == *id),
+                "zone id {id:?} is not the event's"
+            );
+        }
+        Err(err) => {
+            let message = err.to_string();
+            prop_assert!(message.starts_with("expected "), "{message}");
+            prop_assert!(message.contains("; got "), "{message}");
+            prop_assert!(
+                !message.contains('\n') && !message.contains('\r'),
+                "a line break in {message:?}"
+            );
+            match err {
+                TriggerError::Unrecognised { .. } => {
+                    for shape in [
+                        "\"Scheduled Event\"",
+                        "AWS API Call via CloudTrail",
+                        "dry_run",
+                    ] {
+                        prop_assert!(message.contains(shape), "{message}");
+                    }
+                }
+                TriggerError::Route53 { expected, .. } => {
+                    prop_assert!(message.contains(expected), "{message}");
+                    prop_assert!(
+                        ["12-digit account", "hosted zone id", "zone-changing calls"]
+                            .iter()
+                            .any(|what| expected.contains(what)),
+                        "{message}"
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+pub(super) fn generator_events_are_accepted_only_when_well_formed() {
+    let tally = Tally::default();
+    let line = check_property("events→trigger", 2_000, generator_payload(), |payload| {
+        check_trigger(&payload, &tally)
+    });
+    println!("{line}: {tally}");
+}
+
+/// An S3 event record and, when every field is well formed, what `dispatches` must make of it.
+#[derive(Debug, Clone)]
+pub(super) struct S3Record {
+    pub(super) value: Value,
+    /// `Some(Some(version))`: dispatch this version; `Some(None)`: ignore; `None`: unknown.
+    pub(super) expected: Option<Option<String>>,
+}
+
+/// The config key as S3 may encode it (true), or another key (false).
+pub(super) fn object_key() -> BoxedStrategy<(String, bool)> {
+    let encoded: String = CONFIG_KEY.bytes().map(|b| format!("%{b:02X}")).collect();
+    prop_oneof![
+        3 => Just((CONFIG_KEY.to_owned(), true)),
+        1 => select(vec![
+            "haproxy%2Fhaproxy.cfg", "haproxy%2fhaproxy%2ecfg", "%68aproxy/haproxy.cfg",
+        ])
+        .prop_map(|k| (k.to_owned(), true)),
+        1 => Just((encoded, true)),
+        2 => select(vec![
+            "haproxy/haproxy.manifest.json", "haproxy/haproxy.cfg.tmp", "haproxy/haproxy+cfg",
+            "haproxy/haproxy.cfg%00", "HAPROXY/haproxy.cfg", "haproxy/haproxy.fleet/i-1.json",
+            "%zz", "%ff%fe", "haproxy/haproxy.cfg ", "",
+        ])
+        .prop_map(|k| (k.to_owned(), false)),
+    ]
+    .boxed()
+}
+
+pub(super) fn s3_record() -> BoxedStrategy<S3Record> {
+    let well_formed = (
+        select(vec![
+            "ObjectCreated:Put",
+            "ObjectCreated:CompleteMultipartUpload",
+            "ObjectCreated:Copy",
+            "ObjectRemoved:Delete",
+            "ObjectRemoved:DeleteMarkerCreated",
+        ]),
+        object_key(),
+        re("[A-Za-z0-9._]{1,32}"),
+    )
+        .prop_map(|(event_name, (key, is_config), version)| {
+            let value = json!({
+                "eventVersion": "2.1", "eventSource": "aws:s3", "awsRegion": "us-east-1",
+                "eventTime": "2026-11-23T03:14:03.000Z", "eventName": event_name,
+                "userIdentity": {"principalId": "AWS:AROAEXAMPLE"},
+                "requestParameters": {"sourceIPAddress": "10.0.0.1"}, "responseElements": {},
+                "s3": {"s3SchemaVersion": "1.0", "configurationId": "autoproxy",
+                       "bucket": {"name": "config-bucket", "arn": "arn:aws:s3:::config-bucket"},
+                       "object": {"key": key, "size": 20, "versionId": version, "sequencer": "0A"}}
+            });
+            let created = event_name.starts_with("ObjectCreated:");
+            S3Record {
+                value,
+                expected: Some((created && is_config).then_some(version)),
+            }
+        })
+        .boxed();
+    prop_oneof![
+        3 => well_formed.clone(),
+        2 => (well_formed.clone(), s3_edge()).prop_map(|(mut record, (path, new))| {
+            let (last, parent) = path.split_last().unwrap();
+            let steps: Vec<Step> = parent.iter().map(|k| Step::Key((*k).to_owned())).collect();
+            if let Some(Value::Object(map)) = node_mut(&mut record.value, &steps) {
+                match new {
+                    Some(new) => map.insert((*last).to_owned(), new),
+                    None => map.remove(*last),
+                };
+            }
+            S3Record { value: record.value, expected: None }
+        }),
+        2 => (well_formed, vec(mutation(), 1..3)).prop_map(|(mut record, mutations)| {
+            for m in &mutations {
+                mutate(&mut record.value, m);
+            }
+            S3Record { value: record.value, expected: None }
+        }),
+        1 => json().prop_map(|value| S3Record { value, expected: None }),
+    ]
+    .boxed()
+}
+
+/// One field of an S3 record at an edge: missing (`None`), null, empty, of another type or
+/// almost right.
+pub(super) fn s3_edge() -> BoxedStrategy<(Vec<&'static str>, Option<Value>)> {
+    let edges = |path: &[&'static str], values: Vec<Option<Value>>| {
+        let path = path.to_vec();
+        select(values).prop_map(move |value| (path.clone(), value))
+    };
+    prop_oneof![
+        edges(
+            &["s3", "object", "versionId"],
+            vec![
+                None,
+                Some(json!(null)),
+                Some(json!("")),
+                Some(json!(7)),
+                Some(json!([]))
+            ]
+        ),
+        edges(
+            &["eventName"],
+            vec![
+                None,
+                Some(json!(null)),
+                Some(json!("ObjectCreated")),
+                Some(json!("objectcreated:put")),
+                Some(json!("ObjectCreated:*")),
+                Some(json!(1))
+            ]
+        ),
+        edges(
+            &["s3", "object", "key"],
+            vec![
+                None,
+                Some(json!(null)),
+                Some(json!("")),
+                Some(json!("haproxy/haproxy.cfg\u{0}")),
+                Some(json!(["haproxy/haproxy.cfg"]))
+            ]
+        ),
+        edges(
+            &["s3", "bucket", "name"],
+            vec![None, Some(json!(null)), Some(json!("")), Some(json!({}))]
+        ),
+        edges(
+            &["eventTime"],
+            vec![
+                None,
+                Some(json!("yesterday")),
+                Some(json!(0)),
+                Some(json!(null))
+            ]
+        ),
+        edges(&["s3"], vec![None, Some(json!(null)), Some(json!({}))]),
+        edges(&["userIdentity"], vec![None, Some(json!("x"))]),
+        edges(
+            &["responseElements"],
+            vec![None, Some(json!(null)), Some(json!({"x": 1}))]
+        ),
+    ]
+    .boxed()
+}
+
+/// An invocation payload of the configure function and, when known, the dispatches it holds
+/// (the versions, in order, duplicates dropped) and how many keys it ignores.
+#[derive(Debug, Clone)]
+pub(super) struct S3Case {
+    pub(super) payload: Value,
+    pub(super) expected: Option<(Vec<String>, usize)>,
+}
+
+pub(super) fn configure_payload() -> BoxedStrategy<S3Case> {
+    let unknown = |payload| S3Case {
+        payload,
+        expected: None,
+    };
+    prop_oneof![
+        6 => vec(s3_record(), 1..4).prop_map(|records| {
+            let expected = records
+                .iter()
+                .map(|r| r.expected.clone())
+                .collect::<Option<Vec<_>>>()
+                .map(|outcomes| {
+                    let mut versions: Vec<String> = Vec::new();
+                    let mut ignored = 0;
+                    for outcome in outcomes {
+                        match outcome {
+                            Some(v) if !versions.contains(&v) => versions.push(v),
+                            Some(_) => {}
+                            None => ignored += 1,
+                        }
+                    }
+                    (versions, ignored)
+                });
+            let records: Vec<Value> = records.into_iter().map(|r| r.value).collect();
+            let payload = json!({ "Records": records });
+            S3Case { payload, expected }
+        }),
+        1 => Just(unknown(json!({"Records": []}))),
+        1 => Just(unknown(json!({"fleet": true}))),
+        1 => json().prop_map(move |v| unknown(json!({"fleet": v}))),
+        1 => (key(), json()).prop_map(move |(k, v)| {
+            let mut object = serde_json::Map::new();
+            object.insert("fleet".into(), Value::Bool(true));
+            object.insert(k, v);
+            unknown(Value::Object(object))
+        }),
+        1 => json().prop_map(move |v| unknown(json!({"Records": v}))),
+        1 => json().prop_map(unknown),
+    ]
+    .boxed()
+}
+
+pub(super) fn check_dispatch(case: &S3Case, tally: &Tally) -> Result<(), TestCaseError> {
+    let payload = &case.payload;
+    let fleet = is_fleet_request(payload);
+    tally.add("fleet", usize::from(fleet));
+    prop_assert_eq!(fleet, *payload == json!({"fleet": true}));
+    let result = dispatches(payload, CONFIG_KEY);
+    match &result {
+        Ok((wanted, ignored)) => {
+            tally.add("dispatched", wanted.len());
+            tally.add("ignored", ignored.len());
+        }
+        Err(_) => tally.add("refused", 1),
+    }
+    match result {
+        Ok((wanted, ignored)) => {
+            let records = payload["Records"].as_array().map_or(0, Vec::len);
+            prop_assert!(records > 0, "accepted without records: {payload}");
+            prop_assert!(wanted.len() + ignored.len() <= records);
+            for (index, dispatch) in wanted.iter().enumerate() {
+                prop_assert_eq!(dispatch.key.as_str(), CONFIG_KEY);
+                prop_assert!(!dispatch.version_id.is_empty());
+                prop_assert!(!wanted[..index].contains(dispatch), "dispatched twice");
+            }
+            if let Some((versions, ignored_count)) = &case.expected {
+                let expected: Vec<Dispatch> = versions
+                    .iter()
+                    .map(|version| Dispatch {
+                        bucket: "config-bucket".into(),
+                        key: CONFIG_KEY.into(),
+                        version_id: version.clone(),
+                    })
+                    .collect();
+                prop_assert_eq!(&wanted, &expected);
+                prop_assert_eq!(ignored.len(), *ignored_count);
+            }
+        }
+        Err(err) => {
+            prop_assert!(
+                case.expected.is_none(),
+                "a well-formed event refused: {err}"
+            );
+            let message = err.to_string();
+            prop_assert!(
+                message.starts_with("expected an S3 event notification"),
+                "{message}"
+            );
+            prop_assert!(message.contains("{\"fleet\": true}"), "{message}");
+            prop_assert!(message.ends_with("nothing was sent"), "{message}");
+            prop_assert!(!message.contains('\n'), "a line break in {message:?}");
+            // The payload is echoed cut to 300 bytes.
+            prop_assert!(message.len() < 600, "{} bytes", message.len());
+        }
+    }
+    Ok(())
+}
+
+#[test]
+pub(super) fn configure_payloads_dispatch_only_the_config_key() {
+    let tally = Tally::default();
+    let line = check_property("s3 event→dispatch", 2_000, configure_payload(), |case| {
+        check_dispatch(&case, &tally)
+    });
+    println!("{line}: {tally}");
+}

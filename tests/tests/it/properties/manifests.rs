@@ -1,0 +1,209 @@
+//! Manifests → merge → render.
+
+use super::*;
+
+/// A manifest as the generator writes it: each zone with both rules' routes.
+pub(super) fn valid_manifest() -> BoxedStrategy<Manifest> {
+    let zone = (
+        vec(re("[a-z0-9-]{1,12}"), 1..4),
+        select(vec!["111111111111", "222222222222"]),
+        re("Z[0-9A-Z]{1,21}"),
+    );
+    (vec(zone, 1..4), 0..=NOW)
+        .prop_map(|(zones, generation)| {
+            let mut manifest = Manifest {
+                generation,
+                ..Manifest::default()
+            };
+            for (labels, account, id) in zones {
+                let name = labels.join(".");
+                let zone_name = HostName::parse(&name).unwrap();
+                let route = |rule: &str, sni: String, sni_match, back: &str| Route {
+                    rule: rule.to_owned(),
+                    account: account.to_owned(),
+                    zone_id: id.clone(),
+                    zone_name: zone_name.clone(),
+                    sni,
+                    sni_match,
+                    backend: zone_name.with_prefix(back),
+                    port: 443,
+                    records: vec![zone_name.with_prefix(back)],
+                };
+                let routes = vec![
+                    route("api", format!("proxy.api.{name}"), SniMatch::Exact, "api"),
+                    route(
+                        "ingress-int",
+                        format!(".int.{name}"),
+                        SniMatch::Suffix,
+                        "ingress-int",
+                    ),
+                ];
+                let zone = Zone {
+                    account: account.to_owned(),
+                    id: id.clone(),
+                    name: format!("{name}."),
+                    private: true,
+                };
+                manifest
+                    .zones
+                    .insert(zone_key(&zone.key()), ZoneEntry::new(&zone, routes, vec![]));
+            }
+            manifest
+        })
+        .boxed()
+}
+
+/// A stored manifest's text: a valid one changed in a few places (text put into its strings,
+/// which keeps it loadable, or any change), or any JSON.
+pub(super) fn manifest_text() -> BoxedStrategy<String> {
+    let splice = (any::<usize>(), any::<usize>(), hostile())
+        .prop_map(|(n, at, text)| Mutation::Splice(n, at, text));
+    let changed = |mutations: BoxedStrategy<Vec<Mutation>>| {
+        (valid_manifest(), mutations).prop_map(|(manifest, mutations)| {
+            let mut value = serde_json::to_value(&manifest).unwrap();
+            for m in &mutations {
+                mutate(&mut value, m);
+            }
+            value.to_string()
+        })
+    };
+    prop_oneof![
+        5 => changed(vec(splice, 1..4).boxed()),
+        4 => changed(vec(mutation(), 1..4).boxed()),
+        1 => valid_manifest().prop_map(|m| m.to_json()),
+        1 => json().prop_map(|mut value| {
+            if let Some(object) = value.as_object_mut() {
+                object.insert("format".into(), json!(1));
+            }
+            value.to_string()
+        }),
+    ]
+    .boxed()
+}
+
+/// What the generator does with a stored manifest before rendering: the sweep merges it (here
+/// an event for a zone of an account not configured, so nothing is read), the ownership rules
+/// pick the zones that may route, then the routes are resolved and numbered from it.
+pub(super) fn merge_and_resolve(
+    runtime: &tokio::runtime::Runtime,
+    manifest: &Manifest,
+) -> Result<(Vec<Route>, u64), TestCaseError> {
+    let proxies = proxies();
+    let ignore = IgnoreZones::default();
+    let matching = Matching {
+        rules: DEFAULT_RULES,
+        proxies: &proxies,
+        ignore: &ignore,
+    };
+    let hint = ZoneKey {
+        account: "999999999999".into(),
+        id: "ZHINT".into(),
+    };
+    let swept = runtime
+        .block_on(discovery::sweep(
+            &[],
+            Some(manifest),
+            &Scope::Zones(vec![hint]),
+            matching,
+            None,
+        ))
+        .map_err(|err| TestCaseError::fail(format!("the merge failed: {err}")))?;
+    prop_assert_eq!(
+        &swept.manifest.zones,
+        &manifest.zones,
+        "the merge lost zones"
+    );
+    let owned = ownership::owned_routes(
+        &swept.manifest.zones,
+        &manifest.holders,
+        ownership::Mode::FirstHolder,
+    );
+    let (routes, _conflicts) = resolve(owned.candidates);
+    Ok((routes, publish::next_generation(manifest.generation, NOW)))
+}
+
+/// `Some((routes, config))` when the manifest loads and renders, `None` when it is refused (or
+/// of another format); the refusals are checked to say why.
+pub(super) fn load_and_render(
+    text: &str,
+    runtime: &tokio::runtime::Runtime,
+    render: &Render,
+    tally: &Tally,
+) -> Result<Option<(Vec<Route>, String, u64)>, TestCaseError> {
+    let manifest = match Manifest::from_json(text) {
+        Ok(Some(manifest)) => manifest,
+        Ok(None) => {
+            tally.add("other format", 1);
+            let value: Value = serde_json::from_str(text).unwrap();
+            prop_assert!(value.get("format") != Some(&json!(1)), "{text}");
+            return Ok(None);
+        }
+        Err(err) => {
+            tally.add("refused on load", 1);
+            prop_assert!(!err.to_string().is_empty());
+            return Ok(None);
+        }
+    };
+    prop_assert!(manifest.generation <= artifact::MAX_GENERATION);
+    let (routes, generation) = merge_and_resolve(runtime, &manifest)?;
+    match render.render(&routes, generation) {
+        Ok(config) => {
+            tally.add("rendered", 1);
+            Ok(Some((routes, config, generation)))
+        }
+        Err(err) => {
+            tally.add("refused by the renderer", 1);
+            let message = err.to_string();
+            prop_assert!(
+                message.contains("refusing to write") && message.contains("it contains"),
+                "unclear refusal: {message}"
+            );
+            Ok(None)
+        }
+    }
+}
+
+pub(super) fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
+#[test]
+pub(super) fn manifests_never_panic_or_inject_a_line() {
+    let render = Render::new();
+    let runtime = runtime();
+    let tally = Tally::default();
+    let line = check_property(
+        "manifest→config (structure)",
+        1_000,
+        manifest_text(),
+        |text| {
+            if let Some((routes, config, generation)) =
+                load_and_render(&text, &runtime, &render, &tally)?
+            {
+                check_structure(&config, &routes, &render.baseline(generation))?;
+            }
+            Ok(())
+        },
+    );
+    println!("{line}: {tally}");
+}
+
+#[test]
+pub(super) fn manifest_values_reach_the_config_only_when_clean() {
+    let render = Render::new();
+    let runtime = runtime();
+    let tally = Tally::default();
+    let line = check_property("manifest→config (bytes)", 1_000, manifest_text(), |text| {
+        if let Some((routes, config, generation)) =
+            load_and_render(&text, &runtime, &render, &tally)?
+        {
+            check_structure(&config, &routes, &render.baseline(generation))?;
+            check_clean(&config, &routes)?;
+        }
+        Ok(())
+    });
+    println!("{line}: {tally}");
+}
