@@ -1,0 +1,130 @@
+//! Applies at once and under load: the lock, its bounds, and reloads that drop no connection.
+
+use super::*;
+
+#[test]
+fn two_runs_at_once_are_serialised() {
+    let f = Fixture::new(&["a", "b"]);
+    f.install_first(&f.config(1, &[("g1.test", "a")]));
+    let second = f.upload(&f.config(2, &[("g1.test", "a"), ("g2.test", "b")]));
+    let third_text = f.config(3, &[("g1.test", "a"), ("g2.test", "b"), ("g3.test", "a")]);
+    let third = f.upload(&third_text);
+
+    // The first run holds the lock for at least the 2 s its reload sleeps.
+    let slow = f
+        .haproxy
+        .apply_document_reloading_with(&f.haproxy.reload_command(&["2"]))
+        .unwrap();
+    let (first_run, second_run) = std::thread::scope(|scope| {
+        let a = scope.spawn(|| f.run_deployed(&slow, &[("ConfigVersion", &second)]));
+        std::thread::sleep(Duration::from_millis(300));
+        let b = scope.spawn(|| f.apply(&third));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert!(first_run.success(), "{first_run}");
+    assert!(second_run.success(), "{second_run}");
+    assert!(first_run.started < second_run.started);
+    assert!(
+        lock_wait(&first_run) < Duration::from_millis(500),
+        "{first_run}"
+    );
+    let acquired = second_run.started + lock_wait(&second_run);
+    assert!(
+        acquired >= first_run.started + Duration::from_secs(2),
+        "the second run got the lock while the first was still reloading:\n{first_run}{second_run}"
+    );
+    assert!(second_run.finished > first_run.finished);
+    assert_eq!(f.installed(), third_text);
+    assert_eq!(f.haproxy.running_generation(), Some(3));
+    f.assert_routes("g3.test", "a");
+}
+
+#[test]
+fn reload_under_load() {
+    const RELOADS: u64 = 20;
+    const MAX_CONNECTIONS: usize = 12_000;
+    let f = Fixture::new(&["a", "b"]);
+    f.install_first(&f.config(1, &[("steady.test", "a")]));
+
+    let stop = AtomicBool::new(false);
+    let total = AtomicUsize::new(0);
+    let failures = Mutex::new(Vec::new());
+    let mut durations = Vec::new();
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                while !stop.load(Ordering::SeqCst)
+                    && total.fetch_add(1, Ordering::SeqCst) < MAX_CONNECTIONS
+                {
+                    match f.haproxy.probe("proxy.api.steady.test") {
+                        Ok(banner) if banner == "backend a" => {}
+                        other => failures.lock().unwrap().push(format!("{other:?}")),
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            });
+        }
+        for generation in 2..=RELOADS + 1 {
+            let zone = format!("g{generation}.test");
+            let text = f.config(generation, &[("steady.test", "a"), (&zone, "b")]);
+            let run = f.apply(&f.upload(&text));
+            assert!(run.success(), "generation {generation}:\n{run}");
+            durations.push(run.elapsed());
+        }
+        stop.store(true, Ordering::SeqCst);
+    });
+    let total = total.load(Ordering::SeqCst).min(MAX_CONNECTIONS);
+    let failures = failures.into_inner().unwrap();
+    durations.sort();
+    let median = durations[durations.len() / 2];
+    println!(
+        "reload under load: {} failed / {total} connections, {RELOADS} reloads, one apply takes {} ms (median)",
+        failures.len(),
+        median.as_millis()
+    );
+    assert_eq!(f.haproxy.running_generation(), Some(RELOADS + 1));
+    f.assert_routes(&format!("g{}.test", RELOADS + 1), "b");
+    assert!(
+        total > 100,
+        "the load was too light to mean anything: {total}"
+    );
+    assert!(
+        failures.is_empty(),
+        "failed connections: {:?}",
+        &failures[..failures.len().min(10)]
+    );
+}
+
+/// A push that meets another apply's lock (an association run) waits longer than that apply
+/// can hold it, and the wait plus a whole apply still fits the document's timeout.
+#[test]
+fn a_lock_wait_outlasts_any_apply_that_holds_the_lock() {
+    let text = std::fs::read_to_string(autoproxy_tests::root().join("template.yaml")).unwrap();
+    let document = Document::from_workspace(&[]).unwrap();
+    let constant = |name: &str| -> u64 {
+        document
+            .script
+            .lines()
+            .find_map(|line| line.trim().strip_prefix(&format!("{name}=")))
+            .and_then(|value| value.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("the apply script sets no {name}=<seconds>"))
+    };
+    // Each bounded step runs under `timeout -k 5`.
+    let kill = 5;
+    let hold = constant("DOWNLOAD_TIMEOUT_SECONDS")
+        + kill
+        + constant("HAPROXY_CHECK_TIMEOUT_SECONDS")
+        + kill
+        + 2 * (constant("RELOAD_TIMEOUT_SECONDS") + kill + constant("CHECK_SECONDS"));
+    let wait = constant("LOCK_WAIT_SECONDS");
+    assert!(wait > hold, "lock wait {wait} s, longest hold {hold} s");
+    let timeout: u64 = text
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("timeoutSeconds: "))
+        .and_then(|value| value.trim_matches('"').parse().ok())
+        .expect("the document's timeoutSeconds");
+    assert!(
+        wait + hold < timeout,
+        "a wait ({wait} s) and a whole apply ({hold} s) exceed timeoutSeconds {timeout}"
+    );
+}
