@@ -1,0 +1,107 @@
+//! The sample clusters: each a private zone in one account with its API server and internal ingress.
+
+use super::*;
+
+/// A Kubernetes cluster of the sample estate: its private zone carries both rules' records,
+/// its API server and its internal ingress are TLS backends on their own loopback addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cluster {
+    pub name: &'static str,
+    pub account: &'static str,
+    /// Where its `proxy.api` and `*.int` CNAMEs point.
+    pub proxy: &'static str,
+    /// Distinct per cluster: the backends' last address bytes derive from it.
+    pub index: u8,
+}
+
+impl Cluster {
+    pub fn zone(&self) -> String {
+        format!("{}.example.internal", self.name)
+    }
+
+    /// The SNI of the Kubernetes API rule.
+    pub fn api_sni(&self) -> String {
+        format!("proxy.api.{}", self.zone())
+    }
+
+    /// An SNI the internal-ingress rule covers (an app under `*.int`).
+    pub fn ingress_sni(&self) -> String {
+        format!("demo.int.{}", self.zone())
+    }
+
+    /// The API server's name, which is also its certificate's CN.
+    pub fn api_backend(&self) -> String {
+        format!("api.{}", self.zone())
+    }
+
+    /// The internal ingress' name, which is also its certificate's CN.
+    pub fn ingress_backend(&self) -> String {
+        format!("ingress-int.{}", self.zone())
+    }
+
+    pub fn api_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::new(127, 0, 0, 10 + 2 * self.index)
+    }
+
+    pub fn ingress_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::new(127, 0, 0, 11 + 2 * self.index)
+    }
+
+    /// The internal ELB in front of the ingress controller (answered by the VPC resolver).
+    pub fn elb(&self) -> String {
+        format!(
+            "internal-k8s-{}-ingress.us-east-1.elb.amazonaws.com",
+            self.name
+        )
+    }
+
+    /// The zone's records: both rules, pointing at `self.proxy`.
+    pub fn records(&self) -> Vec<Record> {
+        let zone = self.zone();
+        vec![
+            Record::a(format!("api.{zone}"), self.api_ip().to_string()),
+            Record::cname(format!("proxy.api.{zone}"), self.proxy),
+            Record::cname(format!("*.int.{zone}"), self.proxy),
+            Record::cname(format!("ingress-int.{zone}"), self.elb()),
+        ]
+    }
+}
+
+/// Two clusters in the own account, one in the member account.
+pub const PROD: Cluster = Cluster {
+    name: "prod",
+    account: OWN_ACCOUNT,
+    proxy: PROXY_HOSTNAME,
+    index: 0,
+};
+pub const STAGING: Cluster = Cluster {
+    name: "staging",
+    account: OWN_ACCOUNT,
+    proxy: PROXY_HOSTNAME,
+    index: 1,
+};
+pub const PAYMENTS: Cluster = Cluster {
+    name: "payments",
+    account: MEMBER_ACCOUNT,
+    proxy: PROXY_HOSTNAME,
+    index: 2,
+};
+/// A zone whose CNAMEs point at another proxy: it must never be routed.
+pub const LEGACY: Cluster = Cluster {
+    name: "legacy",
+    account: OWN_ACCOUNT,
+    proxy: OTHER_PROXY,
+    index: 3,
+};
+/// Added while the pipeline runs, in the member account.
+pub const ANALYTICS: Cluster = Cluster {
+    name: "analytics",
+    account: MEMBER_ACCOUNT,
+    proxy: PROXY_HOSTNAME,
+    index: 4,
+};
+/// Every cluster that has backends (all of them from the start: the services exist, only
+/// their DNS comes and goes).
+pub const ALL: [Cluster; 5] = [PROD, STAGING, PAYMENTS, LEGACY, ANALYTICS];
+/// The clusters seeded at the start.
+pub const INITIAL: [Cluster; 4] = [PROD, STAGING, PAYMENTS, LEGACY];

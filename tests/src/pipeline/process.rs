@@ -1,0 +1,170 @@
+//! Processes: each in its own process group, registered so an interrupt can stop them all.
+
+use super::*;
+
+/// What an interrupt must stop: process groups and HAProxy directories (HAProxy daemonises
+/// into its own session; its master's pid file is in its directory).
+#[derive(Debug)]
+pub(super) enum Started {
+    Group(u32),
+    Pid(u32),
+    Haproxy(PathBuf),
+}
+
+pub(super) static STARTED: Mutex<Vec<Started>> = Mutex::new(Vec::new());
+
+pub(super) fn register(started: Started) {
+    STARTED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(started);
+}
+
+/// Stops everything the pipeline started (for Ctrl-C: the normal path stops each piece when
+/// it is dropped). Safe to call twice.
+pub fn stop_everything() {
+    let started = std::mem::take(
+        &mut *STARTED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    for item in started.iter().rev() {
+        let target = match item {
+            Started::Group(pgid) => format!("-{pgid}"),
+            Started::Pid(pid) => pid.to_string(),
+            Started::Haproxy(dir) => match std::fs::read_to_string(dir.join("haproxy.pid")) {
+                Ok(pid) => pid.trim().to_owned(),
+                Err(_) => continue,
+            },
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", "--", &target])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// A child process leading its own process group; the group is killed on drop.
+#[derive(Debug)]
+pub(super) struct Spawned {
+    pub(super) child: Child,
+}
+
+impl Spawned {
+    pub(super) fn start(
+        mut command: Command,
+        what: &str,
+        log: &Path,
+    ) -> Result<Spawned, PipelineError> {
+        let out = std::fs::File::create(log)
+            .map_err(|e| step_error(format!("create {}", log.display()), e))?;
+        let err = out
+            .try_clone()
+            .map_err(|e| step_error(format!("create {}", log.display()), e))?;
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| step_error(format!("start {what}"), e))?;
+        register(Started::Group(child.id()));
+        Ok(Spawned { child })
+    }
+
+    pub(super) fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", "--", &format!("-{}", self.child.id())])
+            .stderr(Stdio::null())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while self.alive() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if self.alive() {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", self.child.id())])
+                .stderr(Stdio::null())
+                .status();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Runs a command to its end within `timeout`; its stdout, or why not.
+pub(super) fn run_bounded(
+    mut command: Command,
+    what: &str,
+    timeout: Duration,
+) -> Result<String, PipelineError> {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| step_error(format!("run {what}"), e))?;
+    let (mut stdout, mut stderr) = (child.stdout.take(), child.stderr.take());
+    let out = std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(pipe) = stdout.as_mut() {
+            let _ = pipe.read_to_string(&mut text);
+        }
+        text
+    });
+    let err = std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(pipe) = stderr.as_mut() {
+            let _ = pipe.read_to_string(&mut text);
+        }
+        text
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            _ => {
+                let _ = Command::new("kill")
+                    .args(["-KILL", "--", &format!("-{}", child.id())])
+                    .status();
+                let _ = child.wait();
+                return Err(step_error(what, format!("no answer within {timeout:?}")));
+            }
+        }
+    };
+    let stdout = out.join().unwrap_or_default();
+    let stderr = err.join().unwrap_or_default();
+    if status.success() {
+        Ok(stdout)
+    } else {
+        Err(step_error(
+            what,
+            format!("{status}: {}{}", stderr.trim(), stdout.trim()),
+        ))
+    }
+}
+
+pub(super) fn wait_listening(
+    addr: SocketAddr,
+    what: &str,
+    timeout: Duration,
+) -> Result<(), PipelineError> {
+    let deadline = Instant::now() + timeout;
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        if Instant::now() >= deadline {
+            return Err(step_error(
+                what,
+                format!("not listening on {addr} after {timeout:?}"),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    Ok(())
+}
