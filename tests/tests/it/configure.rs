@@ -108,14 +108,7 @@ async fn put_config(fx: &Fixture, key: &str, generation: u64) -> String {
 }
 
 fn s3_event(key: &str, version: &str) -> Value {
-    json!({"Records": [{
-        "eventVersion": "2.1", "eventSource": "aws:s3", "awsRegion": "us-east-1",
-        "eventTime": "2026-11-23T03:14:03.000Z", "eventName": "ObjectCreated:Put",
-        "userIdentity": {"principalId": "AWS:AROAEXAMPLE"},
-        "requestParameters": {"sourceIPAddress": "10.0.0.1"}, "responseElements": {},
-        "s3": {"s3SchemaVersion": "1.0", "configurationId": "autoproxy",
-               "bucket": {"name": BUCKET, "arn": format!("arn:aws:s3:::{BUCKET}")},
-               "object": {"key": key, "size": 20, "versionId": version, "sequencer": "0A"}}}]})
+    autoproxy_tests::pipeline::s3_put_event(BUCKET, key, version)
 }
 
 fn soon() -> tokio::time::Instant {

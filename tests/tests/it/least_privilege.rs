@@ -372,15 +372,7 @@ async fn each_function_works_with_exactly_its_template_policy() {
             .version_id()
             .unwrap_or_default()
             .to_owned();
-        let event = json!({"Records": [{
-            "eventVersion": "2.1", "eventSource": "aws:s3", "awsRegion": REGION,
-            "eventTime": "2026-11-23T03:14:03.000Z", "eventName": "ObjectCreated:Put",
-            "userIdentity": {"principalId": "AWS:AROAEXAMPLE"},
-            "requestParameters": {"sourceIPAddress": "10.0.0.1"}, "responseElements": {},
-            "s3": {"s3SchemaVersion": "1.0", "configurationId": "autoproxy",
-                   "bucket": {"name": BUCKET, "arn": format!("arn:aws:s3:::{BUCKET}")},
-                   "object": {"key": KEY, "size": body.len(), "versionId": version,
-                              "sequencer": "0A"}}}]});
+        let event = autoproxy_tests::pipeline::s3_put_event(BUCKET, KEY, &version);
         let soon = tokio::time::Instant::now() + Duration::from_secs(10);
         match configure::handle(&deps, &event, soon).await {
             Ok(Reply::Rollout(outcome)) if outcome.dispatched.iter().all(|r| r.sent) => {}
