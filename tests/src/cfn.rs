@@ -228,7 +228,8 @@ fn pair(arg: &Value) -> Result<(&Value, &Value), CfnError> {
     }
 }
 
-fn scalar(value: &Value) -> Option<String> {
+/// A YAML scalar as CloudFormation passes it on: a string.
+pub fn scalar(value: &Value) -> Option<String> {
     match value {
         Value::String(s) => Some(s.clone()),
         Value::Number(n) => Some(n.to_string()),

@@ -24,6 +24,8 @@ use regex_automata::dfa::regex::Regex;
 use regex_automata::util::syntax;
 use serde_yaml::Value;
 
+use crate::cfn::scalar;
+
 /// The logical id of the document in `template.yaml`.
 pub const RESOURCE: &str = "ApplyConfigDocument";
 
@@ -517,16 +519,6 @@ fn check_template_parameter(name: &str, spec: &Value, value: &str) -> Result<(),
         }
     }
     Ok(())
-}
-
-/// A YAML scalar as CloudFormation passes it on: a string.
-fn scalar(value: &Value) -> Option<String> {
-    match value {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        Value::Bool(b) => Some(b.to_string()),
-        _ => None,
-    }
 }
 
 /// Parameter `name`'s pattern compiled with ASCII classes, as Java (SSM, CloudFormation)
