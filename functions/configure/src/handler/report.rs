@@ -1,0 +1,220 @@
+//! The fleet report: every instance's record against the latest config, written beside it and emitted as metrics.
+
+use super::*;
+
+/// Reads the latest config's generation and every instance's record, writes the report beside
+/// the config, emits the fleet metrics and returns the report. A record that cannot be read or
+/// parsed is a warning naming its key: one bad record must not hide the rest of the fleet.
+pub async fn fleet_report(deps: &Deps) -> Result<FleetReport, ConfigureError> {
+    let bucket = deps
+        .settings
+        .config_bucket
+        .as_deref()
+        .ok_or(ConfigureError::MissingSetting {
+            variable: "CONFIG_BUCKET",
+            what: "the config bucket's name",
+        })?;
+    let config_key = deps.settings.config_key.as_str();
+    let now_unix = unix_now();
+    let (latest_generation, published_at) = latest_config(deps, bucket, config_key).await?;
+    let keys = record_keys(deps, bucket, &fleet::prefix(config_key)).await?;
+    let (records, warnings) = read_records(deps, bucket, config_key, keys).await;
+    let against = fleet::Against {
+        latest_generation,
+        // S3 always sends LastModified; without it nobody counts as behind for long.
+        latest_published_at_unix: published_at.unwrap_or(now_unix),
+        now_unix,
+        silent_after_seconds: deps.settings.fleet_silent_after_seconds,
+    };
+    let mut report = fleet::report(against, records);
+    report.warnings = warnings;
+    let report_key = fleet::report_key(config_key);
+    put_report(deps, bucket, &report_key, &report).await?;
+    Metrics::new("configure")
+        .count("InstancesReporting", report.instances)
+        .count("InstancesBehind", report.behind)
+        .seconds("MaxBehindSeconds", report.max_behind_seconds)
+        .count("InstancesSilent", report.silent)
+        .count("FleetRecordsUnreadable", report.warnings.len() as u64)
+        .emit();
+    info!(
+        latest_generation,
+        instances = report.instances,
+        behind = report.behind,
+        max_behind_seconds = report.max_behind_seconds,
+        silent = report.silent,
+        warnings = report.warnings.len(),
+        key = report_key,
+        "fleet report written\n{}",
+        report.table()
+    );
+    Ok(report)
+}
+
+pub(super) fn store_error(
+    operation: &'static str,
+    bucket: &str,
+    key: &str,
+    message: String,
+) -> ConfigureError {
+    ConfigureError::Store {
+        operation,
+        bucket: bucket.to_owned(),
+        key: key.to_owned(),
+        message,
+    }
+}
+
+/// The latest config's generation (its metadata) and when it was published.
+pub(super) async fn latest_config(
+    deps: &Deps,
+    bucket: &str,
+    key: &str,
+) -> Result<(u64, Option<u64>), ConfigureError> {
+    let head = deps
+        .s3
+        .head_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .map_err(|err| {
+            store_error(
+                "HeadObject",
+                bucket,
+                key,
+                DisplayErrorContext(err).to_string(),
+            )
+        })?;
+    let raw = head
+        .metadata()
+        .and_then(|m| m.get(META_GENERATION))
+        .cloned();
+    let generation = raw
+        .as_deref()
+        .and_then(|raw| raw.parse::<u64>().ok())
+        .ok_or_else(|| ConfigureError::NoGeneration {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            got: raw.clone(),
+        })?;
+    let published_at = head
+        .last_modified()
+        .and_then(|t| u64::try_from(t.secs()).ok());
+    Ok((generation, published_at))
+}
+
+/// Every object under the records' prefix.
+pub(super) async fn record_keys(
+    deps: &Deps,
+    bucket: &str,
+    prefix: &str,
+) -> Result<Vec<String>, ConfigureError> {
+    let mut keys = Vec::new();
+    let mut pages = deps
+        .s3
+        .list_objects_v2()
+        .bucket(bucket)
+        .prefix(prefix)
+        .into_paginator()
+        .send();
+    while let Some(page) = pages.next().await {
+        let page = page.map_err(|err| {
+            store_error(
+                "ListObjectsV2",
+                bucket,
+                prefix,
+                DisplayErrorContext(err).to_string(),
+            )
+        })?;
+        keys.extend(
+            page.contents()
+                .iter()
+                .filter_map(|object| object.key())
+                .filter(|key| !key.ends_with('/'))
+                .map(str::to_owned),
+        );
+    }
+    Ok(keys)
+}
+
+/// The records that read and parse, each at its own instance's key; a warning per other key.
+pub(super) async fn read_records(
+    deps: &Deps,
+    bucket: &str,
+    config_key: &str,
+    keys: Vec<String>,
+) -> (Vec<Record>, Vec<String>) {
+    let mut records = Vec::new();
+    let mut warnings = Vec::new();
+    for key in keys {
+        match read_record(deps, bucket, &key).await {
+            Ok(record) if fleet::record_key(config_key, &record.instance_id) == key => {
+                records.push(record);
+            }
+            Ok(record) => warnings.push(format!(
+                "{key}: holds the record of {}, which belongs at {}",
+                record.instance_id,
+                fleet::record_key(config_key, &record.instance_id)
+            )),
+            Err(reason) => warnings.push(format!("{key}: {reason}")),
+        }
+    }
+    for warning in &warnings {
+        warn!(warning, "fleet record skipped");
+    }
+    (records, warnings)
+}
+
+/// Writes the report as JSON beside the config.
+pub(super) async fn put_report(
+    deps: &Deps,
+    bucket: &str,
+    key: &str,
+    report: &FleetReport,
+) -> Result<(), ConfigureError> {
+    let body = serde_json::to_vec_pretty(report)
+        .map_err(|err| store_error("PutObject", bucket, key, err.to_string()))?;
+    deps.s3
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .content_type("application/json")
+        .body(body.into())
+        .send()
+        .await
+        .map_err(|err| {
+            store_error(
+                "PutObject",
+                bucket,
+                key,
+                DisplayErrorContext(err).to_string(),
+            )
+        })?;
+    Ok(())
+}
+
+/// One record, or why it could not be had.
+pub(super) async fn read_record(deps: &Deps, bucket: &str, key: &str) -> Result<Record, String> {
+    let object = deps
+        .s3
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .map_err(|err| format!("GetObject failed: {}", DisplayErrorContext(err)))?;
+    let body = object
+        .body
+        .collect()
+        .await
+        .map_err(|err| format!("reading the body failed: {err}"))?
+        .into_bytes();
+    serde_json::from_slice(&body).map_err(|err| format!("not a fleet record ({err})"))
+}
+
+pub(super) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

@@ -1,0 +1,349 @@
+//! A rollout: one SSM command per config version to the tagged proxies, followed until it ends (or the invocation must), never sent twice for the same version, failing loudly when an instance fails or none is reached.
+
+use super::*;
+
+/// Rolls out each config version the S3 event announces.
+pub async fn roll_out(
+    deps: &Deps,
+    payload: &Value,
+    follow_until: Instant,
+) -> Result<Outcome, ConfigureError> {
+    let (wanted, ignored) = dispatches(payload, &deps.settings.config_key)?;
+    let mut outcome = Outcome {
+        dispatched: Vec::new(),
+        ignored,
+    };
+    let mut failures = Vec::new();
+    for dispatch in wanted {
+        let rollout = dispatch_one(deps, &dispatch, follow_until).await?;
+        let failed: Vec<&InstanceResult> = rollout
+            .instances
+            .iter()
+            .filter(|i| i.status != Some(CommandInvocationStatus::Success))
+            .collect();
+        let succeeded = rollout.instances.len() - failed.len();
+        let no_targets = rollout.targets == 0 && !is_running(&rollout.status);
+        Metrics::new("configure")
+            .count("Dispatched", u64::from(rollout.sent))
+            .count("NoTargets", u64::from(no_targets))
+            .count("InstancesSucceeded", succeeded as u64)
+            .count("InstancesFailed", failed.len() as u64)
+            .emit();
+        if no_targets {
+            error!(command_id = %rollout.command_id, "the rollout reached no instance");
+            return Err(ConfigureError::NoTargets {
+                generation: rollout.generation,
+                command_id: rollout.command_id,
+                tag_key: deps.settings.target_tag_key.clone(),
+                tag_value: deps.settings.target_tag_value.clone(),
+            });
+        }
+        if is_failure(&rollout.status) || !failed.is_empty() {
+            let detail = if failed.is_empty() {
+                format!(
+                    "command {} ended {}",
+                    rollout.command_id,
+                    rollout.status.as_str()
+                )
+            } else {
+                failed
+                    .iter()
+                    .map(|i| format!("{} {}: {}", i.instance_id, i.status_str(), i.detail))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            };
+            failures.push((rollout.generation.clone(), detail));
+        }
+        outcome.dispatched.push(rollout);
+    }
+    if let Some((generation, _)) = failures.first() {
+        let failures = failures
+            .iter()
+            .map(|(_, detail)| detail.as_str())
+            .collect::<Vec<_>>()
+            .join(" | ");
+        error!(generation, failures, "rollout failed");
+        return Err(ConfigureError::Rollout {
+            generation: generation.clone(),
+            failures,
+        });
+    }
+    Ok(outcome)
+}
+
+pub(super) fn is_failure(status: &CommandStatus) -> bool {
+    matches!(
+        status,
+        CommandStatus::Failed
+            | CommandStatus::TimedOut
+            | CommandStatus::Cancelled
+            | CommandStatus::Cancelling
+    )
+}
+
+pub(super) fn is_running(status: &CommandStatus) -> bool {
+    matches!(status, CommandStatus::Pending | CommandStatus::InProgress)
+}
+
+/// How far back a command for the same version counts as this rollout.
+pub(super) const SAME_ROLLOUT_WITHIN: Duration = Duration::from_secs(3_600);
+
+/// A command of the apply document for exactly this version, sent within the last hour and
+/// not failed: pending, running or done. A Lambda retry after a timeout, or S3 delivering the
+/// event twice, follows it instead of sending a second command that would meet the first
+/// one's lock on every instance. A failed one is sent again (the retry is the point).
+pub(super) async fn earlier_command(
+    deps: &Deps,
+    dispatch: &Dispatch,
+) -> Result<Option<(String, i32)>, String> {
+    use aws_sdk_ssm::primitives::{DateTime, DateTimeFormat};
+    use aws_sdk_ssm::types::{CommandFilter, CommandFilterKey};
+    let since = std::time::SystemTime::now()
+        .checked_sub(SAME_ROLLOUT_WITHIN)
+        .unwrap_or(std::time::UNIX_EPOCH);
+    let since = DateTime::from(since);
+    let filter = |key: CommandFilterKey, value: String| {
+        CommandFilter::builder()
+            .key(key)
+            .value(value)
+            .build()
+            .map_err(|err| err.to_string())
+    };
+    let mut pages = deps
+        .ssm
+        .list_commands()
+        .filters(filter(
+            CommandFilterKey::DocumentName,
+            deps.settings.apply_document.clone(),
+        )?)
+        .filters(filter(
+            CommandFilterKey::InvokedAfter,
+            since
+                .fmt(DateTimeFormat::DateTime)
+                .map_err(|err| err.to_string())?,
+        )?)
+        .into_paginator()
+        .send();
+    let param = |command: &aws_sdk_ssm::types::Command, name: &str| -> Option<String> {
+        command.parameters()?.get(name)?.first().cloned()
+    };
+    while let Some(page) = pages.next().await {
+        let page = page.map_err(|err| DisplayErrorContext(err).to_string())?;
+        // Newest first as SSM lists them; the filters are checked here too.
+        let found = page.commands().iter().find(|command| {
+            command.document_name() == Some(deps.settings.apply_document.as_str())
+                && command.requested_date_time().is_some_and(|t| *t >= since)
+                && param(command, "ConfigBucket").as_deref() == Some(dispatch.bucket.as_str())
+                && param(command, "ConfigKey").as_deref() == Some(dispatch.key.as_str())
+                && param(command, "ConfigVersion").as_deref() == Some(dispatch.version_id.as_str())
+                && !command.status().is_some_and(is_failure)
+        });
+        if let Some(command) = found {
+            return Ok(Some((
+                command.command_id().unwrap_or_default().to_owned(),
+                command.target_count(),
+            )));
+        }
+    }
+    Ok(None)
+}
+
+pub(super) async fn dispatch_one(
+    deps: &Deps,
+    dispatch: &Dispatch,
+    follow_until: Instant,
+) -> Result<Rollout, ConfigureError> {
+    let aws_error = |operation: &'static str, message: String| ConfigureError::Aws {
+        operation,
+        bucket: dispatch.bucket.clone(),
+        key: dispatch.key.clone(),
+        version_id: dispatch.version_id.clone(),
+        message,
+    };
+    let head = deps
+        .s3
+        .head_object()
+        .bucket(&dispatch.bucket)
+        .key(&dispatch.key)
+        .version_id(&dispatch.version_id)
+        .send()
+        .await
+        .map_err(|err| aws_error("HeadObject", DisplayErrorContext(err).to_string()))?;
+    let generation = head
+        .metadata()
+        .and_then(|m| m.get(META_GENERATION))
+        .cloned()
+        .unwrap_or_else(|| "unknown".to_owned());
+    let earlier = earlier_command(deps, dispatch)
+        .await
+        .map_err(|message| aws_error("ListCommands", message))?;
+    let sent = earlier.is_none();
+    let command_id = match earlier {
+        Some((command_id, _)) => {
+            info!(
+                command_id,
+                generation,
+                version_id = %dispatch.version_id,
+                "a command for this version is already under way or done: following it, not sending another"
+            );
+            command_id
+        }
+        None => send(deps, dispatch, &generation)
+            .await
+            .map_err(|message| aws_error("SendCommand", message))?,
+    };
+
+    let (status, targets) = follow(deps, &command_id, follow_until)
+        .await
+        .map_err(|message| aws_error("ListCommands", message))?;
+    let instances = instance_results(deps, &command_id).await;
+    for instance in &instances {
+        info!(
+            command_id,
+            instance_id = %instance.instance_id,
+            status = instance.status_str(),
+            detail = %instance.detail,
+            "instance result"
+        );
+    }
+    Ok(Rollout {
+        command_id,
+        sent,
+        targets,
+        generation,
+        version_id: dispatch.version_id.clone(),
+        status,
+        instances,
+    })
+}
+
+/// Sends the apply document to the tagged fleet; the command's id.
+pub(super) async fn send(
+    deps: &Deps,
+    dispatch: &Dispatch,
+    generation: &str,
+) -> Result<String, String> {
+    let settings = &deps.settings;
+    let mut output = CloudWatchOutputConfig::builder().cloud_watch_output_enabled(true);
+    if let Some(group) = &settings.command_log_group {
+        output = output.cloud_watch_log_group_name(group);
+    }
+    let sent = deps
+        .ssm
+        .send_command()
+        .document_name(&settings.apply_document)
+        .targets(
+            Target::builder()
+                .key(format!("tag:{}", settings.target_tag_key))
+                .values(&settings.target_tag_value)
+                .build(),
+        )
+        .parameters("ConfigBucket", vec![dispatch.bucket.clone()])
+        .parameters("ConfigKey", vec![dispatch.key.clone()])
+        .parameters("ConfigVersion", vec![dispatch.version_id.clone()])
+        .max_concurrency(&settings.max_concurrency)
+        .max_errors(&settings.max_errors)
+        .comment(truncate(
+            &format!(
+                "autoproxy generation {generation} (version {})",
+                dispatch.version_id
+            ),
+            SSM_COMMENT_MAX_CHARS,
+        ))
+        .cloud_watch_output_config(output.build())
+        .send()
+        .await
+        .map_err(|err| DisplayErrorContext(err).to_string())?;
+    let command_id = sent
+        .command()
+        .and_then(|c| c.command_id())
+        .unwrap_or_default()
+        .to_owned();
+    info!(command_id, generation, version_id = %dispatch.version_id, "command sent");
+    Ok(command_id)
+}
+
+/// Polls the command until it ends or time runs out; returns its last status and how many
+/// instances it targeted.
+pub(super) async fn follow(
+    deps: &Deps,
+    command_id: &str,
+    until: Instant,
+) -> Result<(CommandStatus, i32), String> {
+    loop {
+        let listed = deps
+            .ssm
+            .list_commands()
+            .command_id(command_id)
+            .send()
+            .await
+            .map_err(|err| DisplayErrorContext(err).to_string())?;
+        let command = listed.commands().first();
+        let status = command
+            .and_then(|c| c.status())
+            .cloned()
+            .unwrap_or(CommandStatus::Pending);
+        let targets = command.map_or(0, |c| c.target_count());
+        if !is_running(&status) {
+            return Ok((status, targets));
+        }
+        if Instant::now() + deps.poll_every > until {
+            warn!(
+                command_id,
+                status = status.as_str(),
+                "still running when this invocation must end; SSM carries on and the \
+                 command's own output and alarms report the end"
+            );
+            return Ok((status, targets));
+        }
+        tokio::time::sleep(deps.poll_every).await;
+    }
+}
+
+/// Per-instance results. This is the one call moto does not implement; without it the
+/// command's own status still decides success or failure.
+pub(super) async fn instance_results(deps: &Deps, command_id: &str) -> Vec<InstanceResult> {
+    let mut results = Vec::new();
+    let mut pages = deps
+        .ssm
+        .list_command_invocations()
+        .command_id(command_id)
+        .details(true)
+        .into_paginator()
+        .send();
+    while let Some(page) = pages.next().await {
+        match page {
+            Ok(page) => results.extend(page.command_invocations().iter().map(|inv| {
+                let output = inv
+                    .command_plugins()
+                    .iter()
+                    .filter_map(|p| p.output())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let last_line = output
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("");
+                InstanceResult {
+                    instance_id: inv.instance_id().unwrap_or_default().to_owned(),
+                    status: inv.status().cloned(),
+                    detail: format!(
+                        "{}{}",
+                        inv.status_details().unwrap_or_default(),
+                        if last_line.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {last_line}")
+                        }
+                    ),
+                }
+            })),
+            Err(err) => {
+                warn!(command_id, error = %DisplayErrorContext(err), "per-instance results unavailable");
+                break;
+            }
+        }
+    }
+    results
+}
