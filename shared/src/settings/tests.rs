@@ -1,0 +1,162 @@
+use super::*;
+use std::collections::HashMap;
+
+fn generate(vars: &[(&str, &str)]) -> Result<GenerateSettings, SettingsError> {
+    let map: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    GenerateSettings::from_lookup(|name| map.get(name).cloned())
+}
+
+const MINIMAL: &[(&str, &str)] = &[
+    ("CONFIG_BUCKET", "bucket"),
+    ("PEERING_PROXY_HOSTNAME", "Proxy.Tools.Example.com."),
+];
+
+#[test]
+fn defaults_follow_the_design() {
+    let s = generate(MINIMAL).unwrap();
+    assert_eq!(s.config_key, "haproxy/haproxy.cfg");
+    assert_eq!(s.manifest_key(), "haproxy/haproxy.manifest.json");
+    assert_eq!(s.proxy_hostnames[0].as_str(), "proxy.tools.example.com");
+    assert!(s.account_roles.is_empty());
+    assert_eq!(s.dns_resolvers, ["169.254.169.253:53".parse().unwrap()]);
+    assert_eq!(s.max_rule_drop_percent, 50);
+    assert_eq!(s.render_options, RenderOptions::default());
+    assert!((s.route53_requests_per_second - 5.0).abs() < f64::EPSILON);
+    assert!(s.scan_own_account);
+    assert!(s.proxy_vpcs.is_empty());
+    let mut vars = MINIMAL.to_vec();
+    vars.push(("ACCOUNT_ROLE_ARNS", "arn:aws:iam::222222222222:role/r"));
+    vars.push(("SCAN_OWN_ACCOUNT", "false"));
+    assert!(!generate(&vars).unwrap().scan_own_account);
+}
+
+#[test]
+fn lists_are_parsed_and_normalised() {
+    let mut vars = MINIMAL.to_vec();
+    vars.push(("PEERING_PROXY_HOSTNAME", "a.example.com, b.example.com"));
+    vars.push((
+        "ACCOUNT_ROLE_ARNS",
+        "arn:aws:iam::222222222222:role/r, arn:aws:iam::111111111111:role/r",
+    ));
+    vars.push((
+        "IGNORE_ZONES",
+        "Legacy.Internal., other.internal, 222222222222:Shared.Internal",
+    ));
+    vars.push((
+        "PROXY_VPCS",
+        "eu-west-1:vpc-0123456789abcdef0, us-east-1:vpc-01234567",
+    ));
+    vars.push(("DNS_RESOLVERS", "10.0.0.2, 127.0.0.1:5353"));
+    let s = generate(&vars).unwrap();
+    assert_eq!(s.proxy_hostnames.len(), 2);
+    assert_eq!(s.account_roles[0].account, "111111111111");
+    let ignores = |account, zone| s.ignore_zones.ignores(account, zone);
+    assert!(ignores("111111111111", "legacy.internal"));
+    assert!(ignores("222222222222", "LEGACY.internal."));
+    assert!(!ignores("111111111111", "x.internal"));
+    // The account form drops one of two same-named zones, not both.
+    assert!(ignores("222222222222", "shared.internal."));
+    assert!(!ignores("111111111111", "shared.internal."));
+    assert_eq!(s.proxy_vpcs.len(), 2);
+    assert_eq!(
+        (
+            s.proxy_vpcs[0].region.as_str(),
+            s.proxy_vpcs[0].vpc_id.as_str()
+        ),
+        ("eu-west-1", "vpc-0123456789abcdef0")
+    );
+    assert!(s.scan_own_account);
+    assert_eq!(s.dns_resolvers[0], "10.0.0.2:53".parse().unwrap());
+    assert_eq!(s.dns_resolvers[1], "127.0.0.1:5353".parse().unwrap());
+}
+
+#[test]
+fn bad_values_name_the_variable_expectation_and_value() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("PEERING_PROXY_HOSTNAME", "bad host", "host names"),
+        ("ACCOUNT_ROLE_ARNS", "arn:aws:iam::12:role/x", "role ARNs"),
+        ("DNS_RESOLVERS", "resolver.local", "ip[:port]"),
+        ("MAX_RULE_DROP_PERCENT", "101", "0 to 100"),
+        ("MAX_RULE_DROP_PERCENT", "ten", "0 to 100"),
+        ("CONFIG_KEY", "/abs/key", "S3 key"),
+        ("RENDER_OPTIONS", "{\"https_port\": 1}", "JSON object"),
+        ("ROUTE53_REQUESTS_PER_SECOND", "0", "above 0"),
+        ("IGNORE_ZONES", "12345:a.internal", "111111111111:zone.name"),
+        ("IGNORE_ZONES", "111111111111:bad zone", "one account"),
+        ("SCAN_OWN_ACCOUNT", "no", "true or false"),
+        ("SCAN_OWN_ACCOUNT", "false", "nothing to scan"),
+        ("PROXY_VPCS", "vpc-0123456789abcdef0", "region:vpc-id"),
+        ("PROXY_VPCS", "eu-west-1:vpc-XYZ", "region:vpc-id"),
+    ];
+    for (variable, value, expected) in cases {
+        let mut vars = MINIMAL.to_vec();
+        vars.push((variable, value));
+        let err = generate(&vars).unwrap_err();
+        assert_eq!(err.variable, *variable);
+        let text = err.to_string();
+        assert!(text.contains(expected), "{text}");
+        assert!(text.contains(&format!("{value:?}")), "{text}");
+    }
+    let err = generate(&[("CONFIG_BUCKET", "b")]).unwrap_err();
+    assert_eq!(err.variable, "PEERING_PROXY_HOSTNAME");
+    let err = generate(&[]).unwrap_err();
+    assert_eq!(err.variable, "CONFIG_BUCKET");
+}
+
+#[test]
+fn manifest_key_never_shares_the_config_prefix() {
+    for (config, manifest) in [
+        ("haproxy/haproxy.cfg", "haproxy/haproxy.manifest.json"),
+        ("haproxy.cfg", "haproxy.manifest.json"),
+        ("a/b/proxy", "a/b/proxy.manifest.json"),
+    ] {
+        assert_eq!(manifest_key(config), manifest);
+    }
+}
+
+#[test]
+fn configure_defaults_and_errors() {
+    let map: HashMap<&str, &str> = [("APPLY_DOCUMENT", "doc")].into();
+    let s = ConfigureSettings::from_lookup(|n| map.get(n).map(|v| (*v).to_owned())).unwrap();
+    assert_eq!(s.config_key, "haproxy/haproxy.cfg");
+    assert_eq!(
+        (s.target_tag_key.as_str(), s.target_tag_value.as_str()),
+        ("Role", "peering-proxy")
+    );
+    assert_eq!(
+        (s.max_concurrency.as_str(), s.max_errors.as_str()),
+        ("1", "0")
+    );
+    assert_eq!(s.config_bucket, None);
+    let map: HashMap<&str, &str> = [
+        ("APPLY_DOCUMENT", "doc"),
+        ("CONFIG_BUCKET", " autoproxy-config "),
+    ]
+    .into();
+    let s = ConfigureSettings::from_lookup(|n| map.get(n).map(|v| (*v).to_owned())).unwrap();
+    assert_eq!(s.config_bucket.as_deref(), Some("autoproxy-config"));
+    assert_eq!(s.fleet_silent_after_seconds, 90 * 60);
+    for (variable, bad) in [
+        ("MAX_ERRORS", "x"),
+        ("FLEET_SILENT_AFTER_MINUTES", "0"),
+        ("FLEET_SILENT_AFTER_MINUTES", "90m"),
+        ("FLEET_SILENT_AFTER_MINUTES", "525601"),
+    ] {
+        let map: HashMap<&str, &str> = [("APPLY_DOCUMENT", "doc"), (variable, bad)].into();
+        let err =
+            ConfigureSettings::from_lookup(|n| map.get(n).map(|v| (*v).to_owned())).unwrap_err();
+        assert_eq!(err.variable, variable, "{bad}");
+    }
+    let map: HashMap<&str, &str> = [
+        ("APPLY_DOCUMENT", "doc"),
+        ("FLEET_SILENT_AFTER_MINUTES", "150"),
+    ]
+    .into();
+    let s = ConfigureSettings::from_lookup(|n| map.get(n).map(|v| (*v).to_owned())).unwrap();
+    assert_eq!(s.fleet_silent_after_seconds, 150 * 60);
+    let err = ConfigureSettings::from_lookup(|_| None).unwrap_err();
+    assert_eq!(err.variable, "APPLY_DOCUMENT");
+}
