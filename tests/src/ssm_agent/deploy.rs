@@ -1,0 +1,127 @@
+//! The deploy step: the template's parameters as a deployer sets them (checked as CloudFormation checks them), and the document's `!Ref`s resolved with them.
+
+use super::*;
+
+/// A deploy of the template: its `Parameters`, and the values the deployer chose.
+pub(super) struct Deploy<'a> {
+    pub(super) declared: Option<&'a serde_yaml::Mapping>,
+    pub(super) given: &'a [(&'a str, &'a str)],
+}
+
+impl<'a> Deploy<'a> {
+    /// Refuses a given name the template does not declare, or a value its parameter's
+    /// constraints refuse, as CloudFormation does before it creates anything.
+    pub(super) fn new(
+        template: &'a Value,
+        given: &'a [(&'a str, &'a str)],
+    ) -> Result<Deploy<'a>, AgentError> {
+        let deploy = Deploy {
+            declared: template.get("Parameters").and_then(Value::as_mapping),
+            given,
+        };
+        for (name, value) in given {
+            let spec = deploy
+                .spec(name)
+                .ok_or_else(|| AgentError::UnknownTemplateParameter {
+                    name: (*name).to_owned(),
+                })?;
+            check_template_parameter(name, spec, value)?;
+        }
+        Ok(deploy)
+    }
+
+    pub(super) fn spec(&self, name: &str) -> Option<&'a Value> {
+        self.declared?.get(name)
+    }
+
+    /// What `!Ref name` resolves to: the given value (the last, if named twice) or the
+    /// parameter's `Default`.
+    pub(super) fn value(&self, name: &str) -> Result<String, AgentError> {
+        let spec = self.spec(name).ok_or_else(|| AgentError::Unresolved {
+            found: format!("!Ref {name}"),
+        })?;
+        if let Some((_, value)) = self.given.iter().rev().find(|(n, _)| *n == name) {
+            return Ok((*value).to_owned());
+        }
+        let default = spec
+            .get("Default")
+            .and_then(scalar)
+            .ok_or_else(|| AgentError::TemplateParameterMissing(name.to_owned()))?;
+        check_template_parameter(name, spec, &default)?;
+        Ok(default)
+    }
+
+    /// `value` with every `!Ref <parameter>` (or `{Ref: <parameter>}`) replaced by its value;
+    /// any other intrinsic function is refused.
+    pub(super) fn resolve(&self, value: &Value) -> Result<Value, AgentError> {
+        Ok(match value {
+            Value::Tagged(tagged) if tagged.tag == "Ref" => {
+                let name = tagged
+                    .value
+                    .as_str()
+                    .ok_or_else(|| AgentError::Unresolved {
+                        found: format!("{value:?}"),
+                    })?;
+                Value::String(self.value(name)?)
+            }
+            Value::Tagged(tagged) => {
+                return Err(AgentError::Unresolved {
+                    found: format!("{}", tagged.tag),
+                });
+            }
+            Value::Mapping(mapping) => {
+                if let [(key, target)] = mapping.iter().collect::<Vec<_>>().as_slice()
+                    && let Some(key) = key.as_str()
+                    && (key == "Ref" || key.starts_with("Fn::"))
+                {
+                    return match (key, target.as_str()) {
+                        ("Ref", Some(name)) => Ok(Value::String(self.value(name)?)),
+                        _ => Err(AgentError::Unresolved {
+                            found: key.to_owned(),
+                        }),
+                    };
+                }
+                let mut resolved = serde_yaml::Mapping::new();
+                for (key, item) in mapping {
+                    resolved.insert(key.clone(), self.resolve(item)?);
+                }
+                Value::Mapping(resolved)
+            }
+            Value::Sequence(items) => Value::Sequence(
+                items
+                    .iter()
+                    .map(|item| self.resolve(item))
+                    .collect::<Result<_, _>>()?,
+            ),
+            other => other.clone(),
+        })
+    }
+}
+
+/// A template parameter's `AllowedValues` and `AllowedPattern` (which CloudFormation matches
+/// against the whole value).
+pub(super) fn check_template_parameter(
+    name: &str,
+    spec: &Value,
+    value: &str,
+) -> Result<(), AgentError> {
+    let rejected = |constraint: String| AgentError::TemplateParameterRejected {
+        name: name.to_owned(),
+        value: value.to_owned(),
+        constraint,
+    };
+    if let Some(allowed) = spec.get("AllowedValues").and_then(Value::as_sequence) {
+        let allowed: Vec<String> = allowed.iter().filter_map(scalar).collect();
+        if !allowed.iter().any(|a| a == value) {
+            return Err(rejected(format!("AllowedValues {allowed:?}")));
+        }
+    }
+    if let Some(pattern) = spec.get("AllowedPattern").and_then(Value::as_str) {
+        // Matched against the whole value: anchored here.
+        let matcher = compile(name, &format!("^(?:{pattern})$"))?;
+        if !matcher.is_match(value.as_bytes()) {
+            return Err(rejected(format!("AllowedPattern {pattern}")));
+        }
+    }
+    Ok(())
+}
