@@ -185,3 +185,43 @@ pub fn peak_rss_bytes() -> Option<u64> {
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }
+
+/// The machine a benchmark ran on, for its report: date, cores, memory, CPU, kernel, HAProxy,
+/// then `extra`.
+pub fn machine(extra: &str) -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
+        .unwrap_or_else(|| "unknown".into());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let memory = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or("unknown".into(), |kib| {
+            format!("{:.1} GiB", kib as f64 / 1048576.0)
+        });
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    let date = output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
+    let kernel = output("uname", &["-sr"]);
+    let haproxy = output("haproxy", &["-v"]);
+    let haproxy = haproxy.lines().next().unwrap_or("");
+    format!(
+        "{date}; {cores} cores (nproc); {memory} memory; CPU: {cpu}; {kernel}; {haproxy}{}",
+        if extra.is_empty() {
+            String::new()
+        } else {
+            format!("; {extra}")
+        }
+    )
+}
+
+fn output(program: &str, args: &[&str]) -> String {
+    std::process::Command::new(program)
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}

@@ -491,40 +491,6 @@ fn binary_size(function: &str) -> (String, Option<String>) {
     }
 }
 
-fn machine() -> String {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let cpu = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
-        .unwrap_or_else(|| "unknown".into());
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let memory = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|l| l.split_whitespace().next()?.parse::<u64>().ok())
-        .map_or("unknown".into(), |kib| {
-            format!("{:.1} GiB", kib as f64 / 1048576.0)
-        });
-    let cores = std::thread::available_parallelism().map_or(0, usize::from);
-    let date = output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
-    let kernel = output("uname", &["-sr"]);
-    let haproxy = output("haproxy", &["-v"]);
-    let haproxy = haproxy.lines().next().unwrap_or("");
-    format!(
-        "{date}; {cores} cores (nproc); {memory} memory; CPU: {cpu}; {kernel}; {haproxy}; \
-         moto server 5.2.5 on loopback"
-    )
-}
-
-fn output(program: &str, args: &[&str]) -> String {
-    Command::new(program)
-        .args(args)
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_default()
-}
-
 fn report(args: &Args, rows: &[Row], notes: &[String], total: Duration) -> String {
     let mut out = String::new();
     let s = args.shape;
@@ -534,7 +500,12 @@ fn report(args: &Args, rows: &[Row], notes: &[String], total: Duration) -> Strin
         "Written by `make bench` (`tests/src/bin/bench.rs`); do not edit by hand, run it again.\n"
     )
     .unwrap();
-    writeln!(out, "* Machine: {}", machine()).unwrap();
+    writeln!(
+        out,
+        "* Machine: {}",
+        bench::machine("moto server 5.2.5 on loopback")
+    )
+    .unwrap();
     writeln!(
         out,
         "* Run: `bench --zones {} --records {} --accounts {} --rules-every {} --rate {} \

@@ -1,0 +1,170 @@
+//! The benchmark's report: the table of figures and the section of docs/BENCHMARKS.md around it.
+
+use super::*;
+
+pub(super) fn under_load(u: &UnderLoad) -> String {
+    let reloads = if u.completed.len() == u.sent {
+        format!("{} reloads", u.sent)
+    } else {
+        format!(
+            "{} reloads, {} done within {} s",
+            u.sent,
+            u.completed.len(),
+            RELOAD_TIMEOUT.as_secs()
+        )
+    };
+    let fastest = u.completed.iter().min().copied().unwrap_or_default();
+    let slowest = u.completed.iter().max().copied().unwrap_or_default();
+    format!(
+        "{} of {} ({reloads}; {}–{} each)",
+        u.failures,
+        u.attempts,
+        seconds(fastest),
+        seconds(slowest)
+    )
+}
+
+pub(super) fn micros(value: f64) -> String {
+    if value >= 10.0 {
+        format!("{value:.0}")
+    } else {
+        format!("{value:.1}")
+    }
+}
+
+pub(super) fn span(pair: &[CpuPerConnection; 2]) -> String {
+    let ratio = if pair[0].micros > 0.0 {
+        format!("{:.2}×", pair[1].micros / pair[0].micros)
+    } else {
+        "n/a".to_owned()
+    };
+    format!(
+        "{}→{} µs ({ratio})",
+        micros(pair[0].micros),
+        micros(pair[1].micros)
+    )
+}
+
+pub(super) fn seconds(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s >= 1.0 {
+        format!("{s:.1} s")
+    } else {
+        format!("{:.0} ms", s * 1000.0)
+    }
+}
+
+pub(super) fn table(rows: &[Row]) -> String {
+    let mut out = String::from(
+        "| routes | template | CPU/conn first→last API (ratio) | suffix first→last (ratio) \
+         | DNS q/s steady avg / max | DNS during -c / start / reload: total (max per s) \
+         | -c / start / reload | idle CPU | failed conns in reloads under load |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
+    );
+    for row in rows {
+        let own = match row.design {
+            Design::Maps => format!(" (HAProxy {:.0})", row.haproxy_steady),
+            Design::PerRoute => String::new(),
+        };
+        let burst = |b: &Burst| format!("{} ({})", b.total, b.max_per_second);
+        let agent = row
+            .agent_percent
+            .map_or(String::new(), |a| format!(" (+ resolver {a:.1} %)"));
+        let under_load = row.under_load.as_ref().map_or("—".to_owned(), under_load);
+        writeln!(
+            out,
+            "| {} | {} | {} | {} | {:.0} / {}{own} | {} / {} / {} | {} / {} / {} | {:.1} %{agent} | {} |",
+            row.routes,
+            row.design.label(),
+            span(&row.exact),
+            span(&row.suffix),
+            row.steady.0,
+            row.steady.1,
+            burst(&row.check),
+            burst(&row.start),
+            burst(&row.reload),
+            seconds(row.check_time),
+            seconds(row.start_time),
+            seconds(row.reload_time),
+            row.idle_percent,
+            under_load,
+        )
+        .unwrap();
+    }
+    out
+}
+
+pub(super) fn section(
+    rows: &[Row],
+    apply: Option<&ApplyTimes>,
+    elapsed: Duration,
+    ticks: u64,
+    window: Duration,
+) -> String {
+    let mut out = String::from("## Data plane\n\n");
+    writeln!(
+        out,
+        "Written by `bench_dataplane` (run by `make bench` after `bench`); {}; {:.0} s.\n",
+        autoproxy_tests::bench::machine(""),
+        elapsed.as_secs_f64()
+    )
+    .unwrap();
+    out.push_str(&table(rows));
+    if let Some(apply) = apply {
+        writeln!(out, "\n{}", apply.line()).unwrap();
+    }
+    write!(
+        out,
+        "
+How each figure is measured:
+
+* **Setup**: a real HAProxy in master-worker mode on loopback (maxconn 2,000), once with the
+  per-route template the project used before (`tests/data/per-route.cfg.j2`: per route an
+  ACL, a `use_backend` and a backend whose server resolves its name every second and is
+  health-checked every 10 s) and once with the default template (map lookups, one backend,
+  no DNS), both rendered by the real renderer from the same routes: half exact API routes
+  `proxy.api.<zone>`, half internal-ingress suffix routes `*.int.<zone>`, in the generator's
+  order. Four loopback TCP backends answer with a banner; route *i*'s host name resolves to
+  backend *i* mod 4.
+* **CPU per connection**: the serving worker's `utime + stime` from `/proc/<pid>/stat`
+  ({ticks} ticks/s), divided by the connections made to one route: two clients, one
+  connection after another, each a TLS ClientHello with the route's SNI, answered by the
+  backend and read to the end; three rounds of up to 1,000 connections (0.4 to 1 s each),
+  alternating between the first and the last route. What the idle worker burns in the same
+  time is taken off. First and last are the first and last route of each kind in the
+  config (the per-route template walks its ACLs in that order).
+* **DNS**: counted by a DNS server of our own that answers every backend name. HAProxy, and
+  each `haproxy -c`, runs in a private mount namespace whose `/etc/resolv.conf` names only
+  that server, which is also the per-route template's `resolvers` nameserver: libc lookups
+  at check and start time and run-time resolution are all seen. With the maps,
+  `autoproxy-resolver` runs with its production settings (every name once per 50 s, at
+  most 200 queries/s) against a second counting server, with the address map already filled
+  (a running instance; a new one fills an empty map at the cap, names ÷ 200 seconds); the
+  figures are the whole instance's, HAProxy's own share in brackets. Steady state is a
+  {window}-s window from 2 s after the start, without traffic: the average and the busiest
+  of its 1-s windows. During `-c` is the check itself; during start and reload, from the
+  start (or `kill -USR2` to the master) until the new worker serves, plus one second: the
+  total and the most in any sliding 1-s window.
+* **Times**: `-c` is the wall time of `haproxy -c`; start, until the first route answers
+  through HAProxy; reload, from `kill -USR2` until `show info` answers from a new worker.
+* **Apply**: the apply document from template.yaml, run as the SSM agent runs it (`sh`,
+  parameters in the environment, the AWS CLI against moto as S3), on a map-based config of
+  the largest route count: from the script's start to its exit, download, verify, maps,
+  `haproxy -c`, swap, reload and the running-generation check included. Once as the first
+  install (HAProxy not running yet), then for the next generation (one route fewer) while
+  it runs. About 1 s of it is the AWS CLI starting and making its one `get-object` (timed
+  once with the script's log lines stamped).
+* **Idle CPU**: the worker's CPU (and the resolver's) in the steady-state window, in % of
+  one core.
+* **Failed connections**: at the largest route count, two clients open connections to the
+  four end routes one after another while the master reloads every 0.5 s, or as soon as
+  the previous reload is done when it takes longer (20 reloads, none signalled after 40 s,
+  none waited for beyond 15 s); a connection fails when it is refused or reset, or closes
+  without the backend's banner. The range is the reload times under that load.
+* Other processes share the machine's cores; the figures are from one run.
+",
+        window = window.as_secs()
+    )
+    .unwrap();
+    out
+}
