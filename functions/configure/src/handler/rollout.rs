@@ -16,43 +16,28 @@ pub async fn roll_out(
     let mut failures = Vec::new();
     for dispatch in wanted {
         let rollout = dispatch_one(deps, &dispatch, follow_until).await?;
-        let failed: Vec<&InstanceResult> = rollout
-            .instances
-            .iter()
-            .filter(|i| i.status != Some(CommandInvocationStatus::Success))
-            .collect();
-        let succeeded = rollout.instances.len() - failed.len();
-        let no_targets = rollout.targets == 0 && !is_running(&rollout.status);
+        let verdict = verdict(&rollout);
         Metrics::new("configure")
             .count("Dispatched", u64::from(rollout.sent))
-            .count("NoTargets", u64::from(no_targets))
-            .count("InstancesSucceeded", succeeded as u64)
-            .count("InstancesFailed", failed.len() as u64)
+            .count("NoTargets", u64::from(verdict == Verdict::NoTargets))
+            .count(
+                "InstancesSucceeded",
+                rollout.instances.len() as u64 - failed_count(&rollout),
+            )
+            .count("InstancesFailed", failed_count(&rollout))
             .emit();
-        if no_targets {
-            error!(command_id = %rollout.command_id, "the rollout reached no instance");
-            return Err(ConfigureError::NoTargets {
-                generation: rollout.generation,
-                command_id: rollout.command_id,
-                tag_key: deps.settings.target_tag_key.clone(),
-                tag_value: deps.settings.target_tag_value.clone(),
-            });
-        }
-        if is_failure(&rollout.status) || !failed.is_empty() {
-            let detail = if failed.is_empty() {
-                format!(
-                    "command {} ended {}",
-                    rollout.command_id,
-                    rollout.status.as_str()
-                )
-            } else {
-                failed
-                    .iter()
-                    .map(|i| format!("{} {}: {}", i.instance_id, i.status_str(), i.detail))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            };
-            failures.push((rollout.generation.clone(), detail));
+        match verdict {
+            Verdict::NoTargets => {
+                error!(command_id = %rollout.command_id, "the rollout reached no instance");
+                return Err(ConfigureError::NoTargets {
+                    generation: rollout.generation,
+                    command_id: rollout.command_id,
+                    tag_key: deps.settings.target_tag_key.clone(),
+                    tag_value: deps.settings.target_tag_value.clone(),
+                });
+            }
+            Verdict::Failed(detail) => failures.push((rollout.generation.clone(), detail)),
+            Verdict::Succeeded | Verdict::StillRunning => {}
         }
         outcome.dispatched.push(rollout);
     }
@@ -69,6 +54,55 @@ pub async fn roll_out(
         });
     }
     Ok(outcome)
+}
+
+/// How one rollout ended, from its command's status and its instances' results.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Verdict {
+    Succeeded,
+    /// Still running when the invocation had to end; SSM carries on.
+    StillRunning,
+    /// The command ended having targeted no instance (a tag typo, a fleet elsewhere).
+    NoTargets,
+    /// The command failed, or an instance did: what failed, for the error.
+    Failed(String),
+}
+
+fn failed_count(rollout: &Rollout) -> u64 {
+    rollout
+        .instances
+        .iter()
+        .filter(|i| i.status != Some(CommandInvocationStatus::Success))
+        .count() as u64
+}
+
+/// Decides how a rollout ended. Per-instance results win over the command's status (they
+/// name the instance); without them (moto does not list invocations) the status decides.
+pub(super) fn verdict(rollout: &Rollout) -> Verdict {
+    if rollout.targets == 0 && !is_running(&rollout.status) {
+        return Verdict::NoTargets;
+    }
+    let failed: Vec<String> = rollout
+        .instances
+        .iter()
+        .filter(|i| i.status != Some(CommandInvocationStatus::Success))
+        .map(|i| format!("{} {}: {}", i.instance_id, i.status_str(), i.detail))
+        .collect();
+    if !failed.is_empty() {
+        return Verdict::Failed(failed.join("; "));
+    }
+    if is_failure(&rollout.status) {
+        return Verdict::Failed(format!(
+            "command {} ended {}",
+            rollout.command_id,
+            rollout.status.as_str()
+        ));
+    }
+    if is_running(&rollout.status) {
+        Verdict::StillRunning
+    } else {
+        Verdict::Succeeded
+    }
 }
 
 pub(super) fn is_failure(status: &CommandStatus) -> bool {
@@ -346,4 +380,76 @@ pub(super) async fn instance_results(deps: &Deps, command_id: &str) -> Vec<Insta
         }
     }
     results
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rollout(
+        status: CommandStatus,
+        targets: i32,
+        instances: &[(&str, Option<CommandInvocationStatus>)],
+    ) -> Rollout {
+        Rollout {
+            command_id: "c-1".into(),
+            sent: true,
+            targets,
+            generation: "7".into(),
+            version_id: "v7".into(),
+            status,
+            instances: instances
+                .iter()
+                .map(|(id, status)| InstanceResult {
+                    instance_id: (*id).to_owned(),
+                    status: status.clone(),
+                    detail: "exit 1: FAILED haproxy -c".into(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn each_ending_of_a_rollout_gets_its_verdict() {
+        use CommandInvocationStatus as I;
+        use CommandStatus as C;
+        let failed_on = |ids: &str| Verdict::Failed(ids.to_owned());
+        for (rollout, expected) in [
+            (rollout(C::Success, 2, &[]), Verdict::Succeeded),
+            (
+                rollout(
+                    C::Success,
+                    2,
+                    &[("i-1", Some(I::Success)), ("i-2", Some(I::Success))],
+                ),
+                Verdict::Succeeded,
+            ),
+            (rollout(C::Success, 0, &[]), Verdict::NoTargets),
+            (rollout(C::Failed, 0, &[]), Verdict::NoTargets),
+            (rollout(C::InProgress, 0, &[]), Verdict::StillRunning),
+            (rollout(C::InProgress, 3, &[]), Verdict::StillRunning),
+            (
+                rollout(C::Failed, 2, &[]),
+                failed_on("command c-1 ended Failed"),
+            ),
+            (
+                rollout(C::TimedOut, 2, &[]),
+                failed_on("command c-1 ended TimedOut"),
+            ),
+            (
+                rollout(
+                    C::Failed,
+                    2,
+                    &[("i-1", Some(I::Success)), ("i-2", Some(I::Failed))],
+                ),
+                failed_on("i-2 Failed: exit 1: FAILED haproxy -c"),
+            ),
+            (
+                rollout(C::Success, 1, &[("i-1", None)]),
+                failed_on("i-1 Unknown: exit 1: FAILED haproxy -c"),
+            ),
+        ] {
+            assert_eq!(verdict(&rollout), expected, "{rollout:?}");
+        }
+    }
 }
