@@ -31,18 +31,14 @@ templates: tools
 ## binaries, then sweeps 10,000 zones in 50 accounts for the generator's peak memory; prints
 ## the table and writes docs/BENCHMARKS.md. Smaller: BENCH_ARGS="--zones 400 --memory-zones 0".
 ## The binaries are (re)built for the host arch (x86_64 here; arm64 needs a toolchain download);
-## cargo-lambda links through the Zig its venv carries, as .ci/check-templates.sh finds it.
+## cargo-lambda links through the Zig its venv carries (.ci/zig.sh finds it, for both).
 ## Then the data-plane benchmark (about 3 min, as root: HAProxy runs in a private mount
 ## namespace with a counting DNS server): CPU per connection, DNS queries, check, start and
 ## reload times, idle CPU and failed connections across reloads, for 1,000 and 10,000 routes,
 ## the per-route template against the map-based one; its section goes at the end of
 ## docs/BENCHMARKS.md. Quicker: DATAPLANE_ARGS="--routes 1000 --before-reloads 0".
 bench: core-tools
-	@if ! command -v zig >/dev/null && [ -z "$${CARGO_ZIGBUILD_ZIG_PATH:-}" ]; then \
-	  py=$$(dirname "$$(readlink -f "$$(command -v cargo-lambda)")")/python3; \
-	  export CARGO_ZIGBUILD_ZIG_PATH=$$("$$py" -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))'); \
-	fi; \
-	cargo lambda build --release -p autoproxy-generate -p autoproxy-configure
+	. .ci/zig.sh && cargo lambda build --release -p autoproxy-generate -p autoproxy-configure
 	cargo build --profile bench-run -p autoproxy-tests --bin bench --bin bench_sweep --bin bench_dataplane
 	target/bench-run/bench $(BENCH_ARGS)
 	target/bench-run/bench_dataplane $(DATAPLANE_ARGS)

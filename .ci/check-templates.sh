@@ -18,14 +18,9 @@ fail() { echo "check-templates: FAILED: $*" >&2; exit 1; }
 for tool in cfn-lint sam checkov cargo-lambda; do
   command -v "$tool" >/dev/null || fail "$tool not found: run .ci/tools.sh all"
 done
-# cargo-lambda links through Zig, which its venv carries as the `ziglang` package; point
-# cargo-zigbuild at that binary unless a zig is on PATH already.
-if ! command -v zig >/dev/null && [ -z "${CARGO_ZIGBUILD_ZIG_PATH:-}" ]; then
-  venv_python=$(dirname "$(readlink -f "$(command -v cargo-lambda)")")/python3
-  CARGO_ZIGBUILD_ZIG_PATH=$("$venv_python" -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')
-  [ -x "$CARGO_ZIGBUILD_ZIG_PATH" ] || fail "no zig: expected it at $CARGO_ZIGBUILD_ZIG_PATH (the cargo-lambda venv)"
-  export CARGO_ZIGBUILD_ZIG_PATH
-fi
+# cargo-lambda links through Zig (the one lookup, shared with `make bench`).
+# shellcheck source=.ci/zig.sh
+. "$(dirname "$0")/zig.sh" || fail "no zig for cargo-lambda"
 
 step "cfn-lint ${templates[*]}"
 # Warnings count as failures: any output at all fails the step.
