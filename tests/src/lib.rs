@@ -36,3 +36,35 @@ pub fn tool(name: &str) -> PathBuf {
         PathBuf::from(name)
     }
 }
+
+/// How a wait for a server's port ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listening {
+    Yes,
+    /// `gone` said the server will never listen (it exited).
+    Gone,
+    TimedOut,
+}
+
+/// The one way the harness waits for a server to listen: polls `addr` until a connection is
+/// accepted, `gone()` says the server exited, or `timeout` passes.
+pub fn wait_listening(
+    addr: std::net::SocketAddr,
+    timeout: std::time::Duration,
+    mut gone: impl FnMut() -> bool,
+) -> Listening {
+    use std::time::{Duration, Instant};
+    let deadline = Instant::now() + timeout;
+    loop {
+        if gone() {
+            return Listening::Gone;
+        }
+        if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return Listening::Yes;
+        }
+        if Instant::now() >= deadline {
+            return Listening::TimedOut;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}

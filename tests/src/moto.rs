@@ -1,11 +1,11 @@
 //! A moto server per test: the real AWS stand-in (Route53, S3, SSM, STS) on a loopback port.
 
 use std::collections::BTreeSet;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aws_config::{BehaviorVersion, SdkConfig, retry::RetryConfig};
 use aws_sdk_s3::config::{Credentials, Region};
@@ -56,20 +56,16 @@ impl Moto {
 
     /// Waits until this server listens; false when it exited first.
     fn wait_listening(&mut self) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return false;
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.port));
+        let child = &mut self.child;
+        match crate::wait_listening(addr, Duration::from_secs(20), || {
+            matches!(child.try_wait(), Ok(Some(_)))
+        }) {
+            crate::Listening::Yes => true,
+            crate::Listening::Gone => false,
+            crate::Listening::TimedOut => {
+                panic!("moto_server did not listen on {} within 20 s", self.port)
             }
-            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return true;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "moto_server did not listen on {} within 20 s",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(50));
         }
     }
 

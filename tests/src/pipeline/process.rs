@@ -156,15 +156,11 @@ pub(super) fn wait_listening(
     what: &str,
     timeout: Duration,
 ) -> Result<(), PipelineError> {
-    let deadline = Instant::now() + timeout;
-    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        if Instant::now() >= deadline {
-            return Err(step_error(
-                what,
-                format!("not listening on {addr} after {timeout:?}"),
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(25));
+    match crate::wait_listening(addr, timeout, || false) {
+        crate::Listening::Yes => Ok(()),
+        _ => Err(step_error(
+            what,
+            format!("not listening on {addr} after {timeout:?}"),
+        )),
     }
-    Ok(())
 }
