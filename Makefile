@@ -6,7 +6,7 @@ CACHE ?= $(HOME)/.cache/autoproxy
 export PATH := $(CACHE)/bin:$(PATH)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test lint unit templates tools core-tools bench demo
+.PHONY: test lint unit templates tools core-tools bench demo local
 
 ## Everything CI runs: lint, every test (unit, golden, moto, real HAProxy), template checks.
 test: tools lint
@@ -51,6 +51,12 @@ bench: core-tools
 demo:
 	bash .ci/tools.sh core >/dev/null
 	cargo run --quiet -p autoproxy-tests --bin demo
+
+## The AWS stand-in for invoking the functions by hand (README, "Invoking by hand"): moto on
+## 127.0.0.1:5000 seeded with the sample zones, the bucket, the apply document and two tagged
+## instances; writes .local/env for `cargo lambda watch --env-file .local/env`. Ctrl-C stops it.
+local: core-tools
+	cargo run -q -p autoproxy-tests --bin local
 
 tools:
 	bash .ci/tools.sh all >/dev/null

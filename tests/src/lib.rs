@@ -10,6 +10,7 @@ pub mod dns;
 pub mod estate;
 pub mod golden;
 pub mod iam;
+pub mod local;
 pub mod moto;
 pub mod pipeline;
 pub mod proxy;

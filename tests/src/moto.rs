@@ -31,27 +31,38 @@ impl Moto {
     /// [`Moto::start`] with extra environment for the server (`INITIAL_NO_AUTH_ACTION_COUNT`
     /// turns IAM enforcement on after that many calls).
     pub fn start_with(env: &[(&str, &str)]) -> Moto {
-        let exe = crate::tool("moto_server");
         for _attempt in 0..3 {
-            let port = free_port();
-            let child = Command::new(&exe)
-                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-                .envs(env.iter().copied())
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|err| {
-                    panic!(
-                        "cannot start {exe:?} ({err}); run .ci/tools.sh to install the test tools"
-                    )
-                });
-            let mut moto = Moto { child, port };
+            let mut moto = Moto::spawn(free_port(), env);
             if moto.wait_listening() {
                 return moto;
             }
         }
         panic!("moto_server exited before it listened, three times over");
+    }
+
+    /// A server on a chosen port (the local stand-in's, which its env file names).
+    pub fn start_on(port: u16) -> Moto {
+        let mut moto = Moto::spawn(port, &[]);
+        assert!(
+            moto.wait_listening(),
+            "moto_server could not listen on 127.0.0.1:{port}: is the port taken?"
+        );
+        moto
+    }
+
+    fn spawn(port: u16, env: &[(&str, &str)]) -> Moto {
+        let exe = crate::tool("moto_server");
+        let child = Command::new(&exe)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|err| {
+                panic!("cannot start {exe:?} ({err}); run .ci/tools.sh to install the test tools")
+            });
+        Moto { child, port }
     }
 
     /// Waits until this server listens; false when it exited first.

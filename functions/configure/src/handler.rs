@@ -282,6 +282,22 @@ mod tests {
     }
 
     #[test]
+    fn the_sample_s3_event_dispatches_its_version() {
+        let event: Value =
+            serde_json::from_str(include_str!("../../../events/s3-put.json")).unwrap();
+        let (wanted, ignored) = dispatches(&event, "haproxy/haproxy.cfg").unwrap();
+        assert!(ignored.is_empty());
+        assert_eq!(
+            wanted,
+            [Dispatch {
+                bucket: "autoproxy-config-demo".into(),
+                key: "haproxy/haproxy.cfg".into(),
+                version_id: "replace-with-a-version-of-the-config".into(),
+            }]
+        );
+    }
+
+    #[test]
     fn keys_are_url_decoded() {
         let payload = event(&[("ObjectCreated:Put", "b", "my+dir/haproxy%2Ecfg", Some("v1"))]);
         let (wanted, _) = dispatches(&payload, "my dir/haproxy.cfg").unwrap();

@@ -46,16 +46,13 @@ pub fn stop_everything() {
 
 /// A child process leading its own process group; the group is killed on drop.
 #[derive(Debug)]
-pub(super) struct Spawned {
-    pub(super) child: Child,
+pub struct Spawned {
+    pub child: Child,
 }
 
 impl Spawned {
-    pub(super) fn start(
-        mut command: Command,
-        what: &str,
-        log: &Path,
-    ) -> Result<Spawned, PipelineError> {
+    /// Starts `command` in its own process group, its output in `log`.
+    pub fn start(mut command: Command, what: &str, log: &Path) -> Result<Spawned, PipelineError> {
         let out = std::fs::File::create(log)
             .map_err(|e| step_error(format!("create {}", log.display()), e))?;
         let err = out
@@ -72,7 +69,7 @@ impl Spawned {
         Ok(Spawned { child })
     }
 
-    pub(super) fn alive(&mut self) -> bool {
+    pub fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
 }
@@ -98,7 +95,7 @@ impl Drop for Spawned {
 }
 
 /// Runs a command to its end within `timeout`; its stdout, or why not.
-pub(super) fn run_bounded(
+pub fn run_bounded(
     mut command: Command,
     what: &str,
     timeout: Duration,

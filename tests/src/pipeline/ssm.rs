@@ -116,7 +116,7 @@ impl Pipeline {
 
 /// The apply document in moto's SSM, with the content CloudFormation would create from
 /// template.yaml (its `!Ref`s resolved).
-pub(super) async fn create_document(
+pub(crate) async fn create_document(
     sdk: &SdkConfig,
     document: &Document,
 ) -> Result<(), PipelineError> {
@@ -135,7 +135,7 @@ pub(super) async fn create_document(
 }
 
 /// The peering-proxy instances, created with the AWS CLI (no EC2 crate to compile).
-pub(super) fn run_instances(moto: &Moto) -> Result<Vec<String>, PipelineError> {
+pub(crate) fn run_instances(moto: &Moto) -> Result<Vec<String>, PipelineError> {
     let mut command = Command::new(crate::tool("aws"));
     command
         .args([

@@ -4,6 +4,7 @@
 
 mod apply;
 mod budget;
+mod by_hand;
 mod configure;
 mod dataplane;
 mod e2e;
