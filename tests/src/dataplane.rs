@@ -24,7 +24,7 @@ use autoproxy::rules::resolve;
 
 use crate::dns::{Query, max_per_second, per_second};
 use crate::moto::free_port;
-use crate::proxy::probe;
+use crate::proxy::{HaproxyFiles, probe};
 
 mod load;
 mod measure;

@@ -34,6 +34,7 @@ use serde_json::{Value, json};
 use crate::estate::{self, Account, Record, ZoneSpec};
 use crate::moto::{Moto, OWN_ACCOUNT};
 use crate::proxy::Haproxy;
+use crate::proxy::HaproxyFiles;
 use crate::resolver::{Knobs, Resolver as AddressAgent};
 use crate::ssm_agent::{AgentError, Document, Run};
 

@@ -55,6 +55,51 @@ pub struct Haproxy {
     pub stats: SocketAddr,
 }
 
+/// Where an HAProxy under test keeps its files: one directory, the same names in it (the
+/// config is the stack's `ProxyConfigPath`, the stats socket the template's default name).
+pub trait HaproxyFiles {
+    fn dir(&self) -> &Path;
+
+    fn config_path(&self) -> PathBuf {
+        self.dir().join("haproxy.cfg")
+    }
+
+    fn stats_socket(&self) -> PathBuf {
+        self.dir().join("admin.sock")
+    }
+}
+
+/// Render options for an unprivileged HAProxy on loopback: `[https, http, stats]` binds, its
+/// stats socket, every backend on `backend_port`; no user, group or chroot; a maxconn within
+/// this machine's FD limit; logs sent where nobody listens (the tests do not read them, and
+/// every template logs at the same cost).
+pub fn loopback_options(
+    binds: [SocketAddr; 3],
+    stats_socket: &Path,
+    backend_port: u16,
+) -> RenderOptions {
+    let [https, http, stats] = binds;
+    RenderOptions {
+        https_bind: https.to_string(),
+        http_bind: http.to_string(),
+        stats_bind: stats.to_string(),
+        stats_socket: stats_socket.display().to_string(),
+        user: String::new(),
+        group: String::new(),
+        chroot: String::new(),
+        log: "127.0.0.1:9 local0".to_owned(),
+        maxconn: 2_000,
+        hard_stop_after: "30s".to_owned(),
+        backend_port: Some(backend_port),
+    }
+}
+
+impl HaproxyFiles for Haproxy {
+    fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
 impl Haproxy {
     /// Prepares the directory, ports and `reload.sh`; nothing runs until the first reload.
     pub fn new() -> Haproxy {
@@ -74,19 +119,6 @@ impl Haproxy {
             stats: local(free_port()),
             dir,
         }
-    }
-
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// The installed config, the stack's `ProxyConfigPath`.
-    pub fn config_path(&self) -> PathBuf {
-        self.dir().join("haproxy.cfg")
-    }
-
-    pub fn stats_socket(&self) -> PathBuf {
-        self.dir().join("admin.sock")
     }
 
     /// The reload command for this HAProxy (a `ProxyReloadCommand`); `args` go to
@@ -114,20 +146,11 @@ impl Haproxy {
 
     /// Render options for an unprivileged HAProxy on this instance's loopback ports.
     pub fn options(&self, backend_port: u16) -> RenderOptions {
-        RenderOptions {
-            https_bind: self.https.to_string(),
-            http_bind: self.http.to_string(),
-            stats_bind: self.stats.to_string(),
-            stats_socket: self.stats_socket().display().to_string(),
-            user: String::new(),
-            group: String::new(),
-            chroot: String::new(),
-            // Nobody listens there: logs are not what these tests look at.
-            log: "127.0.0.1:9 local0".to_owned(),
-            maxconn: 2_000,
-            hard_stop_after: "30s".to_owned(),
-            backend_port: Some(backend_port),
-        }
+        loopback_options(
+            [self.https, self.http, self.stats],
+            &self.stats_socket(),
+            backend_port,
+        )
     }
 
     /// Installs `config` directly and starts HAProxy on it (for tests that do not begin with

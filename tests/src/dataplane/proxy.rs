@@ -31,18 +31,6 @@ impl Proxy {
         }
     }
 
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
-    }
-
-    pub fn config_path(&self) -> PathBuf {
-        self.dir().join("haproxy.cfg")
-    }
-
-    pub fn stats_socket(&self) -> PathBuf {
-        self.dir().join("admin.sock")
-    }
-
     /// The addresses map autoproxy-resolver keeps, beside the config.
     pub fn addresses_map(&self) -> PathBuf {
         self.dir()
@@ -52,21 +40,12 @@ impl Proxy {
     /// Render options for an unprivileged HAProxy on loopback (maxconn stays within the FD
     /// limit here).
     pub fn options(&self, backend_port: u16) -> RenderOptions {
-        let local = |port| SocketAddr::from((Ipv4Addr::LOCALHOST, port)).to_string();
-        RenderOptions {
-            https_bind: self.https.to_string(),
-            http_bind: local(free_port()),
-            stats_bind: local(free_port()),
-            stats_socket: self.stats_socket().display().to_string(),
-            user: String::new(),
-            group: String::new(),
-            chroot: String::new(),
-            // Nobody listens there: both templates log every connection, at the same cost.
-            log: "127.0.0.1:9 local0".to_owned(),
-            maxconn: 2_000,
-            hard_stop_after: "30s".to_owned(),
-            backend_port: Some(backend_port),
-        }
+        let local = |port| SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        crate::proxy::loopback_options(
+            [self.https, local(free_port()), local(free_port())],
+            &self.stats_socket(),
+            backend_port,
+        )
     }
 
     /// Installs `config` with its map files beside it, as the apply document does.
@@ -219,5 +198,11 @@ impl Proxy {
 impl Drop for Proxy {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+impl HaproxyFiles for Proxy {
+    fn dir(&self) -> &Path {
+        self.dir.path()
     }
 }

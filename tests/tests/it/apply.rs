@@ -15,6 +15,7 @@ use autoproxy::model::SniMatch;
 use autoproxy_tests::dns::DnsServer;
 use autoproxy_tests::estate;
 use autoproxy_tests::moto::Moto;
+use autoproxy_tests::proxy::HaproxyFiles;
 use autoproxy_tests::proxy::{self, Backends, Haproxy, ProbeError};
 use autoproxy_tests::ssm_agent::{AgentError, Document, Run};
 

@@ -13,6 +13,7 @@ use autoproxy::artifact::MapFiles;
 use autoproxy::model::{Route, SniMatch};
 use autoproxy::names::HostName;
 use autoproxy_tests::dns::DnsServer;
+use autoproxy_tests::proxy::HaproxyFiles;
 use autoproxy_tests::proxy::{self, Backends, Haproxy, ProbeError};
 
 /// The backends: one for each end of each kind of route, one for every route between.

@@ -11,6 +11,7 @@ use autoproxy_tests::pipeline::{
     ALL, ANALYTICS, LEGACY, PROXY_HOSTNAME, Pipeline, Rollout, Runner, STAGING, routed,
     schedule_event,
 };
+use autoproxy_tests::proxy::HaproxyFiles;
 use serde_json::json;
 
 /// HAProxy resolves a new worker's server names through the resolver about a second after

@@ -13,6 +13,7 @@ use autoproxy::model::{Route, SniMatch};
 use autoproxy::names::HostName;
 use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, Renderer};
 use autoproxy_tests::dns::{self, DnsServer};
+use autoproxy_tests::proxy::HaproxyFiles;
 use autoproxy_tests::proxy::{Backends, Haproxy};
 use autoproxy_tests::resolver::{self, ADDRESS_MAP, Knobs, Resolver};
 

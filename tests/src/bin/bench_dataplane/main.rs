@@ -36,6 +36,7 @@ use autoproxy_tests::resolver::{Knobs, Resolver};
 /// Where a resolv.conf can point (port 53); the first free one is used.
 mod report;
 
+use autoproxy_tests::proxy::HaproxyFiles;
 use report::*;
 const NAMESERVERS: [Ipv4Addr; 3] = [
     Ipv4Addr::new(127, 0, 0, 2),
