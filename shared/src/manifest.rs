@@ -73,14 +73,6 @@ impl ZoneEntry {
 }
 
 impl Manifest {
-    /// Every zone's routes, before conflict resolution.
-    pub fn candidate_routes(&self) -> Vec<Route> {
-        self.zones
-            .values()
-            .flat_map(|entry| entry.routes.iter().cloned())
-            .collect()
-    }
-
     /// The entries of one account.
     pub fn account_zones<'a>(&'a self, account: &'a str) -> impl Iterator<Item = &'a ZoneEntry> {
         self.zones
