@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 use autoproxy::discovery::{self, Matching, SweepError};
 use autoproxy::manifest::Manifest;
 use autoproxy::metrics::Metrics;
-use autoproxy::model::Route;
-use autoproxy::model::ZoneKey;
+use autoproxy::model::{Route, ZoneKey};
 use autoproxy::publish::Decision;
 use autoproxy::render::{DEFAULT_TEMPLATE, RenderError, RenderInput, Renderer};
 use autoproxy::route53::AccountRoute53;
@@ -246,7 +245,7 @@ pub async fn handle_until(
     };
     let plan = plan::plan(inputs, &render).map_err(GenerateError::Render)?;
     for refusal in &plan.refusals {
-        warn!(%refusal, "route refused: zone name held by another zone");
+        warn!(%refusal, "route refused: not the zone the proxy resolves for this name");
     }
     let version_id = write(deps, &plan, current.as_ref()).await?;
     let published = plan.write == Write::Publish;
