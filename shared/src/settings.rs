@@ -76,8 +76,7 @@ impl RoleArn {
             && parts[0] == "arn"
             && parts[1].starts_with("aws")
             && parts[2] == "iam"
-            && parts[4].len() == 12
-            && parts[4].bytes().all(|b| b.is_ascii_digit())
+            && is_account_id(parts[4])
             && parts[5].starts_with("role/")
             && parts[5].len() > 5;
         if !valid {

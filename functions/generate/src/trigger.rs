@@ -1,7 +1,7 @@
 //! What started this invocation (docs/ARCHITECTURE.md, "Generator events"). A CloudTrail event is only a
 //! hint of which zone changed: its payload echoes the caller's request and is never applied.
 
-use autoproxy::model::ZoneKey;
+use autoproxy::model::{ZoneKey, is_account_id, is_zone_id};
 use autoproxy::route53::bare_zone_id;
 use serde_json::Value;
 
@@ -103,10 +103,10 @@ fn route53(event: &Value) -> Result<Trigger, TriggerError> {
         .as_str()
         .or_else(|| event["account"].as_str())
         .unwrap_or_default();
-    if account.len() != 12 || !account.bytes().all(|b| b.is_ascii_digit()) {
+    if !is_account_id(account) {
         return Err(TriggerError::Route53 {
             expected: "naming a 12-digit account",
-            got: format!("{account:?}"),
+            got: quoted(account),
         });
     }
     let raw_id = [
@@ -118,10 +118,10 @@ fn route53(event: &Value) -> Result<Trigger, TriggerError> {
     .find_map(Value::as_str)
     .unwrap_or_default();
     let id = bare_zone_id(raw_id).to_ascii_uppercase();
-    if id.is_empty() || id.len() > 32 || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+    if !is_zone_id(&id) {
         return Err(TriggerError::Route53 {
             expected: "naming a hosted zone id",
-            got: format!("{raw_id:?}"),
+            got: quoted(raw_id),
         });
     }
     Ok(Trigger::Route53 {
@@ -133,17 +133,29 @@ fn route53(event: &Value) -> Result<Trigger, TriggerError> {
     })
 }
 
+/// How much of a refused payload or field an error quotes.
+const QUOTED_CHARS: usize = 200;
+
 fn unrecognised(event: &Value) -> TriggerError {
-    let mut got = event.to_string();
-    if got.len() > 200 {
-        let mut end = 200;
-        while !got.is_char_boundary(end) {
-            end -= 1;
-        }
-        got.truncate(end);
-        got.push('…');
+    TriggerError::Unrecognised {
+        got: excerpt(&event.to_string()),
     }
-    TriggerError::Unrecognised { got }
+}
+
+/// A refused field, quoted and cut to [`QUOTED_CHARS`]: an error must not carry a 200 kB value.
+fn quoted(field: &str) -> String {
+    excerpt(&format!("{field:?}"))
+}
+
+fn excerpt(text: &str) -> String {
+    if text.len() <= QUOTED_CHARS {
+        return text.to_owned();
+    }
+    let mut end = QUOTED_CHARS;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 #[cfg(test)]
@@ -238,5 +250,14 @@ mod tests {
         let mut event = event_file("change-resource-record-sets.json");
         event["detail"]["requestParameters"]["hostedZoneId"] = json!("/hostedzone/z0abc");
         assert!(matches!(parse(&event), Ok(Trigger::Route53 { zone, .. }) if zone.id == "Z0ABC"));
+        // A huge field is quoted, not carried whole into the error.
+        let mut event = event_file("change-resource-record-sets.json");
+        event["detail"]["requestParameters"]["hostedZoneId"] = json!("Z".repeat(100_000) + "!");
+        let err = parse(&event).unwrap_err().to_string();
+        assert!(
+            err.len() < 400 && err.contains("ZZZ…"),
+            "{} bytes",
+            err.len()
+        );
     }
 }

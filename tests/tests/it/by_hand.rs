@@ -48,6 +48,14 @@ fn the_readme_commands_for_invoking_by_hand_work_as_written() {
         "{watch}"
     );
     assert!(invokes.len() >= 4, "{invokes:?}");
+    // The commands name no ports: moto takes 5000 and cargo lambda 9000. Something else on
+    // either would answer in their place.
+    for port in [autoproxy_tests::local::DEFAULT_PORT, 9000] {
+        assert!(
+            std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(),
+            "port {port} is taken: the README's commands need it free"
+        );
+    }
     let logs = tempfile::tempdir().unwrap();
     let env_file = root().join(ENV_FILE);
     let _ = std::fs::remove_file(&env_file);
