@@ -6,11 +6,11 @@
 
 use std::path::Path;
 
-use crate::estate::{self, Account, ZoneSpec, role_arn};
-use crate::moto::{Moto, OWN_ACCOUNT, REGION};
+use crate::estate::{self, Account, role_arn};
+use crate::moto::{Moto, REGION};
 use crate::pipeline::{
     BUCKET, CONFIG_KEY, DOCUMENT, INITIAL, MEMBER_ACCOUNT, PROXY_HOSTNAME, PipelineError, TAG_KEY,
-    TAG_VALUE, create_document, run_instances,
+    TAG_VALUE, create_document, run_instances, seed_clusters,
 };
 use crate::ssm_agent::Document;
 
@@ -35,16 +35,7 @@ impl StandIn {
         estate::versioned_bucket(&sdk, BUCKET).await?;
         let own = Account::own(&sdk);
         let member = Account::assume(&sdk, MEMBER_ACCOUNT).await?;
-        for cluster in INITIAL {
-            let account = if cluster.account == OWN_ACCOUNT {
-                &own
-            } else {
-                &member
-            };
-            account
-                .seed_zone(ZoneSpec::private(cluster.zone(), cluster.records()))
-                .await?;
-        }
+        seed_clusters(&own, &member, &INITIAL).await?;
         // The document as a default deployment has it; moto only records the commands sent.
         create_document(&sdk, &Document::from_workspace(&[])?).await?;
         run_instances(&moto)?;

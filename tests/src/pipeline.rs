@@ -155,18 +155,7 @@ impl Pipeline {
         estate::versioned_bucket(&sdk, BUCKET).await?;
         let own = Account::own(&sdk);
         let member = Account::assume(&sdk, MEMBER_ACCOUNT).await?;
-        let mut zones = BTreeMap::new();
-        for cluster in INITIAL {
-            let account = if cluster.account == OWN_ACCOUNT {
-                &own
-            } else {
-                &member
-            };
-            let seeded = account
-                .seed_zone(ZoneSpec::private(cluster.zone(), cluster.records()))
-                .await?;
-            zones.insert(cluster.name, seeded.id);
-        }
+        let zones = seed_clusters(&own, &member, &INITIAL).await?;
         say(&format!(
             "estate: {} in account {OWN_ACCOUNT}, {} in account {MEMBER_ACCOUNT} (assumed role), \
              {} pointing at {OTHER_PROXY} (must not match); bucket s3://{BUCKET} (versioned)",

@@ -105,3 +105,25 @@ pub const ANALYTICS: Cluster = Cluster {
 pub const ALL: [Cluster; 5] = [PROD, STAGING, PAYMENTS, LEGACY, ANALYTICS];
 /// The clusters seeded at the start.
 pub const INITIAL: [Cluster; 4] = [PROD, STAGING, PAYMENTS, LEGACY];
+
+/// Creates each cluster's zone and records in its account (`own` or `member`); the zone ids by
+/// cluster name.
+pub async fn seed_clusters(
+    own: &Account,
+    member: &Account,
+    clusters: &[Cluster],
+) -> Result<BTreeMap<&'static str, String>, PipelineError> {
+    let mut zones = BTreeMap::new();
+    for cluster in clusters {
+        let account = if cluster.account == OWN_ACCOUNT {
+            own
+        } else {
+            member
+        };
+        let seeded = account
+            .seed_zone(ZoneSpec::private(cluster.zone(), cluster.records()))
+            .await?;
+        zones.insert(cluster.name, seeded.id);
+    }
+    Ok(zones)
+}
