@@ -43,7 +43,7 @@ if [ -s "$dir/haproxy.pid" ] && kill -0 "$(cat "$dir/haproxy.pid")" 2>/dev/null;
   exec kill -USR2 "$(cat "$dir/haproxy.pid")"
 fi
 cd /
-exec haproxy -W -D -f "$dir/haproxy.cfg" -p "$dir/haproxy.pid" </dev/null >>"$dir/haproxy.log" 2>&1
+exec haproxy -W -D -S "$dir/master.sock" -f "$dir/haproxy.cfg" -p "$dir/haproxy.pid" </dev/null >>"$dir/haproxy.log" 2>&1
 "#;
 
 /// One HAProxy (master and workers) in its own temp dir; every process is killed on drop.
@@ -199,10 +199,44 @@ impl Haproxy {
             .ok()
     }
 
+    /// The PID of the worker that serves (the one answering `show info`).
+    pub fn worker_pid(&self) -> Option<u32> {
+        let info = self.show_info().ok()?;
+        info.lines()
+            .find_map(|line| line.strip_prefix("Pid: "))?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// Whether the master lists `worker` among its current workers in `show proc` on its
+    /// CLI, which only a master back in its loop answers. A new worker serves before its
+    /// master gets there, and HAProxy 2.6 loses a USR2 that arrives in between: the next
+    /// reload must wait for this.
+    pub fn master_has_taken_in(&self, worker: u32) -> bool {
+        let Ok(answer) = master_command(&self.dir().join("master.sock"), "show proc") else {
+            return false;
+        };
+        let mut current = false;
+        for line in answer.lines() {
+            if line.starts_with('#') {
+                current = line.trim() == "# workers";
+            } else if current && line.split_whitespace().next() == Some(&worker.to_string()) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Waits until `generation` runs and its worker's master takes the next reload.
     pub fn wait_for_generation(&self, generation: u64, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         loop {
-            if self.running_generation() == Some(generation) {
+            if self.running_generation() == Some(generation)
+                && self
+                    .worker_pid()
+                    .is_some_and(|worker| self.master_has_taken_in(worker))
+            {
                 return true;
             }
             if Instant::now() >= deadline {
@@ -269,6 +303,17 @@ impl Drop for Haproxy {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// One command on a master CLI socket (`haproxy -S`); its answer. The master CLI keeps a
+/// connection open after answering: `quit` closes it.
+fn master_command(socket: &Path, command: &str) -> std::io::Result<String> {
+    let mut stream = UnixStream::connect(socket)?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.write_all(format!("{command}; quit\n").as_bytes())?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
 }
 
 fn is_zombie(pid: u32) -> bool {

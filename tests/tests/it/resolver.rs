@@ -103,13 +103,6 @@ impl Fixture {
         resolver::read_map_file(&resolver::address_map_path(&self.haproxy.config_path()))
     }
 
-    fn worker_pid(&self) -> Option<String> {
-        let info = self.haproxy.show_info().ok()?;
-        info.lines()
-            .find_map(|line| line.strip_prefix("Pid: "))
-            .map(|pid| pid.trim().to_owned())
-    }
-
     /// Polls until `done` holds, for at most `timeout`; whether it held.
     fn wait_until(&self, timeout: Duration, mut done: impl FnMut(&Fixture) -> bool) -> bool {
         let deadline = Instant::now() + timeout;
@@ -311,7 +304,7 @@ fn a_reload_keeps_the_current_addresses() {
     );
 
     let reload = |f: &Fixture| {
-        let before = f.worker_pid();
+        let before = f.haproxy.worker_pid();
         let status = Command::new("sh")
             .args(["-c", &f.haproxy.reload_command(&[])])
             .status()
@@ -320,10 +313,12 @@ fn a_reload_keeps_the_current_addresses() {
         assert!(
             // Generous: the whole suite shares two cores with this master's re-execution.
             f.wait_until(Duration::from_secs(30), |f| {
-                f.worker_pid().is_some_and(|pid| Some(pid) != before)
+                f.haproxy
+                    .worker_pid()
+                    .is_some_and(|pid| Some(pid) != before && f.haproxy.master_has_taken_in(pid))
             }),
-            "no new worker within 30 s of the reload (worker before: {before:?}, now: {:?}):\n{}",
-            f.worker_pid(),
+            "no new worker taken in by its master within 30 s of the reload (worker before: {before:?}, now: {:?}):\n{}",
+            f.haproxy.worker_pid(),
             f.haproxy.log()
         );
     };
