@@ -209,12 +209,17 @@ impl Haproxy {
             .ok()
     }
 
+    /// The master CLI socket every start of this HAProxy must give (`-S`), as `reload.sh` does.
+    pub fn master_socket(&self) -> PathBuf {
+        self.dir().join("master.sock")
+    }
+
     /// Whether the master lists `worker` among its current workers in `show proc` on its
     /// CLI, which only a master back in its loop answers. A new worker serves before its
     /// master gets there, and HAProxy 2.6 loses a USR2 that arrives in between: the next
     /// reload must wait for this.
     pub fn master_has_taken_in(&self, worker: u32) -> bool {
-        let Ok(answer) = master_command(&self.dir().join("master.sock"), "show proc") else {
+        let Ok(answer) = master_command(&self.master_socket(), "show proc") else {
             return false;
         };
         let mut current = false;

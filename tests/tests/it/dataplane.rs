@@ -213,10 +213,11 @@ fn check_start_and_reload_of_a_large_config_send_no_dns_query() {
     );
 
     let pid = haproxy.dir().join("haproxy.pid");
+    let master_cli = haproxy.master_socket();
     let started = in_namespace(
         haproxy.dir(),
-        "exec haproxy -W -D -f \"$1\" -p \"$2\" </dev/null >/dev/null 2>&1",
-        &[cfg, pid.to_str().unwrap()],
+        "exec haproxy -W -D -S \"$3\" -f \"$1\" -p \"$2\" </dev/null >/dev/null 2>&1",
+        &[cfg, pid.to_str().unwrap(), master_cli.to_str().unwrap()],
     );
     assert!(started.status.success(), "{started:?}");
     assert!(haproxy.wait_for_generation(1, Duration::from_secs(10)));
