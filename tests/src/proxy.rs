@@ -201,12 +201,7 @@ impl Haproxy {
 
     /// The PID of the worker that serves (the one answering `show info`).
     pub fn worker_pid(&self) -> Option<u32> {
-        let info = self.show_info().ok()?;
-        info.lines()
-            .find_map(|line| line.strip_prefix("Pid: "))?
-            .trim()
-            .parse()
-            .ok()
+        worker_pid(&self.show_info().ok()?)
     }
 
     /// The master CLI socket every start of this HAProxy must give (`-S`), as `reload.sh` does.
@@ -308,6 +303,16 @@ impl Drop for Haproxy {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The PID in a worker's `show info` answer.
+pub fn worker_pid(show_info: &str) -> Option<u32> {
+    show_info
+        .lines()
+        .find_map(|line| line.strip_prefix("Pid: "))?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// One command on a master CLI socket (`haproxy -S`); its answer. The master CLI keeps a

@@ -126,12 +126,7 @@ impl Proxy {
 
     /// The PID of the worker that serves (the one answering `show info`).
     pub fn worker(&self) -> Option<u32> {
-        let info = self.stats_command("show info").ok()?;
-        info.lines()
-            .find_map(|line| line.strip_prefix("Pid: "))?
-            .trim()
-            .parse()
-            .ok()
+        crate::proxy::worker_pid(&self.stats_command("show info").ok()?)
     }
 
     /// One command on the stats socket; its answer.
