@@ -248,14 +248,14 @@ fn merge_account(swept: &mut Swept, base: &Manifest, account: &str, result: Acco
         }
         AccountSweep::Listed(zones) => {
             for (zone, read) in zones {
-                merge_zone(swept, base, account, &zone, read);
+                merge_zone(swept, base, &zone, read);
             }
         }
     }
 }
 
 /// One zone of a listed account: its new entry, or what the last manifest knew of it.
-fn merge_zone(swept: &mut Swept, base: &Manifest, account: &str, zone: &Zone, read: ZoneRead) {
+fn merge_zone(swept: &mut Swept, base: &Manifest, zone: &Zone, read: ZoneRead) {
     let key = zone_key(&zone.key());
     match read {
         ZoneRead::Entry(entry) => {
@@ -272,7 +272,7 @@ fn merge_zone(swept: &mut Swept, base: &Manifest, account: &str, zone: &Zone, re
         }
         ZoneRead::Failed(err) => {
             let previous = base.zones.get(&key);
-            warn!(account, zone_id = %zone.id, error = %err, "zone read failed");
+            warn!(account = %zone.account, zone_id = %zone.id, error = %err, "zone read failed");
             swept.failures.push(format!(
                 "zone {}: {err}; {}",
                 zone.key(),

@@ -12,6 +12,8 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
+use crate::settings::config_stem;
+
 /// How an apply on one instance ended, as the apply document reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -59,15 +61,9 @@ pub struct Record {
     pub at: String,
 }
 
-/// The config key without `.cfg`, as the manifest's key and the instance policy in
-/// template.yaml derive it (`haproxy/haproxy.cfg` → `haproxy/haproxy`).
-fn stem(config_key: &str) -> &str {
-    config_key.strip_suffix(".cfg").unwrap_or(config_key)
-}
-
 /// Where the records live: `haproxy/haproxy.cfg` → `haproxy/haproxy.fleet/`.
 pub fn prefix(config_key: &str) -> String {
-    format!("{}.fleet/", stem(config_key))
+    format!("{}.fleet/", config_stem(config_key))
 }
 
 /// One instance's record: `haproxy/haproxy.cfg`, `i-0abc` → `haproxy/haproxy.fleet/i-0abc.json`.
@@ -78,7 +74,7 @@ pub fn record_key(config_key: &str, instance_id: &str) -> String {
 /// Where the report goes: beside the config and outside the records' prefix, so listing the
 /// records never finds it (`haproxy/haproxy.cfg` → `haproxy/haproxy.fleet.json`).
 pub fn report_key(config_key: &str) -> String {
-    format!("{}.fleet.json", stem(config_key))
+    format!("{}.fleet.json", config_stem(config_key))
 }
 
 /// One instance in the report: its record and how it compares with the latest config.

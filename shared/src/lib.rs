@@ -1,7 +1,8 @@
 //! autoproxy: keeps a fleet of HAProxy peering proxies in step with Route53.
 //!
 //! The pure core (no I/O): [`names`], [`rules`], [`model`], [`render`], [`artifact`], [`ownership`],
-//! [`diff`], [`fleet`]. The edges that talk to AWS are few and named for what they talk to.
+//! [`diff`], [`fleet`], [`manifest`], [`publish`], [`settings`]. The edges are few and named for
+//! what they talk to: [`route53`], [`discovery`], [`s3`], [`metrics`].
 
 pub mod artifact;
 pub mod diff;
@@ -19,3 +20,29 @@ pub mod route53;
 pub mod rules;
 pub mod s3;
 pub mod settings;
+
+/// At most `max_bytes` of `text`, cut at a character boundary and marked `…` where cut: how
+/// much of a refused payload or field an error or a comment may carry.
+pub fn excerpt(text: &str, max_bytes: usize) -> String {
+    if text.len() <= max_bytes {
+        return text.to_owned();
+    }
+    let mut end = max_bytes;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::excerpt;
+
+    #[test]
+    fn an_excerpt_is_cut_at_a_character_boundary() {
+        assert_eq!(excerpt("short", 10), "short");
+        assert_eq!(excerpt("abcdef", 3), "abc…");
+        // "é" is two bytes: a cut inside it steps back before it.
+        assert_eq!(excerpt("aéb", 2), "a…");
+    }
+}

@@ -285,7 +285,7 @@ impl AccountRoute53 {
 
 /// Where `ListResourceRecordSets` resumes: the three `NextRecord*` fields of the last page.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RecordCursor {
+struct RecordCursor {
     pub name: Option<String>,
     pub rtype: Option<RrType>,
     pub identifier: Option<String>,
@@ -293,7 +293,7 @@ pub struct RecordCursor {
 
 /// The marker of the next `ListHostedZones` page; `None` after the last page. A truncated
 /// page without a marker is an error, never the end.
-pub fn next_zone_marker(
+fn next_zone_marker(
     is_truncated: bool,
     next_marker: Option<&str>,
 ) -> Result<Option<String>, &'static str> {
@@ -309,7 +309,7 @@ pub fn next_zone_marker(
 
 /// Where the next `ListResourceRecordSets` page starts; `None` after the last page. A
 /// truncated page without `NextRecordName` is an error, never the end.
-pub fn next_record_cursor(
+fn next_record_cursor(
     is_truncated: bool,
     name: Option<&str>,
     rtype: Option<&RrType>,

@@ -195,6 +195,13 @@ pub struct GenerateSettings {
 }
 
 impl GenerateSettings {
+    /// Whether the generator reads `own_account` with its own credentials: with
+    /// `SCAN_OWN_ACCOUNT`, or when `ACCOUNT_ROLE_ARNS` names a role there (never assumed: the
+    /// function's own role already reads that account).
+    pub fn scans_own_account(&self, own_account: &str) -> bool {
+        self.scan_own_account || self.account_roles.iter().any(|r| r.account == own_account)
+    }
+
     /// Reads the settings through `lookup` (the process environment in production).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
         let get = |name: &str| {
@@ -241,7 +248,7 @@ impl GenerateSettings {
                 "ROUTE53_REQUESTS_PER_SECOND",
                 get("ROUTE53_REQUESTS_PER_SECOND"),
                 5.0,
-                "a number of requests per second above 0",
+                "a number of requests per second above 0 and at most 1000",
                 |r: &f64| r.is_finite() && *r > 0.0 && *r <= 1000.0,
             )?,
         })
@@ -261,12 +268,13 @@ impl GenerateSettings {
 
 /// `haproxy/haproxy.cfg` → `haproxy/haproxy.manifest.json`.
 pub fn manifest_key(config_key: &str) -> String {
-    let (dir, file) = match config_key.rsplit_once('/') {
-        Some((dir, file)) => (format!("{dir}/"), file),
-        None => (String::new(), config_key),
-    };
-    let stem = file.strip_suffix(".cfg").unwrap_or(file);
-    format!("{dir}{stem}.manifest.json")
+    format!("{}.manifest.json", config_stem(config_key))
+}
+
+/// The config key without `.cfg`, which every key beside the config starts with, as the
+/// template derives them too (`haproxy/haproxy.cfg` → `haproxy/haproxy`).
+pub fn config_stem(config_key: &str) -> &str {
+    config_key.strip_suffix(".cfg").unwrap_or(config_key)
 }
 
 /// The configure function's settings.
@@ -330,10 +338,12 @@ impl ConfigureSettings {
             command_log_group: get("COMMAND_LOG_GROUP"),
             config_bucket: get("CONFIG_BUCKET"),
             fleet_silent_after_seconds: 60
-                * minutes(
+                * number(
                     "FLEET_SILENT_AFTER_MINUTES",
                     get("FLEET_SILENT_AFTER_MINUTES"),
                     DEFAULT_FLEET_SILENT_AFTER_MINUTES,
+                    "whole minutes from 1 to 525600",
+                    |m: &u64| (1..=525_600).contains(m),
                 )?,
         })
     }
@@ -436,19 +446,6 @@ fn list(raw: Option<String>) -> std::vec::IntoIter<String> {
         .map(str::to_owned)
         .collect::<Vec<_>>()
         .into_iter()
-}
-
-/// A whole number of minutes from 1 to a year.
-fn minutes(
-    variable: &'static str,
-    raw: Option<String>,
-    default: u64,
-) -> Result<u64, SettingsError> {
-    let Some(raw) = raw else { return Ok(default) };
-    match raw.parse::<u64>() {
-        Ok(value @ 1..=525_600) => Ok(value),
-        _ => Err(invalid(variable, "whole minutes from 1 to 525600", &raw)),
-    }
 }
 
 fn object_key(variable: &'static str, raw: Option<String>) -> Result<String, SettingsError> {

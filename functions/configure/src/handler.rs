@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use autoproxy::artifact::META_GENERATION;
+use autoproxy::artifact::{GENERATION_EXPECTED, META_GENERATION};
 use autoproxy::fleet::{self, FleetReport, Record};
 use autoproxy::metrics::Metrics;
 use autoproxy::settings::ConfigureSettings;
@@ -68,7 +68,7 @@ pub enum ConfigureError {
         message: String,
     },
     #[error(
-        "s3://{bucket}/{key}: expected a whole number in its {META_GENERATION:?} metadata, \
+        "s3://{bucket}/{key}: expected {GENERATION_EXPECTED} in its {META_GENERATION:?} metadata, \
          got {got:?}"
     )]
     NoGeneration {

@@ -48,7 +48,7 @@ impl Deps {
         let rate = settings.route53_requests_per_second;
         let own = AccountRoute53::new(own_account, &aws_sdk_route53::Config::new(sdk), rate);
         let mut accounts = Vec::new();
-        if settings.scan_own_account {
+        if settings.scans_own_account(own_account) {
             accounts.push(own.clone());
         }
         for role in &settings.account_roles {
@@ -248,14 +248,14 @@ pub async fn handle_until(
         warn!(%refusal, "route refused: not the zone the proxy resolves for this name");
     }
     let version_id = write(deps, &plan, current.as_ref()).await?;
-    let published = plan.write == Write::Publish;
+    let published = plan.publishes();
     report_run(&plan, zones_scanned, &calls_before.since(deps), started);
     Ok(Summary {
         config: trigger.dry_run().then(|| plan.rendered.text.clone()),
         trigger: label,
         zones_scanned,
         rules: plan.routes,
-        changed: plan.changed,
+        changed: plan.changed(),
         published,
         sha256: plan.rendered.header.sha256,
         version_id,
@@ -305,7 +305,7 @@ async fn write(
             if let Decision::Blocked(reason) = &plan.decision {
                 warn!(reason = %reason, "{why}");
             } else {
-                info!(changed = plan.changed, "{why}");
+                info!(changed = plan.changed(), "{why}");
             }
             Ok(current_version)
         }
@@ -358,12 +358,12 @@ impl Route53Calls {
 /// The run's metrics (EMF) and its last log line.
 fn report_run(plan: &Plan, zones_scanned: usize, calls: &Route53Calls, started: Instant) {
     let elapsed_ms = started.elapsed().as_millis();
-    let published = plan.write == Write::Publish;
+    let published = plan.publishes();
     info!(
         zones_scanned,
         routes = plan.routes,
         route53_calls = calls.calls,
-        changed = plan.changed,
+        changed = plan.changed(),
         published,
         duration_ms = u64::try_from(elapsed_ms).unwrap_or(u64::MAX),
         "run finished"
@@ -374,7 +374,7 @@ fn report_run(plan: &Plan, zones_scanned: usize, calls: &Route53Calls, started: 
         .count("OwnershipRefused", plan.refusals.len() as u64)
         .count("Route53Calls", calls.calls)
         .count("Throttles", calls.retries)
-        .count("Changed", u64::from(plan.changed))
+        .count("Changed", u64::from(plan.changed()))
         .count("Published", u64::from(published))
         .count(
             "GuardBlocked",

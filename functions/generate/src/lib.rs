@@ -1,5 +1,5 @@
 //! autoproxy-generate as a library, so tests call the handler directly.
 
 pub mod handler;
-pub mod plan;
+mod plan;
 pub mod trigger;

@@ -59,11 +59,21 @@ pub struct Plan {
     /// The config: the one to publish, or the current one re-rendered when nothing changed.
     pub rendered: Rendered,
     pub routes: usize,
-    pub changed: bool,
     pub decision: Decision,
     pub refusals: Vec<Refusal>,
     pub warnings: Vec<String>,
     pub diff: String,
+}
+
+impl Plan {
+    /// Whether the config differs from the current one (published or not).
+    pub fn changed(&self) -> bool {
+        self.decision != Decision::Unchanged
+    }
+
+    pub fn publishes(&self) -> bool {
+        self.write == Write::Publish
+    }
 }
 
 /// Renders the routes with a generation (the template, the settings and the time are the
@@ -143,7 +153,6 @@ pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError
         manifest,
         rendered,
         routes: routes.len(),
-        changed,
         decision,
         refusals: owned.refusals,
         warnings,
@@ -388,7 +397,7 @@ mod tests {
             again.write,
             Write::Nothing("config unchanged: nothing written")
         );
-        assert!(!again.changed && again.diff.is_empty());
+        assert!(!again.changed() && again.diff.is_empty());
 
         // A change is numbered above whatever the manifest remembers, even when the current
         // object carries less (an old version copied over it).
@@ -418,7 +427,7 @@ mod tests {
             NOW,
         );
         assert_eq!(planned.write, Write::Nothing("dry run: nothing written"));
-        assert!(planned.changed && planned.diff.contains("c.internal"));
+        assert!(planned.changed() && planned.diff.contains("c.internal"));
 
         // Losing every route is refused unless forced.
         let gone = run(

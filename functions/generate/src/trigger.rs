@@ -1,6 +1,7 @@
 //! What started this invocation (docs/ARCHITECTURE.md, "Generator events"). A CloudTrail event is only a
 //! hint of which zone changed: its payload echoes the caller's request and is never applied.
 
+use autoproxy::excerpt;
 use autoproxy::model::{ZoneKey, is_account_id, is_zone_id};
 use autoproxy::route53::bare_zone_id;
 use serde_json::Value;
@@ -94,7 +95,7 @@ fn route53(event: &Value) -> Result<Trigger, TriggerError> {
     if !ROUTE53_EVENTS.contains(&event_name) {
         return Err(TriggerError::Route53 {
             expected: "for one of the zone-changing calls",
-            got: format!("eventName {event_name:?}"),
+            got: format!("eventName {}", quoted(event_name)),
         });
     }
     // The account that owns the zone: where the call was made (events forwarded from member
@@ -138,24 +139,13 @@ const QUOTED_CHARS: usize = 200;
 
 fn unrecognised(event: &Value) -> TriggerError {
     TriggerError::Unrecognised {
-        got: excerpt(&event.to_string()),
+        got: excerpt(&event.to_string(), QUOTED_CHARS),
     }
 }
 
 /// A refused field, quoted and cut to [`QUOTED_CHARS`]: an error must not carry a 200 kB value.
 fn quoted(field: &str) -> String {
-    excerpt(&format!("{field:?}"))
-}
-
-fn excerpt(text: &str) -> String {
-    if text.len() <= QUOTED_CHARS {
-        return text.to_owned();
-    }
-    let mut end = QUOTED_CHARS;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
+    excerpt(&format!("{field:?}"), QUOTED_CHARS)
 }
 
 #[cfg(test)]

@@ -30,7 +30,13 @@ fn defaults_follow_the_design() {
     let mut vars = MINIMAL.to_vec();
     vars.push(("ACCOUNT_ROLE_ARNS", "arn:aws:iam::222222222222:role/r"));
     vars.push(("SCAN_OWN_ACCOUNT", "false"));
-    assert!(!generate(&vars).unwrap().scan_own_account);
+    let s = generate(&vars).unwrap();
+    assert!(!s.scan_own_account);
+    assert!(!s.scans_own_account("111111111111"));
+    assert!(
+        s.scans_own_account("222222222222"),
+        "a role in the own account names it"
+    );
 }
 
 #[test]

@@ -15,7 +15,7 @@ pub fn dispatches(
     config_key: &str,
 ) -> Result<(Vec<Dispatch>, Vec<String>), ConfigureError> {
     let malformed = || ConfigureError::Malformed {
-        got: truncate(&payload.to_string(), QUOTED_PAYLOAD_CHARS),
+        got: autoproxy::excerpt(&payload.to_string(), QUOTED_PAYLOAD_CHARS),
     };
     let event: S3Event = serde_json::from_value(payload.clone()).map_err(|_| malformed())?;
     if event.records.is_empty() {
@@ -68,14 +68,3 @@ pub(super) fn decode_key(raw: &str) -> String {
 pub(super) const QUOTED_PAYLOAD_CHARS: usize = 300;
 /// SSM's limit on a command's comment.
 pub(super) const SSM_COMMENT_MAX_CHARS: usize = 100;
-
-pub(super) fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
-}

@@ -92,7 +92,7 @@ pub(super) async fn latest_config(
         .cloned();
     let generation = raw
         .as_deref()
-        .and_then(|raw| raw.parse::<u64>().ok())
+        .and_then(autoproxy::artifact::parse_generation)
         .ok_or_else(|| ConfigureError::NoGeneration {
             bucket: bucket.to_owned(),
             key: key.to_owned(),

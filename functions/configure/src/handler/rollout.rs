@@ -277,7 +277,7 @@ pub(super) async fn send(
         .parameters("ConfigVersion", vec![dispatch.version_id.clone()])
         .max_concurrency(&settings.max_concurrency)
         .max_errors(&settings.max_errors)
-        .comment(truncate(
+        .comment(autoproxy::excerpt(
             &format!(
                 "autoproxy generation {generation} (version {})",
                 dispatch.version_id
