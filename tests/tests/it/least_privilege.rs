@@ -215,6 +215,11 @@ where
                 let outcome = run().await;
                 assert!(outcome.is_err(), "the run still works without {name}");
                 let err = outcome.unwrap_err();
+                // Failing is not enough: it must fail because IAM said no.
+                assert!(
+                    DENIED.iter().any(|word| err.contains(word)),
+                    "without {name} the run failed, but not on a denial: {err}"
+                );
                 let first: String = err.chars().take(160).collect();
                 println!("{name}: needed (without it: {first}…)");
                 proven.push(name.to_owned());
@@ -224,6 +229,10 @@ where
     iam.allow_only(&all).unwrap();
     proven
 }
+
+/// How moto's IAM enforcement words a refusal: S3's AccessDenied, SSM's AccessDeniedException
+/// ("… is not authorized to perform …"), and HeadObject's 403 without a body.
+const DENIED: [&str; 3] = ["AccessDenied", "not authorized", "StatusCode(403)"];
 
 #[tokio::test(flavor = "multi_thread")]
 async fn each_function_works_with_exactly_its_template_policy() {
@@ -375,7 +384,8 @@ async fn each_function_works_with_exactly_its_template_policy() {
         let event = autoproxy_tests::pipeline::s3_put_event(BUCKET, KEY, &version);
         let soon = tokio::time::Instant::now() + Duration::from_secs(10);
         match configure::handle(&deps, &event, soon).await {
-            Ok(Reply::Rollout(outcome)) if outcome.dispatched.iter().all(|r| r.sent) => {}
+            Ok(Reply::Rollout(outcome))
+                if !outcome.dispatched.is_empty() && outcome.dispatched.iter().all(|r| r.sent) => {}
             other => return Err(format!("rollout: {other:?}")),
         }
         match configure::handle(&deps, &json!({"fleet": true}), soon).await {

@@ -307,6 +307,13 @@ pub(super) fn generator_events_are_accepted_only_when_well_formed() {
         check_trigger(&payload, &tally)
     });
     println!("{line}: {tally}");
+    tally.require(&[
+        "manual",
+        "schedule",
+        "zone hint",
+        "refused (shape)",
+        "refused (route53 field)",
+    ]);
 }
 
 /// An S3 event record and, when every field is well formed, what `dispatches` must make of it.
@@ -565,4 +572,5 @@ pub(super) fn configure_payloads_dispatch_only_the_config_key() {
         check_dispatch(&case, &tally)
     });
     println!("{line}: {tally}");
+    tally.require(&["dispatched", "fleet", "ignored", "refused"]);
 }

@@ -72,6 +72,13 @@ pub(super) fn route53_data_reaches_the_config_only_as_plain_host_names() {
         check_clean(&text, &routes)
     });
     println!("{line}: {tally}");
+    tally.require(&[
+        "routes rendered",
+        "SNI conflicts",
+        "record names read",
+        "record names refused",
+        "zone names refused",
+    ]);
 }
 
 /// A zone with the API pair, every name in its own spelling, among noise that routes nothing.

@@ -49,6 +49,23 @@ impl Tally {
     pub(super) fn add(&self, what: &'static str, n: usize) {
         *self.0.borrow_mut().entry(what).or_default() += n;
     }
+
+    /// Fails unless every outcome in `whats` came up: a generator that stopped reaching a
+    /// branch leaves that branch untested. Only on the fixed seed and case counts, where the
+    /// counts are fixed too.
+    pub(super) fn require(&self, whats: &[&str]) {
+        if std::env::var_os("PROPTEST_CASES").is_some()
+            || std::env::var_os("PROPTEST_RNG_SEED").is_some()
+        {
+            return;
+        }
+        let counts = self.0.borrow();
+        let missing: Vec<&&str> = whats
+            .iter()
+            .filter(|what| counts.get(**what).copied().unwrap_or(0) == 0)
+            .collect();
+        assert!(missing.is_empty(), "no case reached {missing:?} ({self})");
+    }
 }
 
 impl std::fmt::Display for Tally {
