@@ -28,6 +28,10 @@ command -v openssl >/dev/null || need_apt+=(openssl)
 command -v dnsmasq >/dev/null || need_apt+=(dnsmasq-base)
 command -v flock >/dev/null || need_apt+=(util-linux)
 command -v curl >/dev/null || need_apt+=(curl)
+# `kill` as a program (the harness runs it without a shell): procps, absent from slim images.
+[ -x /bin/kill ] || [ -x /usr/bin/kill ] || need_apt+=(procps)
+# The venvs below, and autoproxy-resolver under test.
+python3 -c 'import ensurepip, venv' 2>/dev/null || need_apt+=(python3 python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null; then
     log "missing ${need_apt[*]} and not root: install them with apt-get and run again"; exit 1
