@@ -59,12 +59,15 @@ impl StandIn {
         Ok(StandIn { moto, env })
     }
 
-    /// Writes the env file (`KEY=VALUE` lines), creating its directory.
+    /// Writes the env file (`KEY=VALUE` lines), creating its directory; whole or not at all
+    /// (a temporary file renamed), since its appearance is what says the stand-in is ready.
     pub fn write_env_file(&self, path: &Path) -> std::io::Result<()> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
         let text: String = self.env.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
-        std::fs::write(path, text)
+        let temp = path.with_extension("partial");
+        std::fs::write(&temp, text)?;
+        std::fs::rename(&temp, path)
     }
 }

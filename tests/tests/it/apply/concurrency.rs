@@ -2,6 +2,25 @@
 
 use super::*;
 
+/// Waits until an apply holds the lock beside the config: `flock -n` on it fails.
+fn wait_until_locked(f: &Fixture, timeout: Duration) -> bool {
+    let lock = PathBuf::from(format!("{}.lock", f.haproxy.config_path().display()));
+    let deadline = std::time::Instant::now() + timeout;
+    while std::time::Instant::now() < deadline {
+        let held = std::process::Command::new("flock")
+            .arg("-n")
+            .arg(&lock)
+            .arg("true")
+            .status()
+            .is_ok_and(|status| !status.success());
+        if held {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
 #[test]
 fn two_runs_at_once_are_serialised() {
     let f = Fixture::new(&["a", "b"]);
@@ -17,7 +36,10 @@ fn two_runs_at_once_are_serialised() {
         .unwrap();
     let (first_run, second_run) = std::thread::scope(|scope| {
         let a = scope.spawn(|| f.run_deployed(&slow, &[("ConfigVersion", &second)]));
-        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            wait_until_locked(&f, Duration::from_secs(20)),
+            "the first run never took the lock"
+        );
         let b = scope.spawn(|| f.apply(&third));
         (a.join().unwrap(), b.join().unwrap())
     });
