@@ -7,9 +7,7 @@
 //! before (an ACL, a `use_backend` and a resolving, health-checked backend per route; kept
 //! verbatim in `tests/data/per-route.cfg.j2`) and the map-based default template.
 
-use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;

@@ -67,6 +67,57 @@ pub trait HaproxyFiles {
     fn stats_socket(&self) -> PathBuf {
         self.dir().join("admin.sock")
     }
+
+    /// The master CLI socket every start of this HAProxy gives (`-S`).
+    fn master_socket(&self) -> PathBuf {
+        self.dir().join("master.sock")
+    }
+
+    /// One command on the stats socket; its answer.
+    fn stats_command(&self, command: &str) -> std::io::Result<String> {
+        socket_command(&self.stats_socket(), command)
+    }
+
+    /// The PID of the worker that serves (the one answering `show info`).
+    fn worker_pid(&self) -> Option<u32> {
+        self.stats_command("show info")
+            .ok()?
+            .lines()
+            .find_map(|line| line.strip_prefix("Pid: "))?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// Whether the master lists `worker` among its current workers in `show proc` on its
+    /// CLI, which only a master back in its loop answers. A new worker serves before its
+    /// master gets there, and HAProxy 2.6 loses a USR2 that arrives in between: the next
+    /// reload must wait for this.
+    fn master_has_taken_in(&self, worker: u32) -> bool {
+        // The master CLI keeps a connection open after answering: `quit` closes it.
+        let Ok(answer) = socket_command(&self.master_socket(), "show proc; quit") else {
+            return false;
+        };
+        let mut current = false;
+        for line in answer.lines() {
+            if line.starts_with('#') {
+                current = line.trim() == "# workers";
+            } else if current && line.split_whitespace().next() == Some(&worker.to_string()) {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// One command on an HAProxy CLI socket; its answer, read until HAProxy closes.
+fn socket_command(socket: &Path, command: &str) -> std::io::Result<String> {
+    let mut stream = UnixStream::connect(socket)?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.write_all(format!("{command}\n").as_bytes())?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
 }
 
 /// Render options for an unprivileged HAProxy on loopback: `[https, http, stats]` binds, its
@@ -179,53 +230,14 @@ impl Haproxy {
         std::fs::read_to_string(self.dir().join("haproxy.log")).unwrap_or_default()
     }
 
-    /// `show info` on the stats socket.
-    pub fn show_info(&self) -> std::io::Result<String> {
-        let mut socket = UnixStream::connect(self.stats_socket())?;
-        socket.set_read_timeout(Some(Duration::from_secs(2)))?;
-        socket.write_all(b"show info\n")?;
-        let mut answer = String::new();
-        socket.read_to_string(&mut answer)?;
-        Ok(answer)
-    }
-
     /// The generation HAProxy runs, from the `description` in `show info`.
     pub fn running_generation(&self) -> Option<u64> {
-        let info = self.show_info().ok()?;
+        let info = self.stats_command("show info").ok()?;
         info.lines()
             .find_map(|line| line.strip_prefix("description: autoproxy generation "))?
             .trim()
             .parse()
             .ok()
-    }
-
-    /// The PID of the worker that serves (the one answering `show info`).
-    pub fn worker_pid(&self) -> Option<u32> {
-        worker_pid(&self.show_info().ok()?)
-    }
-
-    /// The master CLI socket every start of this HAProxy must give (`-S`), as `reload.sh` does.
-    pub fn master_socket(&self) -> PathBuf {
-        self.dir().join("master.sock")
-    }
-
-    /// Whether the master lists `worker` among its current workers in `show proc` on its
-    /// CLI, which only a master back in its loop answers. A new worker serves before its
-    /// master gets there, and HAProxy 2.6 loses a USR2 that arrives in between: the next
-    /// reload must wait for this.
-    pub fn master_has_taken_in(&self, worker: u32) -> bool {
-        let Ok(answer) = master_command(&self.master_socket(), "show proc") else {
-            return false;
-        };
-        let mut current = false;
-        for line in answer.lines() {
-            if line.starts_with('#') {
-                current = line.trim() == "# workers";
-            } else if current && line.split_whitespace().next() == Some(&worker.to_string()) {
-                return true;
-            }
-        }
-        false
     }
 
     /// Waits until `generation` runs and its worker's master takes the next reload.
@@ -303,27 +315,6 @@ impl Drop for Haproxy {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-/// The PID in a worker's `show info` answer.
-pub fn worker_pid(show_info: &str) -> Option<u32> {
-    show_info
-        .lines()
-        .find_map(|line| line.strip_prefix("Pid: "))?
-        .trim()
-        .parse()
-        .ok()
-}
-
-/// One command on a master CLI socket (`haproxy -S`); its answer. The master CLI keeps a
-/// connection open after answering: `quit` closes it.
-fn master_command(socket: &Path, command: &str) -> std::io::Result<String> {
-    let mut stream = UnixStream::connect(socket)?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.write_all(format!("{command}; quit\n").as_bytes())?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer)?;
-    Ok(answer)
 }
 
 fn is_zombie(pid: u32) -> bool {

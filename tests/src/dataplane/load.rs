@@ -113,7 +113,7 @@ impl CpuSample {
 /// Runs `until`'s connections to `target` (two clients); the serving worker's CPU meanwhile.
 /// Panics when a connection fails: the figure would not be the route's.
 pub fn cpu_sample(proxy: &Proxy, target: &Target, until: &Until) -> CpuSample {
-    let worker = proxy.worker().expect("a serving worker");
+    let worker = proxy.worker_pid().expect("a serving worker");
     let before = cpu_ticks(worker).expect("worker stat");
     let started = Instant::now();
     let tally = client_loop(proxy.https, std::slice::from_ref(target), 2, until);

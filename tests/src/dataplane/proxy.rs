@@ -92,10 +92,11 @@ impl Proxy {
     pub fn start(&mut self, target: &Target, timeout: Duration) -> Duration {
         assert!(self.master.is_none(), "already started");
         let config = self.config_path().display().to_string();
+        let master_socket = self.master_socket().display().to_string();
         let log = std::fs::File::create(self.dir().join("haproxy.log")).expect("haproxy.log");
         let started = Instant::now();
         let child = self
-            .command(&["-W", "-f", &config])
+            .command(&["-W", "-S", &master_socket, "-f", &config])
             .stdout(log.try_clone().expect("clone the log file"))
             .stderr(log)
             .spawn()
@@ -124,36 +125,24 @@ impl Proxy {
         self.master.as_ref().expect("started").id()
     }
 
-    /// The PID of the worker that serves (the one answering `show info`).
-    pub fn worker(&self) -> Option<u32> {
-        crate::proxy::worker_pid(&self.stats_command("show info").ok()?)
-    }
-
-    /// One command on the stats socket; its answer.
-    pub fn stats_command(&self, command: &str) -> std::io::Result<String> {
-        let mut socket = UnixStream::connect(self.stats_socket())?;
-        socket.set_read_timeout(Some(Duration::from_secs(2)))?;
-        socket.write_all(format!("{command}\n").as_bytes())?;
-        let mut answer = String::new();
-        socket.read_to_string(&mut answer)?;
-        Ok(answer)
-    }
-
     /// `kill -USR2` to the master; the time until a new worker answers, or `None` after
-    /// `timeout`.
+    /// `timeout`. Returns once the master has taken that worker in, ready for the next reload.
     pub fn reload(&self, timeout: Duration) -> Option<Duration> {
-        let old = self.worker();
+        let old = self.worker_pid();
         let started = Instant::now();
         let status = Command::new("kill")
             .args(["-USR2", &self.master_pid().to_string()])
             .status()
             .expect("run kill");
         assert!(status.success(), "kill -USR2 failed");
+        let mut answered = None;
         while started.elapsed() < timeout {
-            if let Some(now) = self.worker()
-                && Some(now) != old
-            {
-                return Some(started.elapsed());
+            match (answered, self.worker_pid()) {
+                (None, Some(now)) if Some(now) != old => {
+                    answered = Some((now, started.elapsed()));
+                }
+                (Some((worker, took)), _) if self.master_has_taken_in(worker) => return Some(took),
+                _ => {}
             }
             std::thread::sleep(Duration::from_millis(5));
         }

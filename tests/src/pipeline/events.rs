@@ -44,18 +44,16 @@ pub fn zone_deleted_event(account: &str, zone_id: &str) -> Value {
     event
 }
 
-/// The S3 notification for one new version of the config.
+/// `events/s3-put.json` for one new version of the config.
 pub fn s3_put_event(bucket: &str, key: &str, version_id: &str) -> Value {
-    json!({"Records": [{
-        "eventVersion": "2.1", "eventSource": "aws:s3", "awsRegion": crate::moto::REGION,
-        "eventTime": autoproxy_generate::handler::now_rfc3339(), "eventName": "ObjectCreated:Put",
-        "userIdentity": {"principalId": "AWS:AROAEXAMPLE:autoproxy-generate"},
-        "requestParameters": {"sourceIPAddress": "127.0.0.1"},
-        "responseElements": {},
-        "s3": {"s3SchemaVersion": "1.0", "configurationId": "config-changed",
-               "bucket": {"name": bucket, "arn": format!("arn:aws:s3:::{bucket}")},
-               "object": {"key": key, "versionId": version_id, "sequencer": "0A"}}
-    }]})
+    let mut event = event_file("s3-put.json");
+    let record = &mut event["Records"][0];
+    record["awsRegion"] = json!(crate::moto::REGION);
+    record["eventTime"] = json!(autoproxy_generate::handler::now_rfc3339());
+    record["s3"]["bucket"] = json!({"name": bucket, "arn": format!("arn:aws:s3:::{bucket}")});
+    record["s3"]["object"]["key"] = json!(key);
+    record["s3"]["object"]["versionId"] = json!(version_id);
+    event
 }
 
 /// The names of the clusters HAProxy should route now.

@@ -20,11 +20,12 @@ use autoproxy_tests::cfn::Stack;
 use autoproxy_tests::estate::{Account, ZoneSpec, api_pair, versioned_bucket};
 use autoproxy_tests::iam::Enforcing;
 use autoproxy_tests::moto::{Moto, OWN_ACCOUNT, REGION};
-use autoproxy_tests::root;
 use aws_sdk_s3::error::DisplayErrorContext;
 use aws_sdk_s3::primitives::{ByteStream, DateTime, DateTimeFormat};
 use aws_sdk_ssm::types::DocumentType;
 use serde_json::{Value, json};
+
+use super::template::template;
 
 const STACK_ID: &str = "arn:aws:cloudformation:us-east-1:123456789012:stack/autoproxy/0f1e2d3c-aaaa-bbbb-cccc-0123456789ab";
 /// The bucket the template names: `autoproxy-<account>-<first part of the stack id's uuid>`.
@@ -80,11 +81,6 @@ const CONFIGURE: &[(&str, Check)] = &[
     // The standalone policy attached to the role, listed after the inline ones.
     ("SendToTaggedInstances", Check::ActionOnly(SSM_RESOURCES)),
 ];
-
-pub(super) fn template() -> serde_yaml::Value {
-    let text = std::fs::read_to_string(root().join("template.yaml")).unwrap();
-    serde_yaml::from_str(&text).unwrap()
-}
 
 /// The stack as deployed here: a custom template, no member roles, no proxy VPCs.
 pub(super) fn stack(template: &serde_yaml::Value) -> Stack {

@@ -9,7 +9,7 @@ use autoproxy::settings::{CONFIGURE_VARIABLES, GENERATE_VARIABLES};
 use autoproxy_tests::root;
 use serde_yaml::Value;
 
-fn template() -> Value {
+pub(super) fn template() -> Value {
     let path = root().join("template.yaml");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("{path:?}: {err}"));
     // serde_yaml keeps CloudFormation's `!Ref`/`!Sub` tags as `Value::Tagged`.
@@ -242,8 +242,8 @@ fn by_sid<'a>(statements: &'a [serde_json::Value], sid: &str) -> &'a serde_json:
 /// member account's read role.
 #[test]
 fn what_moto_cannot_check_is_exactly_this() {
-    use super::least_privilege::{stack, statements_in, template as deployed};
-    let template = deployed();
+    use super::least_privilege::{stack, statements_in};
+    let template = template();
     let mut stack = stack(&template);
     stack.conditions.insert("HasProxyVpcs".into(), true);
     stack.conditions.insert("HasAccountRoles".into(), true);

@@ -258,7 +258,7 @@ fn measure(
     // Let the start's own burst pass before the steady window.
     std::thread::sleep(Duration::from_secs(2));
 
-    let worker = proxy.worker().expect("a serving worker");
+    let worker = proxy.worker_pid().expect("a serving worker");
     let agent_pid = agent.as_ref().map(Resolver::pid);
     let cpu_from = cpu_ticks(worker).expect("worker stat");
     let agent_from = agent_pid.and_then(cpu_ticks);
