@@ -22,7 +22,6 @@ mod event;
 mod report;
 mod rollout;
 
-use event::*;
 pub use event::{dispatches, is_fleet_request};
 pub use report::fleet_report;
 pub use rollout::roll_out;

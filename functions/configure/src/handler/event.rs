@@ -57,7 +57,7 @@ pub fn dispatches(
 }
 
 /// S3 event keys are form-URL-encoded.
-pub(super) fn decode_key(raw: &str) -> String {
+fn decode_key(raw: &str) -> String {
     let spaced = raw.replace('+', " ");
     percent_encoding::percent_decode_str(&spaced)
         .decode_utf8_lossy()
@@ -65,6 +65,4 @@ pub(super) fn decode_key(raw: &str) -> String {
 }
 
 /// How much of a refused payload an error quotes.
-pub(super) const QUOTED_PAYLOAD_CHARS: usize = 300;
-/// SSM's limit on a command's comment.
-pub(super) const SSM_COMMENT_MAX_CHARS: usize = 100;
+const QUOTED_PAYLOAD_CHARS: usize = 300;

@@ -277,13 +277,7 @@ pub(super) async fn send(
         .parameters("ConfigVersion", vec![dispatch.version_id.clone()])
         .max_concurrency(&settings.max_concurrency)
         .max_errors(&settings.max_errors)
-        .comment(autoproxy::excerpt(
-            &format!(
-                "autoproxy generation {generation} (version {})",
-                dispatch.version_id
-            ),
-            SSM_COMMENT_MAX_CHARS,
-        ))
+        .comment(command_comment(generation, &dispatch.version_id))
         .cloud_watch_output_config(output.build())
         .send()
         .await
@@ -382,9 +376,28 @@ pub(super) async fn instance_results(deps: &Deps, command_id: &str) -> Vec<Insta
     results
 }
 
+/// SSM's limit on a command's comment, in characters.
+const SSM_COMMENT_MAX_CHARS: usize = 100;
+
+/// The command's comment, within SSM's limit: a version id may be up to 1,024 characters.
+fn command_comment(generation: &str, version_id: &str) -> String {
+    let text = format!("autoproxy generation {generation} (version {version_id})");
+    // Cut (ASCII: a version id is) one short of the limit, for the "…" that marks the cut.
+    autoproxy::excerpt(&text, SSM_COMMENT_MAX_CHARS - 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_command_comment_never_exceeds_ssms_limit() {
+        let short = command_comment("7", "abc");
+        assert_eq!(short, "autoproxy generation 7 (version abc)");
+        let long = command_comment("999999999999999999", &"v".repeat(1024));
+        assert_eq!(long.chars().count(), SSM_COMMENT_MAX_CHARS, "{long}");
+        assert!(long.ends_with('…'));
+    }
 
     fn rollout(
         status: CommandStatus,
