@@ -38,10 +38,10 @@ templates: tools
 ## the per-route template against the map-based one; its section goes at the end of
 ## docs/BENCHMARKS.md. Quicker: DATAPLANE_ARGS="--routes 1000 --before-reloads 0".
 bench: core-tools
-	. .ci/zig.sh && cargo lambda build --release -p autoproxy-generate -p autoproxy-configure
+	. .ci/zig.sh && cargo lambda build --release -p autoproxy-generate -p autoproxy-configure -p autoproxy-agent
 	cargo build --profile bench-run -p autoproxy-tests --bin bench --bin bench_sweep --bin bench_dataplane
 	target/bench-run/bench $(BENCH_ARGS)
-	target/bench-run/bench_dataplane $(DATAPLANE_ARGS)
+	AUTOPROXY_AGENT_BINARY=target/lambda/autoproxy-agent/bootstrap target/bench-run/bench_dataplane $(DATAPLANE_ARGS)
 
 ## The whole pipeline on this machine, narrated: moto as AWS (two accounts), both
 ## functions through the Lambda runtime (cargo lambda watch/invoke), the apply document from

@@ -59,6 +59,10 @@ pub struct Record {
     pub version_id: String,
     /// When the apply ended, RFC 3339 UTC.
     pub at: String,
+    /// sha256 of the autoproxy-agent binary that wrote the record: which agent the instance
+    /// runs. Empty in records of older apply documents.
+    #[serde(default)]
+    pub agent: String,
 }
 
 /// Where the records live: `haproxy/haproxy.cfg` → `haproxy/haproxy.fleet/`.
@@ -255,6 +259,7 @@ mod tests {
             reason: String::new(),
             version_id: "v1".to_owned(),
             at: "2026-11-23T03:14:02Z".to_owned(),
+            agent: String::new(),
         }
     }
 

@@ -2,6 +2,7 @@
 //! the helpers the `it` test binary shares.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
+pub mod agent;
 pub mod bench;
 pub mod cfn;
 pub mod check;
@@ -68,4 +69,38 @@ pub fn wait_listening(
         }
         std::thread::sleep(Duration::from_millis(25));
     }
+}
+
+/// The `autoproxy-agent` binary of this workspace (debug), built on first use: what the
+/// apply document runs on an instance. `cargo test` builds only the test binaries, so the
+/// harness asks cargo for it (a no-op when it is up to date). `AUTOPROXY_AGENT_BINARY` names
+/// another build instead (the benchmark's: the release binary the stack ships).
+pub fn agent_binary() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            if let Some(path) = std::env::var_os("AUTOPROXY_AGENT_BINARY") {
+                return PathBuf::from(path);
+            }
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let status = std::process::Command::new(cargo)
+                .args([
+                    "build",
+                    "--quiet",
+                    "-p",
+                    "autoproxy-agent",
+                    "--bin",
+                    "autoproxy-agent",
+                ])
+                .current_dir(root())
+                .status()
+                .expect("run cargo build -p autoproxy-agent");
+            assert!(status.success(), "cargo build -p autoproxy-agent failed");
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map_or_else(|| root().join("target"), PathBuf::from);
+            let binary = target.join("debug").join("autoproxy-agent");
+            assert!(binary.exists(), "no {} after the build", binary.display());
+            binary
+        })
+        .clone()
 }

@@ -168,7 +168,8 @@ impl Pipeline {
         // are the only ones the document accepts.
         let haproxy = Haproxy::new();
         register(Started::Haproxy(haproxy.dir().to_owned()));
-        let document = haproxy.apply_document()?;
+        let document = haproxy.apply_document_in(BUCKET)?;
+        crate::agent::Published::publish(&sdk, BUCKET).await;
         create_document(&sdk, &document).await?;
         let instance_ids = run_instances(&moto)?;
         say(&format!(

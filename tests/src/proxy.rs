@@ -22,6 +22,7 @@ use autoproxy::model::{Route, SniMatch};
 use autoproxy::names::HostName;
 use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, RenderOptions, Renderer};
 
+use crate::agent;
 use crate::moto::free_port;
 use crate::ssm_agent::{self, AgentError, Document};
 
@@ -181,18 +182,38 @@ impl Haproxy {
     }
 
     /// The apply document as a stack deployed for this HAProxy holds it: `ConfigPath` fixed
-    /// to [`Haproxy::config_path`], `ReloadCommand` to [`Haproxy::reload_command`].
+    /// to [`Haproxy::config_path`], `ReloadCommand` to [`Haproxy::reload_command`], the agent
+    /// cached under [`Haproxy::agent_directory`] and published to [`agent::BUCKET`].
     pub fn apply_document(&self) -> Result<Document, AgentError> {
         self.apply_document_reloading_with(&self.reload_command(&[]))
     }
 
     /// The same, deployed with another reload command.
     pub fn apply_document_reloading_with(&self, reload: &str) -> Result<Document, AgentError> {
+        self.deploy_document(agent::BUCKET, reload)
+    }
+
+    /// The same, with the agent published to `bucket`.
+    pub fn apply_document_in(&self, bucket: &str) -> Result<Document, AgentError> {
+        self.deploy_document(bucket, &self.reload_command(&[]))
+    }
+
+    fn deploy_document(&self, bucket: &str, reload: &str) -> Result<Document, AgentError> {
         let path = self.config_path().display().to_string();
-        Document::from_workspace(&[
-            (ssm_agent::CONFIG_PATH_PARAMETER, &path),
-            (ssm_agent::RELOAD_COMMAND_PARAMETER, reload),
-        ])
+        let agent_dir = self.agent_directory().display().to_string();
+        Document::from_workspace_with(
+            &[
+                (ssm_agent::CONFIG_PATH_PARAMETER, &path),
+                (ssm_agent::RELOAD_COMMAND_PARAMETER, reload),
+                (ssm_agent::AGENT_DIRECTORY_PARAMETER, &agent_dir),
+            ],
+            &agent::Published::describe(bucket).attributes(),
+        )
+    }
+
+    /// Where this instance's apply document downloads and caches the agent.
+    pub fn agent_directory(&self) -> PathBuf {
+        self.dir().join("agent")
     }
 
     /// Render options for an unprivileged HAProxy on this instance's loopback ports.

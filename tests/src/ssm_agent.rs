@@ -5,10 +5,12 @@
 //! creates it (every `!Ref` of a template parameter replaced by the value the deployer chose,
 //! or the parameter's `Default`, each checked against its `AllowedPattern`/`AllowedValues` as
 //! CloudFormation checks them), fill in parameter defaults, refuse a value outside a
-//! parameter's `allowedValues` or `allowedPattern` as SSM does at `SendCommand`, and run the
-//! `aws:runShellScript` text with `sh` in a fresh directory, each parameter passed only as the
-//! environment variable `SSM_<Name>` (`interpolationType: ENV_VAR`). What is run is exactly the
-//! text in `template.yaml`: there is no second copy of the script.
+//! parameter's `allowedValues` or `allowedPattern` as SSM does at `SendCommand`, carry out the
+//! `aws:downloadContent` steps (the published agent, from moto's S3, to the step's
+//! `destinationPath` under the key's last part), and run the `aws:runShellScript` text with
+//! `sh` in a fresh directory, each parameter passed only as the environment variable
+//! `SSM_<Name>` (`interpolationType: ENV_VAR`). What is run is exactly the text in
+//! `template.yaml`: there is no second copy of the script.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -35,6 +37,9 @@ pub const RESOURCE: &str = "ApplyConfigDocument";
 
 /// The template parameter that fixes the document's `ConfigPath` at deploy time.
 pub const CONFIG_PATH_PARAMETER: &str = "ProxyConfigPath";
+
+/// The template parameter that fixes where the document caches the agent.
+pub const AGENT_DIRECTORY_PARAMETER: &str = "ProxyAgentDirectory";
 
 /// The template parameter that fixes the document's `ReloadCommand` at deploy time.
 pub const RELOAD_COMMAND_PARAMETER: &str = "ProxyReloadCommand";
@@ -112,9 +117,149 @@ pub struct Parameter {
 #[derive(Debug, Clone)]
 pub struct Document {
     pub parameters: Vec<Parameter>,
+    /// The `aws:downloadContent` steps before the script, in order.
+    pub downloads: Vec<Download>,
     pub script: String,
     /// The document's `Content` with every `!Ref` resolved: what `CreateDocument` receives.
     pub content: Value,
+}
+
+/// One `aws:downloadContent` step from S3: the object's URL and the directory it goes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Download {
+    pub name: String,
+    /// `https://<bucket>.s3.<region>.amazonaws.com/<key>`, as the SSM agent takes it.
+    pub url: String,
+    pub destination: PathBuf,
+}
+
+impl Download {
+    fn from_step(step: &Value) -> Result<Download, AgentError> {
+        expect_str(get(step, &["action"])?, "aws:downloadContent", "action")?;
+        expect_str(get(step, &["inputs", "sourceType"])?, "S3", "sourceType")?;
+        let info = get(step, &["inputs", "sourceInfo"])?
+            .as_str()
+            .ok_or_else(|| shape("sourceInfo as a JSON string", "something else"))?;
+        let info: serde_json::Value = serde_json::from_str(info)
+            .map_err(|err| shape("sourceInfo as JSON", &err.to_string()))?;
+        let url = info
+            .get("path")
+            .and_then(serde_json::Value::as_str)
+            .ok_or_else(|| shape("sourceInfo {\"path\": URL}", &info.to_string()))?;
+        let destination = get(step, &["inputs", "destinationPath"])?
+            .as_str()
+            .ok_or_else(|| shape("destinationPath as a string", "something else"))?;
+        Ok(Download {
+            name: get(step, &["name"])?
+                .as_str()
+                .unwrap_or("download")
+                .to_owned(),
+            url: url.to_owned(),
+            destination: PathBuf::from(destination),
+        })
+    }
+
+    /// (bucket, key) of a virtual-hosted S3 URL.
+    pub fn object(&self) -> Option<(&str, &str)> {
+        let rest = self.url.strip_prefix("https://")?;
+        let (host, key) = rest.split_once('/')?;
+        let (bucket, _) = host.split_once(".s3.")?;
+        Some((bucket, key))
+    }
+
+    /// Fetches the object into the destination directory under its key's last part, as the
+    /// SSM agent does, from the S3 endpoint of `env` (moto). A failure is the step's output.
+    fn run(&self, env: &[(String, String)]) -> Result<String, String> {
+        let (bucket, key) = self
+            .object()
+            .ok_or_else(|| format!("{}: not an S3 object URL", self.url))?;
+        let endpoint = env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "AWS_ENDPOINT_URL_S3" || k == "AWS_ENDPOINT_URL")
+            .map(|(_, v)| v.trim_end_matches('/').to_owned())
+            .ok_or("no AWS_ENDPOINT_URL to download from")?;
+        let var = |name: &str| {
+            env.iter()
+                .rev()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        let (access, secret, region) = (
+            var("AWS_ACCESS_KEY_ID"),
+            var("AWS_SECRET_ACCESS_KEY"),
+            var("AWS_REGION"),
+        );
+        // As the SSM agent saves one object: into `destinationPath` under the key's last part
+        // when that path is a directory or ends with '/', else as that path itself.
+        let destination = self.destination.to_string_lossy();
+        let (dir, name) = if destination.ends_with('/') || self.destination.is_dir() {
+            (
+                self.destination.clone(),
+                key.rsplit('/').next().unwrap_or(key).to_owned(),
+            )
+        } else {
+            (
+                self.destination
+                    .parent()
+                    .map_or_else(|| PathBuf::from("/"), Path::to_path_buf),
+                self.destination
+                    .file_name()
+                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+            )
+        };
+        std::fs::create_dir_all(&dir).map_err(|err| err.to_string())?;
+        let target = dir.join(name);
+        let (bucket, key) = (bucket.to_owned(), key.to_owned());
+        let fetch_target = target.clone();
+        // Its own thread and runtime: the caller may be inside one.
+        let fetched = std::thread::spawn(move || -> Result<(), String> {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|err| err.to_string())?;
+            rt.block_on(async {
+                let config = aws_sdk_s3::Config::builder()
+                    .behavior_version(aws_config::BehaviorVersion::latest())
+                    .endpoint_url(endpoint)
+                    .region(aws_sdk_s3::config::Region::new(region))
+                    .credentials_provider(aws_sdk_s3::config::Credentials::new(
+                        access,
+                        secret,
+                        None,
+                        None,
+                        "ssm-agent-stand-in",
+                    ))
+                    .force_path_style(true)
+                    .build();
+                let object = aws_sdk_s3::Client::from_conf(config)
+                    .get_object()
+                    .bucket(&bucket)
+                    .key(&key)
+                    .send()
+                    .await
+                    .map_err(|err| aws_sdk_s3::error::DisplayErrorContext(err).to_string())?;
+                let bytes = object
+                    .body
+                    .collect()
+                    .await
+                    .map_err(|err| err.to_string())?
+                    .into_bytes();
+                std::fs::write(&fetch_target, &bytes).map_err(|err| err.to_string())
+            })
+        })
+        .join()
+        .map_err(|_| "the download thread panicked".to_owned())?;
+        let (bucket, key) = self.object().unwrap_or_default();
+        match fetched {
+            Ok(()) => Ok(format!(
+                "downloaded s3://{bucket}/{key} to {}",
+                target.display()
+            )),
+            Err(err) => Err(format!("s3://{bucket}/{key}: {err}")),
+        }
+    }
 }
 
 /// What one run of the script did.
@@ -135,9 +280,25 @@ impl Document {
     /// script and see them fail), deployed with the template parameters `deploy` (name,
     /// value); the others keep their `Default`.
     pub fn from_workspace(deploy: &[(&str, &str)]) -> Result<Document, AgentError> {
+        Document::from_workspace_with(
+            deploy,
+            &crate::agent::Published::describe(crate::agent::BUCKET).attributes(),
+        )
+    }
+
+    /// The same, with the attributes the stack's other resources returned (`!GetAtt`): the
+    /// published agent's.
+    pub fn from_workspace_with(
+        deploy: &[(&str, &str)],
+        attributes: &[(String, String)],
+    ) -> Result<Document, AgentError> {
         let path = std::env::var_os("AUTOPROXY_TEMPLATE")
             .map_or_else(|| crate::root().join("template.yaml"), PathBuf::from);
-        Document::from_template(&path, deploy)
+        let text = std::fs::read_to_string(&path).map_err(|source| AgentError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        Document::from_template_text_with(&text, deploy, attributes)
     }
 
     /// The document in a SAM/CloudFormation template file, deployed with `deploy`.
@@ -149,16 +310,31 @@ impl Document {
         Document::from_template_text(&text, deploy)
     }
 
-    /// The document in a template's text, deployed with the template parameters `deploy`
-    /// (name, value; unnamed ones take their `Default`). Refuses, as CloudFormation would, a
-    /// name the template does not declare and a value outside its parameter's `AllowedPattern`
-    /// or `AllowedValues`. Refuses a document that breaks the contract the script relies on:
-    /// schema 2.2, one `aws:runShellScript` step, every parameter a `String` passed as
-    /// `ENV_VAR` with an `allowedPattern` or `allowedValues` its default satisfies, no `!Ref`
-    /// but of template parameters, and no `{{ }}` in the script.
+    /// A template's text, deployed with `deploy`, the agent described for the default bucket.
     pub fn from_template_text(text: &str, deploy: &[(&str, &str)]) -> Result<Document, AgentError> {
+        Document::from_template_text_with(
+            text,
+            deploy,
+            &crate::agent::Published::describe(crate::agent::BUCKET).attributes(),
+        )
+    }
+
+    /// The document in a template's text, deployed with the template parameters `deploy`
+    /// (name, value; unnamed ones take their `Default`) and the other resources' `attributes`
+    /// (`AgentBinary.Sha256`, …, for `!GetAtt`). Refuses, as CloudFormation would, a name the
+    /// template does not declare and a value outside its parameter's `AllowedPattern` or
+    /// `AllowedValues`. Refuses a document that breaks the contract the script relies on:
+    /// schema 2.2, `aws:downloadContent` steps from S3 followed by one `aws:runShellScript`
+    /// step, every parameter a `String` passed as `ENV_VAR` with an `allowedPattern` or
+    /// `allowedValues` its default satisfies, no intrinsic but `!Ref` of template parameters,
+    /// `!GetAtt` and `!Sub` over both, and no `{{ }}` in the script.
+    pub fn from_template_text_with(
+        text: &str,
+        deploy: &[(&str, &str)],
+        attributes: &[(String, String)],
+    ) -> Result<Document, AgentError> {
         let template: Value = serde_yaml::from_str(text)?;
-        let deploy = Deploy::new(&template, deploy)?;
+        let deploy = Deploy::new(&template, deploy, attributes)?;
         let properties = get(&template, &["Resources", RESOURCE, "Properties"])?;
         expect_str(
             get(properties, &["DocumentType"])?,
@@ -232,10 +408,18 @@ impl Document {
         let steps = get(&content, &["mainSteps"])?
             .as_sequence()
             .ok_or_else(|| shape("mainSteps as a list", "something else"))?;
-        let [step] = steps.as_slice() else {
-            return Err(shape("exactly one step", &format!("{} steps", steps.len())));
+        let Some((step, downloads)) = steps.split_last() else {
+            return Err(shape("at least one step", "none"));
         };
-        expect_str(get(step, &["action"])?, "aws:runShellScript", "action")?;
+        let downloads = downloads
+            .iter()
+            .map(Download::from_step)
+            .collect::<Result<Vec<_>, _>>()?;
+        expect_str(
+            get(step, &["action"])?,
+            "aws:runShellScript",
+            "the last step's action",
+        )?;
         let lines = get(step, &["inputs", "runCommand"])?
             .as_sequence()
             .ok_or_else(|| shape("runCommand as a list of lines", "something else"))?;
@@ -256,6 +440,7 @@ impl Document {
         }
         Ok(Document {
             parameters,
+            downloads,
             script,
             content,
         })
@@ -319,6 +504,13 @@ impl Document {
         timeout: Duration,
     ) -> Result<Run, AgentError> {
         let values = self.resolve(given)?;
+        let mut downloaded = String::new();
+        for download in &self.downloads {
+            match download.run(env) {
+                Ok(line) => downloaded.push_str(&format!("{}: {line}\n", download.name)),
+                Err(line) => downloaded.push_str(&format!("{}: FAILED: {line}\n", download.name)),
+            }
+        }
         let workdir = tempfile::Builder::new()
             .prefix("autoproxy-ssm-")
             .tempdir()
@@ -374,7 +566,7 @@ impl Document {
         let finished = Instant::now();
         Ok(Run {
             status,
-            stdout: collect(&stdout),
+            stdout: downloaded + &collect(&stdout),
             stderr: collect(&stderr),
             started,
             finished,

@@ -1,4 +1,4 @@
-//! The deploy step: the template's parameters as a deployer sets them (checked as CloudFormation checks them), and the document's `!Ref`s resolved with them.
+//! The deploy step: the template's parameters as a deployer sets them (checked as CloudFormation checks them), and the document's `!Ref`s resolved with them; `!GetAtt` of another resource (the published agent) and `!Sub` over both resolve to the attributes the test gives, as CloudFormation resolves them to what the resource returned.
 
 use super::*;
 
@@ -6,6 +6,8 @@ use super::*;
 pub(super) struct Deploy<'a> {
     pub(super) declared: Option<&'a serde_yaml::Mapping>,
     pub(super) given: &'a [(&'a str, &'a str)],
+    /// `Resource.Attribute` → value, for `!GetAtt`.
+    pub(super) attributes: &'a [(String, String)],
 }
 
 impl<'a> Deploy<'a> {
@@ -14,10 +16,12 @@ impl<'a> Deploy<'a> {
     pub(super) fn new(
         template: &'a Value,
         given: &'a [(&'a str, &'a str)],
+        attributes: &'a [(String, String)],
     ) -> Result<Deploy<'a>, AgentError> {
         let deploy = Deploy {
             declared: template.get("Parameters").and_then(Value::as_mapping),
             given,
+            attributes,
         };
         for (name, value) in given {
             let spec = deploy
@@ -51,8 +55,47 @@ impl<'a> Deploy<'a> {
         Ok(default)
     }
 
-    /// `value` with every `!Ref <parameter>` (or `{Ref: <parameter>}`) replaced by its value;
-    /// any other intrinsic function is refused.
+    /// What `!GetAtt Resource.Attribute` resolves to: the attribute the test gave.
+    fn attribute(&self, name: &str) -> Result<String, AgentError> {
+        self.attributes
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| AgentError::Unresolved {
+                found: format!("!GetAtt {name} (no such attribute given)"),
+            })
+    }
+
+    /// `!Sub` of a string: every `${Name}` a template parameter, every `${Resource.Attr}` an
+    /// attribute; `${!Literal}` stays `${Literal}`.
+    fn substitute(&self, text: &str) -> Result<String, AgentError> {
+        let mut out = String::new();
+        let mut rest = text;
+        while let Some(start) = rest.find("${") {
+            out.push_str(&rest[..start]);
+            let after = &rest[start + 2..];
+            let end = after.find('}').ok_or_else(|| AgentError::Unresolved {
+                found: format!("!Sub {text:?}: an unclosed ${{"),
+            })?;
+            let name = &after[..end];
+            if let Some(literal) = name.strip_prefix('!') {
+                out.push_str("${");
+                out.push_str(literal);
+                out.push('}');
+            } else if name.contains('.') {
+                out.push_str(&self.attribute(name)?);
+            } else {
+                out.push_str(&self.value(name)?);
+            }
+            rest = &after[end + 1..];
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+
+    /// `value` with every `!Ref <parameter>` (or `{Ref: <parameter>}`) replaced by its value,
+    /// every `!GetAtt` by the given attribute and every `!Sub` string substituted; any other
+    /// intrinsic function is refused.
     pub(super) fn resolve(&self, value: &Value) -> Result<Value, AgentError> {
         Ok(match value {
             Value::Tagged(tagged) if tagged.tag == "Ref" => {
@@ -63,6 +106,31 @@ impl<'a> Deploy<'a> {
                         found: format!("{value:?}"),
                     })?;
                 Value::String(self.value(name)?)
+            }
+            Value::Tagged(tagged) if tagged.tag == "GetAtt" => {
+                let name = match &tagged.value {
+                    Value::String(name) => name.clone(),
+                    Value::Sequence(parts) => parts
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join("."),
+                    other => {
+                        return Err(AgentError::Unresolved {
+                            found: format!("!GetAtt {other:?}"),
+                        });
+                    }
+                };
+                Value::String(self.attribute(&name)?)
+            }
+            Value::Tagged(tagged) if tagged.tag == "Sub" => {
+                let text = tagged
+                    .value
+                    .as_str()
+                    .ok_or_else(|| AgentError::Unresolved {
+                        found: "!Sub with a variable map (the stand-in takes a string)".to_owned(),
+                    })?;
+                Value::String(self.substitute(text)?)
             }
             Value::Tagged(tagged) => {
                 return Err(AgentError::Unresolved {

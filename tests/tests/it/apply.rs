@@ -54,6 +54,7 @@ impl Fixture {
         let sdk = rt.block_on(async {
             let sdk = moto.sdk_config().await;
             estate::versioned_bucket(&sdk, BUCKET).await.unwrap();
+            autoproxy_tests::agent::Published::publish(&sdk, BUCKET).await;
             sdk
         });
         let haproxy = Haproxy::new();

@@ -373,29 +373,47 @@ fn prefill_addresses(proxy: &Proxy, routes: &[Route], env: &Env) {
     std::fs::write(proxy.addresses_map(), text).expect("write addresses.map");
 }
 
-/// The apply document's whole run on one config, as the first install and as the next one.
+/// The apply document's whole run on one config, as the first install and as the next one,
+/// and what the agent and the document cost.
 struct ApplyTimes {
     routes: usize,
     bytes: usize,
     first: Duration,
     next: Duration,
+    /// From the next generation's return to its new route serving.
+    serving: Option<Duration>,
+    /// The agent's peak resident memory during the next generation's apply, as it logged it.
+    peak_memory: String,
+    agent_bytes: u64,
+    document_bytes: usize,
 }
 
 impl ApplyTimes {
     fn line(&self) -> String {
         format!(
             "**Apply** ({} routes, a {:.1} MB config): the apply document's whole run took \
-             {:.2} s as the first install and {:.2} s for the next generation.",
+             {:.2} s as the first install and {:.2} s for the next generation (one new route, \
+             whose host the apply resolved before the swap); that route served {} after the \
+             apply returned. autoproxy-agent: {:.1} MB binary, peak memory {} during the apply; \
+             the document's Content is {} bytes as JSON.",
             self.routes,
             self.bytes as f64 / 1e6,
             self.first.as_secs_f64(),
-            self.next.as_secs_f64()
+            self.next.as_secs_f64(),
+            self.serving.map_or_else(
+                || "not within 5 s".to_owned(),
+                |d| format!("{:.0} ms", d.as_secs_f64() * 1000.0)
+            ),
+            self.agent_bytes as f64 / 1e6,
+            self.peak_memory,
+            self.document_bytes,
         )
     }
 }
 
-/// Runs the apply document on a config of `routes` twice (first install, next generation)
-/// against moto as S3 and a real HAProxy on loopback.
+/// Runs the apply document on a config of `routes` twice against moto as S3 and a real
+/// HAProxy on loopback: the first install of all routes but the first (their addresses known,
+/// as the resolver would have them), then the next generation, which adds the first route.
 fn apply_times(env: &Env, routes: &[Route]) -> ApplyTimes {
     const BUCKET: &str = "autoproxy-config";
     const KEY: &str = "haproxy/haproxy.cfg";
@@ -407,21 +425,28 @@ fn apply_times(env: &Env, routes: &[Route]) -> ApplyTimes {
     let sdk = rt.block_on(moto.sdk_config());
     rt.block_on(estate::versioned_bucket(&sdk, BUCKET))
         .expect("the config bucket");
+    let agent = rt.block_on(autoproxy_tests::agent::Published::publish(&sdk, BUCKET));
     let haproxy = Haproxy::new();
     let document = haproxy.apply_document().expect("the apply document");
     let options = haproxy.options(env.backends.port);
+    let (added, kept) = routes.split_first().expect("at least one route");
+    let mut known = String::new();
+    for (i, route) in routes.iter().enumerate().skip(1) {
+        let backend = &env.backends.list[i % env.backends.list.len()];
+        writeln!(known, "{} {}", route.backend.as_str(), backend.addr.ip()).unwrap();
+    }
+    let maps = haproxy.dir().join("autoproxy");
+    std::fs::create_dir_all(&maps).expect("the maps directory");
+    std::fs::write(maps.join("addresses.map"), known).expect("write addresses.map");
     let mut times = Vec::new();
     let mut bytes = 0;
+    let mut serving = None;
+    let mut peak_memory = String::new();
     for generation in 1..=2_u64 {
-        // The next generation drops the first route: a real change to check and reload.
-        let kept = if generation == 1 {
-            routes
-        } else {
-            routes.get(1..).unwrap_or_default()
-        };
+        let installed = if generation == 1 { kept } else { routes };
         let config = dataplane::render(
             Design::Maps,
-            kept,
+            installed,
             &[env.agent_dns.addr()],
             &options,
             generation,
@@ -441,10 +466,27 @@ fn apply_times(env: &Env, routes: &[Route]) -> ApplyTimes {
                 Duration::from_secs(120),
             )
             .expect("run the apply document");
+        let returned = Instant::now();
         assert!(
             run.success(),
             "the apply of generation {generation} failed:\n{run}"
         );
+        if generation == 2 {
+            let deadline = returned + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if haproxy.probe(&added.sni).is_ok() {
+                    serving = Some(returned.elapsed());
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            peak_memory = run
+                .step("done")
+                .first()
+                .and_then(|done| done.split("peak memory ").nth(1))
+                .map(|m| m.trim_end_matches(')').to_owned())
+                .unwrap_or_default();
+        }
         println!("generation {generation}: {:?}", run.step("done"));
         times.push(run.elapsed());
     }
@@ -453,6 +495,10 @@ fn apply_times(env: &Env, routes: &[Route]) -> ApplyTimes {
         bytes,
         first: times[0],
         next: times[1],
+        serving,
+        peak_memory,
+        agent_bytes: std::fs::metadata(&agent.binary).map_or(0, |m| m.len()),
+        document_bytes: serde_json::to_string(&document.content).map_or(0, |s| s.len()),
     }
 }
 

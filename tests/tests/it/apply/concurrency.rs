@@ -121,24 +121,19 @@ fn reload_under_load() {
 /// can hold it, and the wait plus a whole apply still fits the document's timeout.
 #[test]
 fn a_lock_wait_outlasts_any_apply_that_holds_the_lock() {
-    let text = std::fs::read_to_string(autoproxy_tests::root().join("template.yaml")).unwrap();
-    let document = Document::from_workspace(&[]).unwrap();
-    let constant = |name: &str| -> u64 {
-        document
-            .script
-            .lines()
-            .find_map(|line| line.trim().strip_prefix(&format!("{name}=")))
-            .and_then(|value| value.split_whitespace().next()?.parse().ok())
-            .unwrap_or_else(|| panic!("the apply script sets no {name}=<seconds>"))
+    use autoproxy_agent::apply::{
+        ADDRESS_BUDGET, CHECK_TIMEOUT, DOWNLOAD_TIMEOUT, LOCK_WAIT, RECORD_TIMEOUT, RELOAD_TIMEOUT,
+        RUNNING_TIMEOUT,
     };
-    // Each bounded step runs under `timeout -k 5`.
-    let kill = 5;
-    let hold = constant("DOWNLOAD_TIMEOUT_SECONDS")
-        + kill
-        + constant("HAPROXY_CHECK_TIMEOUT_SECONDS")
-        + kill
-        + 2 * (constant("RELOAD_TIMEOUT_SECONDS") + kill + constant("CHECK_SECONDS"));
-    let wait = constant("LOCK_WAIT_SECONDS");
+    let text = std::fs::read_to_string(autoproxy_tests::root().join("template.yaml")).unwrap();
+    // Each bounded step's child is killed at its limit; a rollback reloads and checks again.
+    let hold = (DOWNLOAD_TIMEOUT
+        + ADDRESS_BUDGET
+        + CHECK_TIMEOUT
+        + 2 * (RELOAD_TIMEOUT + RUNNING_TIMEOUT)
+        + RECORD_TIMEOUT)
+        .as_secs();
+    let wait = LOCK_WAIT.as_secs();
     assert!(wait > hold, "lock wait {wait} s, longest hold {hold} s");
     let timeout: u64 = text
         .lines()

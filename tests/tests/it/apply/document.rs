@@ -17,9 +17,14 @@ fn the_document_declares_strict_env_var_parameters() {
             "ConfigKey",
             "ConfigVersion",
             "ConfigPath",
-            "ReloadCommand"
+            "ReloadCommand",
+            "AgentSha256",
+            "AgentArchitecture",
+            "AgentDirectory"
         ]
     );
+    let agent = autoproxy_tests::agent::Published::describe(autoproxy_tests::agent::BUCKET);
+    let other_sha = "0".repeat(64);
     let cases: &[(&str, &str, bool)] = &[
         ("ConfigBucket", "autoproxy-config", true),
         ("ConfigBucket", "my.bucket-1", true),
@@ -50,6 +55,14 @@ fn the_document_declares_strict_env_var_parameters() {
             false,
         ),
         ("ReloadCommand", "/bin/sh -c id", false),
+        // Only the agent the stack published, only where the stack put it.
+        ("AgentSha256", agent.sha256.as_str(), true),
+        ("AgentSha256", other_sha.as_str(), false),
+        ("AgentSha256", "", false),
+        ("AgentArchitecture", agent.architecture.as_str(), true),
+        ("AgentArchitecture", "riscv64", false),
+        ("AgentDirectory", "/var/lib/autoproxy", true),
+        ("AgentDirectory", "/tmp", false),
     ];
     for (name, value, allowed) in cases {
         let result = document.resolve(&[("ConfigBucket", "bucket"), (name, value)]);
@@ -69,6 +82,7 @@ fn the_document_declares_strict_env_var_parameters() {
     assert_eq!(defaults["ConfigVersion"], "");
     assert_eq!(defaults["ConfigPath"], "/etc/haproxy/haproxy.cfg");
     assert_eq!(defaults["ReloadCommand"], "systemctl reload haproxy");
+    assert_eq!(defaults["AgentSha256"], agent.sha256);
     assert!(matches!(document.resolve(&[]), Err(AgentError::Missing(_))));
 }
 

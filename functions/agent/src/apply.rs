@@ -1,0 +1,458 @@
+//! `autoproxy-agent apply`: installs one version of the generated haproxy.cfg on this instance
+//! (docs/ARCHITECTURE.md, "The apply").
+//!
+//! Under an exclusive lock beside the config: download that version → verify its sha256 →
+//! skip unless its generation is newer than the one HAProxy runs → write its route maps →
+//! make sure every route's host has an address → `haproxy -c` → keep the current file as
+//! last-known-good (only if it ran) → atomic rename → reload (or start, when HAProxy is not
+//! running) → check HAProxy reports the new generation → on any failure restore
+//! last-known-good, reload, and exit non-zero with the reason. Every run ends with a fleet
+//! record whose generation is what HAProxy reported at the end, never what the run intended.
+//!
+//! A signal (SIGTERM, SIGINT, SIGHUP) at any step stops that step, kills whatever it had
+//! started, and ends the run as a failure of that step would: nothing installed yet → nothing
+//! changed; installed → rolled back. SIGKILL leaves no record of this run; the next run sees
+//! a file HAProxy does not run and installs its generation again.
+//!
+//! Exit status: 0 applied or skipped; 1 rejected or failed, nothing changed; 2 failed and
+//! rolled back; 3 failed and the rollback did not complete either (a person must look).
+//! Every log line is `autoproxy-apply: <step>: <detail>`; a failure adds one
+//! `autoproxy-apply: FAILED: <reason>` line on stderr.
+
+mod child;
+mod config;
+mod files;
+mod finish;
+mod record;
+mod steps;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use autoproxy::artifact;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::haproxy::RuntimeApi;
+pub use record::Outcome;
+
+// Every step that holds the lock is bounded; a child past its limit is killed at once.
+pub const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the routes' new hosts may take to get their addresses before the swap.
+pub const ADDRESS_BUDGET: Duration = Duration::from_secs(20);
+pub const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
+pub const RELOAD_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long HAProxy gets to report a generation running.
+pub const RUNNING_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long the fleet record's upload may take.
+pub const RECORD_TIMEOUT: Duration = Duration::from_secs(20);
+/// Longer than another apply can hold the lock (download, addresses, check, reload and its
+/// check, a rollback's reload and check, and the record: 60 + 20 + 30 + 2 × (60 + 15) + 20 =
+/// 280 s), and short enough that a wait plus a whole apply fits the document's 600 s.
+pub const LOCK_WAIT: Duration = Duration::from_secs(300);
+const SOCKET_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Names the apply can stop at before a step, for the fault tests (`AUTOPROXY_AGENT_PAUSE`).
+const PAUSE_VARIABLE: &str = "AUTOPROXY_AGENT_PAUSE";
+
+/// One log line on stdout.
+pub fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+fn log(step: &str, detail: &str) {
+    say(&format!("autoproxy-apply: {step}: {detail}"));
+}
+
+fn failed(detail: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "autoproxy-apply: FAILED: {detail}");
+}
+
+/// The document's parameters, as the SSM agent passes them (`SSM_<Name>`).
+#[derive(Debug, Clone)]
+pub struct Params {
+    pub bucket: String,
+    pub key: String,
+    /// Empty: the latest version.
+    pub version: String,
+    pub config: PathBuf,
+    pub reload: Vec<String>,
+}
+
+impl Params {
+    pub fn from_env() -> Result<Params, String> {
+        let var = |name: &str| {
+            std::env::var(format!("SSM_{name}")).map_err(|_| {
+                format!(
+                    "parameter {name} did not arrive as $SSM_{name} (interpolationType ENV_VAR needs SSM Agent 3.3.2746.0 or later); nothing changed"
+                )
+            })
+        };
+        let params = Params {
+            bucket: var("ConfigBucket")?,
+            key: var("ConfigKey")?,
+            version: var("ConfigVersion")?,
+            config: PathBuf::from(var("ConfigPath")?),
+            reload: var("ReloadCommand")?
+                .split(' ')
+                .filter(|w| !w.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        };
+        Ok(params)
+    }
+}
+
+/// Where a run stands: what a failure (or a signal) at this point must undo.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Prepare,
+    /// The new file is in place: from here a failure rolls back.
+    Installed,
+}
+
+/// Why a step failed, and whether HAProxy rejected the config (`check`).
+#[derive(Debug)]
+struct Failure {
+    reason: String,
+}
+
+fn fail<T>(reason: impl Into<String>) -> Result<T, Failure> {
+    Err(Failure {
+        reason: reason.into(),
+    })
+}
+
+/// The run's state, outside the step future so that a signal can cancel that future and
+/// still know what to undo.
+#[derive(Debug)]
+struct Run {
+    params: Params,
+    dir: PathBuf,
+    last_good: PathBuf,
+    maps_dir: PathBuf,
+    started: Instant,
+    step: &'static str,
+    stage: Stage,
+    outcome: Outcome,
+    version_applied: String,
+    installed_gen: u64,
+    running_gen: u64,
+    generation: u64,
+    /// Files and directories to remove at the end, whatever happens.
+    temps: Vec<PathBuf>,
+    s3: Option<aws_sdk_s3::Client>,
+    _lock: Option<std::fs::File>,
+}
+
+/// Runs the apply with the parameters from the environment; the exit status of the contract.
+pub fn main() -> ExitCode {
+    let params = match Params::from_env() {
+        Ok(params) => params,
+        Err(reason) => {
+            failed(&reason);
+            return ExitCode::from(1);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            failed(&format!("cannot start: {err}; nothing changed"));
+            return ExitCode::from(1);
+        }
+    };
+    ExitCode::from(runtime.block_on(apply(params)))
+}
+
+/// The whole run; returns the exit status.
+pub async fn apply(params: Params) -> u8 {
+    let dir = params
+        .config
+        .parent()
+        .map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
+    let mut run = Run {
+        last_good: PathBuf::from(format!("{}.last-good", params.config.display())),
+        maps_dir: dir.join("autoproxy"),
+        dir,
+        params,
+        started: Instant::now(),
+        step: "start",
+        stage: Stage::Prepare,
+        outcome: Outcome::Applied,
+        version_applied: String::new(),
+        installed_gen: 0,
+        running_gen: 0,
+        generation: 0,
+        temps: Vec::new(),
+        s3: None,
+        _lock: None,
+    };
+    let signals = Signals::new();
+    let result = {
+        let steps = run.steps();
+        tokio::pin!(steps);
+        tokio::select! {
+            result = &mut steps => result,
+            name = signals.any() => fail(format!("interrupted by {name}")),
+        }
+    };
+    let code = run.finish(result).await;
+    for path in std::mem::take(&mut run.temps) {
+        if path.is_dir() {
+            let _ = std::fs::remove_dir_all(&path);
+        } else {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+    code
+}
+
+/// SIGTERM, SIGINT and SIGHUP, as one future.
+struct Signals {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+    hup: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn new() -> Signals {
+        Signals {
+            term: signal(SignalKind::terminate()).ok(),
+            int: signal(SignalKind::interrupt()).ok(),
+            hup: signal(SignalKind::hangup()).ok(),
+        }
+    }
+
+    async fn any(mut self) -> &'static str {
+        async fn on(signal: Option<&mut tokio::signal::unix::Signal>) {
+            match signal {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            () = on(self.term.as_mut()) => "SIGTERM",
+            () = on(self.int.as_mut()) => "SIGINT",
+            () = on(self.hup.as_mut()) => "SIGHUP",
+        }
+    }
+}
+
+impl Run {
+    fn config(&self) -> &Path {
+        &self.params.config
+    }
+
+    /// The stats socket of the installed config, if it declares a usable one.
+    fn socket(&self) -> Option<RuntimeApi> {
+        config::socket_of(self.config()).map(|path| RuntimeApi::new(path, SOCKET_TIMEOUT))
+    }
+
+    /// The generation HAProxy runs, from `show info` on the installed config's socket; 0 when
+    /// nothing answers there or what runs is not an autoproxy config.
+    fn running_generation(&self) -> u64 {
+        self.socket()
+            .and_then(|api| api.info().ok())
+            .and_then(|info| info.generation())
+            .unwrap_or(0)
+    }
+
+    /// Whether an HAProxy answers on the installed config's socket at all.
+    fn haproxy_answers(&self) -> bool {
+        self.socket().is_some_and(|api| api.info().is_ok())
+    }
+
+    async fn pause(&mut self, step: &'static str) {
+        self.step = step;
+        if std::env::var(PAUSE_VARIABLE).is_ok_and(|v| v == step) {
+            log("pause", &format!("before {step}"));
+            tokio::time::sleep(Duration::from_secs(120)).await;
+        }
+    }
+
+    async fn steps(&mut self) -> Result<(), Failure> {
+        if !self.config().is_absolute() {
+            return fail(format!(
+                "ConfigPath must be an absolute path, got '{}'",
+                self.config().display()
+            ));
+        }
+        if !self.dir.is_dir() {
+            return fail(format!(
+                "the directory of ConfigPath, {}, does not exist",
+                self.dir.display()
+            ));
+        }
+        if self.params.reload.is_empty() {
+            return fail("ReloadCommand is empty");
+        }
+
+        self.step = "lock";
+        let lock_path = PathBuf::from(format!("{}.lock", self.config().display()));
+        let waited = Instant::now();
+        match files::lock(&lock_path, LOCK_WAIT).await {
+            Ok(file) => self._lock = Some(file),
+            Err(files::LockError::Busy) => {
+                return fail(format!(
+                    "another apply held {} for more than {} s",
+                    lock_path.display(),
+                    LOCK_WAIT.as_secs()
+                ));
+            }
+            Err(files::LockError::Open(err)) => {
+                return fail(format!("cannot open {}: {err}", lock_path.display()));
+            }
+        }
+        log(
+            "lock",
+            &format!(
+                "acquired {} after {} ms",
+                lock_path.display(),
+                waited.elapsed().as_millis()
+            ),
+        );
+        self.installed_gen = config::generation_of(self.config());
+        self.running_gen = self.running_generation();
+        if self.installed_gen != self.running_gen {
+            log(
+                "state",
+                &format!(
+                    "WARNING: {} holds generation {} but HAProxy runs generation {}: the file is not what runs",
+                    self.config().display(),
+                    self.installed_gen,
+                    self.running_gen
+                ),
+            );
+        }
+
+        self.pause("download").await;
+        let (text, version) = self.download().await?;
+        self.version_applied.clone_from(&version);
+
+        self.step = "verify";
+        let new = self.verify(&text, &version)?;
+        self.generation = new.generation;
+
+        self.step = "compare";
+        // Decided by what HAProxy runs, not by the file: an equal generation is installed
+        // again when the file differs from what runs, which repairs it.
+        if new.generation < self.running_gen
+            || (new.generation == self.running_gen && self.installed_gen == self.running_gen)
+        {
+            log(
+                "skip",
+                &format!(
+                    "generation {} is not newer than the running generation {}: nothing to do",
+                    new.generation, self.running_gen
+                ),
+            );
+            self.outcome = Outcome::Skipped;
+            return Ok(());
+        }
+
+        self.step = "maps";
+        self.write_maps(&text, new.generation)?;
+
+        self.step = "addresses";
+        self.ensure_addresses(&text).await;
+
+        let staged = files::temp_path(&self.dir, ".autoproxy-new");
+        self.temps.push(staged.clone());
+        files::write_synced(&staged, text.as_bytes(), 0o644)
+            .or_else(|err| fail(format!("cannot write {}: {err}", staged.display())))?;
+
+        self.pause("check").await;
+        self.check(&staged, new.generation).await?;
+
+        self.step = "keep";
+        self.keep()?;
+
+        self.step = "swap";
+        self.swap(&staged, new.generation)?;
+        self.pause("swap").await;
+
+        self.pause("reload").await;
+        let starting = !self.haproxy_answers();
+        let finished = self.reload(starting).await?;
+        if !finished.success() {
+            return fail(format!(
+                "the reload command ({}) {}: {}",
+                self.reload_words(starting).join(" "),
+                finished.status(),
+                oneline(&finished.output)
+            ));
+        }
+        log(
+            "reload",
+            &format!("ran {}", self.reload_words(starting).join(" ")),
+        );
+
+        self.pause("verify").await;
+        self.step = "running";
+        let socket = new.socket.clone();
+        if let Err(seen) = finish::wait_generation(&socket, new.generation).await {
+            return fail(format!(
+                "HAProxy did not report generation {} on {} within {} s (it reports: {seen})",
+                new.generation,
+                socket.display(),
+                RUNNING_TIMEOUT.as_secs()
+            ));
+        }
+        self.running_gen = new.generation;
+
+        self.step = "tidy";
+        self.tidy(new.generation);
+        log(
+            "done",
+            &format!(
+                "generation {} is running (apply took {} ms, peak memory {})",
+                new.generation,
+                self.started.elapsed().as_millis(),
+                peak_memory()
+            ),
+        );
+        Ok(())
+    }
+}
+
+/// What the apply needs of the new config beyond its header.
+#[derive(Debug, Clone)]
+struct NewConfig {
+    generation: u64,
+    socket: PathBuf,
+}
+
+/// The rest of each body line starting with `prefix`.
+fn body_lines<'a>(text: &'a str, prefix: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+    artifact::body(text)
+        .lines()
+        .filter_map(move |line| line.strip_prefix(prefix))
+}
+
+/// The agent's peak resident memory (`VmHWM`), as a log line says it.
+fn peak_memory() -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("VmHWM:"))
+                .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+        })
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// Command output squeezed into one short line for a log or failure line.
+fn oneline(text: &str) -> String {
+    let squeezed = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    autoproxy::excerpt(&squeezed, 400)
+}

@@ -1,0 +1,240 @@
+//! The programs the apply runs (`haproxy -c`, the reload command): bounded in time, and never
+//! outliving the apply.
+//!
+//! A child stays in the apply's process group, so SSM's timeout (which kills the script's
+//! group) takes it down with the apply; `timeout(1)` in the old script moved each child into a
+//! group of its own, which outlived the apply and could reload after it had died. When the
+//! apply itself ends a child (its own time limit, a signal to the apply), it kills the child
+//! and every descendant still attached to it, found through `/proc`: a reload script's own
+//! children too. A daemon the reload starts (HAProxy's master) has detached to init by then and
+//! is left alone.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use rustix::process::{Pid, Signal, kill_process};
+
+/// How a child ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    /// Its exit status; `None` when it was killed (by us at its time limit, or by a signal).
+    pub code: Option<i32>,
+    /// stdout and stderr together, in the order they came.
+    pub output: String,
+    /// It ran past its time limit and was killed.
+    pub timed_out: bool,
+}
+
+impl Finished {
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// The exit, as a log line says it.
+    pub fn status(&self) -> String {
+        match (self.code, self.timed_out) {
+            (_, true) => "no exit within its time limit (killed)".to_owned(),
+            (Some(code), false) => format!("exited with {code}"),
+            (None, false) => "killed by a signal".to_owned(),
+        }
+    }
+}
+
+/// Runs `program args…` without a shell, stdin closed, its output captured (through a file:
+/// a daemon it starts must not hold a pipe of ours open), for at most `limit`.
+pub async fn run(
+    program: &Path,
+    args: &[String],
+    work_dir: &Path,
+    limit: Duration,
+) -> std::io::Result<Finished> {
+    let output = tempfile_in(work_dir)?;
+    let mut command = tokio::process::Command::new(program);
+    command
+        .args(args)
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(output.reopen()?)
+        .stderr(output.reopen()?);
+    let mut child = command.spawn()?;
+    let pid = child.id();
+    // Dropped (a signal to the apply cancels the step): the guard kills the child's tree.
+    let mut guard = TreeGuard { pid };
+    let waited = tokio::time::timeout(limit, child.wait()).await;
+    let (code, timed_out) = match waited {
+        Ok(status) => {
+            guard.pid = None;
+            (status?.code(), false)
+        }
+        Err(_) => {
+            guard.kill();
+            let _ = child.wait().await;
+            (None, true)
+        }
+    };
+    let mut text = std::fs::read_to_string(output.path()).unwrap_or_default();
+    text.truncate(text.trim_end().len());
+    Ok(Finished {
+        code,
+        output: text,
+        timed_out,
+    })
+}
+
+/// A temporary file for a child's output, deleted when dropped.
+fn tempfile_in(dir: &Path) -> std::io::Result<OutputFile> {
+    for attempt in 0..100u32 {
+        let path = dir.join(format!(
+            ".autoproxy-output.{}.{}.{attempt}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos())
+        ));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(file) => return Ok(OutputFile { path, file }),
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Err(std::io::Error::other("no free name for an output file"))
+}
+
+struct OutputFile {
+    path: std::path::PathBuf,
+    file: std::fs::File,
+}
+
+impl OutputFile {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn reopen(&self) -> std::io::Result<std::fs::File> {
+        self.file.try_clone()
+    }
+}
+
+impl Drop for OutputFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Kills a child and its descendants unless disarmed (`pid = None`).
+struct TreeGuard {
+    pid: Option<u32>,
+}
+
+impl TreeGuard {
+    fn kill(&mut self) {
+        if let Some(pid) = self.pid.take() {
+            kill_tree(pid);
+        }
+    }
+}
+
+impl Drop for TreeGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// SIGKILL to `root` and every process descending from it, children first found, as `/proc`
+/// shows them now. Stopping the parents first keeps a shell from starting more.
+pub fn kill_tree(root: u32) {
+    let mut parents: HashMap<u32, Vec<u32>> = HashMap::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if let Some(ppid) = parent_of(pid) {
+                parents.entry(ppid).or_default().push(pid);
+            }
+        }
+    }
+    let mut order = vec![root];
+    let mut next = 0;
+    while next < order.len() {
+        if let Some(children) = parents.get(&order[next]) {
+            order.extend(children.iter().copied());
+        }
+        next += 1;
+    }
+    for pid in order {
+        if let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
+            let _ = kill_process(pid, Signal::KILL);
+        }
+    }
+}
+
+/// The parent of `pid`: field 4 of `/proc/<pid>/stat`, after the command in parentheses.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_child_past_its_limit_is_killed_with_its_children() {
+        let dir = std::env::temp_dir();
+        let marker = dir.join(format!("autoproxy-child-test-{}", std::process::id()));
+        let script = format!(
+            "sleep 30 & echo $! > {}; echo started; wait",
+            marker.display()
+        );
+        let finished = run(
+            Path::new("/bin/sh"),
+            &["-c".to_owned(), script],
+            &dir,
+            Duration::from_millis(500),
+        )
+        .await
+        .expect("runs");
+        assert!(finished.timed_out, "{finished:?}");
+        assert_eq!(finished.output, "started");
+        let grandchild: u32 = std::fs::read_to_string(&marker)
+            .expect("the grandchild's pid")
+            .trim()
+            .parse()
+            .expect("a pid");
+        let _ = std::fs::remove_file(&marker);
+        // A killed process stays a zombie until its parent (init here) reaps it: not running.
+        let state = std::fs::read_to_string(format!("/proc/{grandchild}/stat")).unwrap_or_default();
+        let running = state
+            .rfind(')')
+            .and_then(|i| state[i + 1..].split_whitespace().next())
+            .is_some_and(|s| s != "Z" && s != "X");
+        assert!(!running, "the grandchild still runs: {state}");
+    }
+
+    #[tokio::test]
+    async fn output_and_status_come_back() {
+        let finished = run(
+            Path::new("/bin/sh"),
+            &["-c".to_owned(), "echo out; echo err >&2; exit 3".to_owned()],
+            &std::env::temp_dir(),
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("runs");
+        assert_eq!(finished.code, Some(3));
+        assert_eq!(finished.output, "out\nerr");
+        assert_eq!(finished.status(), "exited with 3");
+    }
+}

@@ -1,0 +1,189 @@
+//! How a run ends: the rollback of what a failure left installed, the fleet record, and the
+//! address service kept running.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::{
+    Failure, Outcome, RUNNING_TIMEOUT, Run, SOCKET_TIMEOUT, Stage, config, failed, files, log,
+    oneline, record,
+};
+use crate::haproxy::RuntimeApi;
+
+impl Run {
+    /// Ends the run: on failure rolls back what was installed; writes the fleet record;
+    /// returns the exit status.
+    pub(super) async fn finish(&mut self, result: Result<(), Failure>) -> u8 {
+        let (code, outcome, reason) = match result {
+            Ok(()) => {
+                if self.outcome == Outcome::Applied || self.outcome == Outcome::Skipped {
+                    self.ensure_resolver();
+                }
+                (0, self.outcome, String::new())
+            }
+            Err(Failure { reason }) if self.stage == Stage::Installed => {
+                let (code, outcome, reason) = self.rollback(&reason).await;
+                (code, outcome, reason)
+            }
+            Err(Failure { reason }) => {
+                let running = self.running_generation();
+                failed(&format!(
+                    "{reason}; nothing changed (running generation {running})"
+                ));
+                let outcome = if self.step == "check" {
+                    Outcome::Rejected
+                } else {
+                    Outcome::Failed
+                };
+                (1, outcome, reason)
+            }
+        };
+        self.report(outcome, &reason).await;
+        code
+    }
+
+    pub(super) async fn rollback(&mut self, why: &str) -> (u8, Outcome, String) {
+        let config = self.config().to_path_buf();
+        if !self.last_good.is_file() {
+            let _ = std::fs::remove_file(&config);
+            let reason = format!(
+                "{why}; no last-known-good to restore (first install): removed the new config"
+            );
+            failed(&reason);
+            return (2, Outcome::RolledBack, reason);
+        }
+        let lg_gen = config::generation_of(&self.last_good);
+        let temp = files::temp_path(&self.dir, ".autoproxy-restore");
+        let restored = files::copy_synced(&self.last_good, &temp)
+            .and_then(|()| std::fs::rename(&temp, &config));
+        if let Err(err) = restored {
+            let _ = std::fs::remove_file(&temp);
+            let reason = format!(
+                "{why}; could not restore last-known-good generation {lg_gen} from {}: {err}",
+                self.last_good.display()
+            );
+            failed(&reason);
+            return (3, Outcome::Failed, reason);
+        }
+        if let Err(err) = files::sync_dir(&self.dir) {
+            log(
+                "rollback",
+                &format!("WARNING: could not flush {}: {err}", self.dir.display()),
+            );
+        }
+        log(
+            "rollback",
+            &format!(
+                "restored last-known-good generation {lg_gen} to {}",
+                config.display()
+            ),
+        );
+        let starting = !self.haproxy_answers();
+        let reloaded = match self.reload(starting).await {
+            Ok(finished) if finished.success() => Ok(()),
+            Ok(finished) => Err(format!(
+                "{}: {}",
+                finished.status(),
+                oneline(&finished.output)
+            )),
+            Err(Failure { reason }) => Err(reason),
+        };
+        if let Err(detail) = reloaded {
+            let reason = format!(
+                "{why}; restored last-known-good generation {lg_gen} but its reload failed too ({detail})"
+            );
+            failed(&reason);
+            return (3, Outcome::Failed, reason);
+        }
+        if let (true, Some(socket)) = (lg_gen > 0, config::socket_of(&config))
+            && let Err(seen) = wait_generation(&socket, lg_gen).await
+        {
+            let reason = format!(
+                "{why}; restored last-known-good generation {lg_gen} but HAProxy does not report it running (it reports: {seen})"
+            );
+            failed(&reason);
+            return (3, Outcome::Failed, reason);
+        }
+        let reason = format!("{why}; restored last-known-good generation {lg_gen}");
+        failed(&reason);
+        (2, Outcome::RolledBack, reason)
+    }
+
+    /// Writes the fleet record: the generation HAProxy reports now, and the file's sha256
+    /// when the file is what runs.
+    pub(super) async fn report(&mut self, outcome: Outcome, reason: &str) {
+        let generation = self.running_generation();
+        let installed = std::fs::read_to_string(self.config()).unwrap_or_default();
+        let sha256 = if generation != 0 && config::header_generation(&installed) == Some(generation)
+        {
+            config::header_sha256(&installed).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        let instance_id = record::instance_id();
+        let record = record::Record {
+            instance_id: instance_id.clone(),
+            generation,
+            sha256,
+            result: outcome,
+            reason: reason.to_owned(),
+            version_id: if self.version_applied.is_empty() {
+                self.params.version.clone()
+            } else {
+                self.version_applied.clone()
+            },
+            at: record::now_utc(),
+            agent: std::env::var("AUTOPROXY_AGENT_SHA256").unwrap_or_default(),
+        };
+        let key = record::key(&self.params.key, &instance_id);
+        let s3 = self.s3().await;
+        match record::put(&s3, &self.params.bucket, &key, &record).await {
+            Ok(()) => log(
+                "fleet",
+                &format!(
+                    "{}: reported generation {generation} running to s3://{}/{key}",
+                    outcome.as_str(),
+                    self.params.bucket
+                ),
+            ),
+            Err(err) => log(
+                "fleet",
+                &format!(
+                    "WARNING: could not write s3://{}/{key}: {}",
+                    self.params.bucket,
+                    oneline(&err)
+                ),
+            ),
+        }
+    }
+
+    /// Keeps the address service installed and running; its failures never undo a config
+    /// that runs.
+    pub(super) fn ensure_resolver(&self) {
+        let agent = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("autoproxy-agent"));
+        for line in crate::resolve::ensure_service(&agent, self.config()) {
+            log("resolver", &line);
+        }
+    }
+}
+
+/// Polls `show info` until HAProxy reports `generation` (bounded); on time-out, what it
+/// reported last.
+pub(super) async fn wait_generation(socket: &Path, generation: u64) -> Result<(), String> {
+    let api = RuntimeApi::new(socket, SOCKET_TIMEOUT);
+    let want = format!("autoproxy generation {generation}");
+    let deadline = Instant::now() + RUNNING_TIMEOUT;
+    loop {
+        let seen = match api.info() {
+            Ok(info) if info.description.as_deref() == Some(want.as_str()) => return Ok(()),
+            Ok(info) => info
+                .description
+                .unwrap_or_else(|| "no description".to_owned()),
+            Err(err) => err.to_string(),
+        };
+        if Instant::now() >= deadline {
+            return Err(seen);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

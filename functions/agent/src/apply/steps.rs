@@ -1,0 +1,436 @@
+//! The steps of an apply, in the order `Run::steps` takes them.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use autoproxy::artifact::{self, MapFiles};
+
+use super::{
+    ADDRESS_BUDGET, CHECK_TIMEOUT, DOWNLOAD_TIMEOUT, Failure, NewConfig, RELOAD_TIMEOUT, Run,
+    Stage, body_lines, child, config, fail, files, log, oneline,
+};
+
+impl Run {
+    pub(super) async fn s3(&mut self) -> aws_sdk_s3::Client {
+        if let Some(client) = &self.s3 {
+            return client.clone();
+        }
+        let timeouts = aws_config::timeout::TimeoutConfig::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .read_timeout(Duration::from_secs(30))
+            .build();
+        // The region from the environment, else the instance's (IMDSv2), as the SDK's default
+        // chain finds it; credentials from the instance profile the same way.
+        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .timeout_config(timeouts)
+            .load()
+            .await;
+        let client = aws_sdk_s3::Client::new(&sdk);
+        self.s3 = Some(client.clone());
+        client
+    }
+
+    pub(super) async fn download(&mut self) -> Result<(String, String), Failure> {
+        let s3 = self.s3().await;
+        let params = &self.params;
+        let source = format!(
+            "s3://{}/{} (version {})",
+            params.bucket,
+            params.key,
+            if params.version.is_empty() {
+                "latest"
+            } else {
+                &params.version
+            }
+        );
+        let mut get = s3.get_object().bucket(&params.bucket).key(&params.key);
+        if !params.version.is_empty() {
+            get = get.version_id(&params.version);
+        }
+        let fetched = tokio::time::timeout(DOWNLOAD_TIMEOUT, async {
+            let object = get
+                .send()
+                .await
+                .map_err(|err| aws_sdk_s3::error::DisplayErrorContext(err).to_string())?;
+            let version = object.version_id().unwrap_or("null").to_owned();
+            let bytes = object
+                .body
+                .collect()
+                .await
+                .map_err(|err| err.to_string())?
+                .into_bytes();
+            Ok::<_, String>((bytes, version))
+        })
+        .await;
+        let (bytes, version) = match fetched {
+            Ok(Ok(got)) => got,
+            Ok(Err(err)) => return fail(format!("download of {source} failed: {}", oneline(&err))),
+            Err(_) => {
+                return fail(format!(
+                    "download of {source} failed: no answer within {} s",
+                    DOWNLOAD_TIMEOUT.as_secs()
+                ));
+            }
+        };
+        log(
+            "download",
+            &format!("{source}: got version {version}, {} bytes", bytes.len()),
+        );
+        let text = String::from_utf8(bytes.to_vec())
+            .or_else(|_| fail(format!("version {version} is not UTF-8 text")))?;
+        Ok((text, version))
+    }
+
+    pub(super) fn verify(&self, text: &str, version: &str) -> Result<NewConfig, Failure> {
+        let header = artifact::parse_header(text).or_else(|err| {
+            fail(match err {
+                artifact::HeaderError::Mismatch { header, body } => format!(
+                    "sha256 mismatch in version {version}: the header says {header}, the body hashes to {body}"
+                ),
+                other => format!("version {version} has no valid header: {other}"),
+            })
+        })?;
+        let generation = header.generation;
+        let description = config::global_value(text, "description").unwrap_or_default();
+        let want = format!("autoproxy generation {generation}");
+        if description != want {
+            return fail(format!(
+                "generation {generation} declares 'description {description}' in global, expected '{want}': its running generation could not be checked"
+            ));
+        }
+        let Some(socket) = config::stats_socket(text) else {
+            return fail(format!(
+                "generation {generation} declares no 'stats socket <path>' in global: its running generation could not be checked"
+            ));
+        };
+        if !config::safe_socket_path(&socket) {
+            return fail(format!(
+                "generation {generation} declares stats socket '{socket}': expected an absolute path of letters, digits and . _ / - only"
+            ));
+        }
+        log(
+            "verify",
+            &format!(
+                "generation {generation}, sha256 {} matches its header",
+                header.sha256
+            ),
+        );
+        Ok(NewConfig {
+            generation,
+            socket: PathBuf::from(socket),
+        })
+    }
+
+    /// The route maps of this generation, complete in their own directory before anything
+    /// names them; and the address map started from what a running HAProxy resolved, the
+    /// first time there is none.
+    pub(super) fn write_maps(&mut self, text: &str, generation: u64) -> Result<(), Failure> {
+        let maps_dir = self.maps_dir.clone();
+        std::fs::create_dir_all(&maps_dir)
+            .or_else(|err| fail(format!("cannot create {}: {err}", maps_dir.display())))?;
+        let addresses = self
+            .dir
+            .join(MapFiles::for_generation(generation).addresses);
+        if std::fs::metadata(&addresses).map_or(true, |m| m.len() == 0) {
+            let seeded = self.seed_addresses();
+            let temp = files::temp_path(&maps_dir, ".autoproxy-addresses");
+            self.temps.push(temp.clone());
+            files::write_synced(&temp, seeded.as_bytes(), 0o644)
+                .and_then(|()| std::fs::rename(&temp, &addresses))
+                .or_else(|err| fail(format!("cannot write {}: {err}", addresses.display())))?;
+            log(
+                "maps",
+                &format!(
+                    "started {} with {} addresses the running HAProxy had resolved",
+                    addresses.display(),
+                    seeded.lines().count()
+                ),
+            );
+        }
+        let (routes, suffixes) = MapFiles::route_tables(text);
+        let stage = files::temp_path(&maps_dir, &format!(".gen-{generation}"));
+        self.temps.push(stage.clone());
+        let final_dir = maps_dir.join(format!("gen-{generation}"));
+        let written = std::fs::create_dir(&stage)
+            .and_then(|()| files::write_synced(&stage.join("routes.map"), routes.as_bytes(), 0o644))
+            .and_then(|()| {
+                files::write_synced(&stage.join("suffixes.map"), suffixes.as_bytes(), 0o644)
+            })
+            .and_then(|()| {
+                std::fs::set_permissions(
+                    &stage,
+                    std::os::unix::fs::PermissionsExt::from_mode(0o755),
+                )
+            })
+            .and_then(|()| files::sync_dir(&stage))
+            .and_then(|()| {
+                if final_dir.exists() {
+                    std::fs::remove_dir_all(&final_dir)?;
+                }
+                std::fs::rename(&stage, &final_dir)
+            });
+        written.or_else(|err| {
+            fail(format!(
+                "cannot write the maps of generation {generation} in {}: {err}",
+                maps_dir.display()
+            ))
+        })?;
+        log(
+            "maps",
+            &format!(
+                "generation {generation}: {} exact, {} suffix routes written to {}",
+                routes.lines().count(),
+                suffixes.lines().count(),
+                final_dir.display()
+            ),
+        );
+        Ok(())
+    }
+
+    /// `name address` lines from `show servers state` of the running HAProxy (a per-route
+    /// config names one server per host), so the first switch to the map layout drops no route.
+    pub(super) fn seed_addresses(&self) -> String {
+        let Some(answer) = self
+            .socket()
+            .and_then(|api| api.command("show servers state").ok())
+        else {
+            return String::new();
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        let mut lines = String::new();
+        for line in answer.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            if words.len() < 18 || !words[0].bytes().all(|b| b.is_ascii_digit()) {
+                continue;
+            }
+            let (address, host) = (words[4], words[17]);
+            let plain_host = host
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_.-".contains(&b));
+            if plain_host
+                && address != "0.0.0.0"
+                && address.parse::<std::net::Ipv4Addr>().is_ok()
+                && seen.insert(host.to_owned())
+            {
+                lines.push_str(&format!("{host} {address}\n"));
+            }
+        }
+        lines
+    }
+
+    pub(super) async fn ensure_addresses(&mut self, text: &str) {
+        let known =
+            std::fs::read_to_string(self.dir.join("autoproxy/addresses.map")).unwrap_or_default();
+        let known: std::collections::BTreeSet<&str> = known
+            .lines()
+            .filter_map(|line| line.split_whitespace().next())
+            .collect();
+        let (routes, suffixes) = MapFiles::route_tables(text);
+        let mut wanted: Vec<String> = routes
+            .lines()
+            .chain(suffixes.lines())
+            .filter_map(|line| line.split_whitespace().nth(1))
+            .filter_map(|target| target.rsplit_once(':').map(|(host, _)| host))
+            .filter(|host| host.parse::<std::net::Ipv4Addr>().is_err() && !known.contains(host))
+            .map(str::to_owned)
+            .collect();
+        wanted.sort();
+        wanted.dedup();
+        if wanted.is_empty() {
+            return;
+        }
+        let nameservers: Vec<std::net::SocketAddr> = body_lines(text, artifact::NAMESERVER_LINE)
+            .filter_map(|ns| ns.split_whitespace().next()?.parse().ok())
+            .collect();
+        let ensured =
+            crate::addresses::ensure(&self.dir, &wanted, &nameservers, ADDRESS_BUDGET).await;
+        log(
+            "addresses",
+            &format!(
+                "{} new host(s): {} resolved, {} without an address yet{}",
+                wanted.len(),
+                ensured.resolved,
+                ensured.missing.len(),
+                ensured
+                    .missing
+                    .first()
+                    .map(|(name, why)| format!(" (first: {name}: {why})"))
+                    .unwrap_or_default()
+            ),
+        );
+    }
+
+    pub(super) async fn check(&self, staged: &Path, generation: u64) -> Result<(), Failure> {
+        let args = vec![
+            "-c".to_owned(),
+            "-f".to_owned(),
+            staged.display().to_string(),
+        ];
+        let finished = child::run(Path::new("haproxy"), &args, &self.dir, CHECK_TIMEOUT)
+            .await
+            .or_else(|err| fail(format!("cannot run haproxy -c: {err}")))?;
+        for line in finished.output.lines().filter(|l| !l.trim().is_empty()) {
+            log("check", line);
+        }
+        if !finished.success() {
+            let alert = finished
+                .output
+                .lines()
+                .find(|l| l.contains("ALERT"))
+                .or_else(|| finished.output.lines().last())
+                .unwrap_or("no output");
+            return fail(format!(
+                "haproxy -c rejected generation {generation}: {}",
+                oneline(alert)
+            ));
+        }
+        Ok(())
+    }
+
+    pub(super) fn keep(&mut self) -> Result<(), Failure> {
+        let config = self.config().to_path_buf();
+        if config.is_file() && self.installed_gen != self.running_gen {
+            // Never verified running: keeping it would make a rollback restore a config that
+            // may not work.
+            let kept = if self.last_good.is_file() {
+                format!("generation {}", config::generation_of(&self.last_good))
+            } else {
+                "absent".to_owned()
+            };
+            log(
+                "keep",
+                &format!(
+                    "generation {} in {} never ran here: last-known-good stays {kept}",
+                    self.installed_gen,
+                    config.display()
+                ),
+            );
+        } else if config.is_file() {
+            let temp = files::temp_path(&self.dir, ".autoproxy-last-good");
+            self.temps.push(temp.clone());
+            files::copy_synced(&config, &temp)
+                .and_then(|()| std::fs::rename(&temp, &self.last_good))
+                .or_else(|err| {
+                    fail(format!(
+                        "cannot keep {} as {}: {err}",
+                        config.display(),
+                        self.last_good.display()
+                    ))
+                })?;
+            log(
+                "keep",
+                &format!(
+                    "generation {} kept as last-known-good in {}",
+                    self.installed_gen,
+                    self.last_good.display()
+                ),
+            );
+        } else {
+            let _ = std::fs::remove_file(&self.last_good);
+            log(
+                "keep",
+                &format!(
+                    "no config installed at {} yet: nothing to keep",
+                    config.display()
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    pub(super) fn swap(&mut self, staged: &Path, generation: u64) -> Result<(), Failure> {
+        let config = self.config().to_path_buf();
+        if let Ok(meta) = std::fs::metadata(&config) {
+            use std::os::unix::fs::{MetadataExt, PermissionsExt};
+            let _ = std::fs::set_permissions(
+                staged,
+                std::fs::Permissions::from_mode(meta.mode() & 0o7777),
+            );
+            if std::os::unix::fs::chown(staged, Some(meta.uid()), Some(meta.gid())).is_err() {
+                log(
+                    "swap",
+                    &format!("could not keep the owner of {}", config.display()),
+                );
+            }
+        }
+        files::sync_dir(&self.maps_dir)
+            .and_then(|()| std::fs::File::open(staged)?.sync_all())
+            .or_else(|err| {
+                fail(format!(
+                    "could not flush {} to disk: {err}",
+                    staged.display()
+                ))
+            })?;
+        std::fs::rename(staged, &config)
+            .or_else(|err| fail(format!("cannot rename into {}: {err}", config.display())))?;
+        self.stage = Stage::Installed;
+        if let Err(err) = files::sync_dir(&self.dir) {
+            log(
+                "swap",
+                &format!(
+                    "WARNING: could not flush {} (the rename of {}) to disk: {err}",
+                    self.dir.display(),
+                    config.display()
+                ),
+            );
+        }
+        log(
+            "swap",
+            &format!("generation {generation} installed at {}", config.display()),
+        );
+        Ok(())
+    }
+
+    /// The reload command; when HAProxy is not running and the command is
+    /// `systemctl reload <unit>`, `systemctl start <unit>` instead (a stopped unit cannot
+    /// reload). Any other command must start a stopped HAProxy itself.
+    pub(super) fn reload_words(&self, starting: bool) -> Vec<String> {
+        let mut words = self.params.reload.clone();
+        let systemctl = words
+            .first()
+            .is_some_and(|w| w == "systemctl" || w.ends_with("/systemctl"));
+        if starting && systemctl && words.get(1).is_some_and(|w| w == "reload") {
+            words[1] = "start".to_owned();
+        }
+        words
+    }
+
+    pub(super) async fn reload(&self, starting: bool) -> Result<child::Finished, Failure> {
+        let words = self.reload_words(starting);
+        if starting && words != self.params.reload {
+            log(
+                "reload",
+                "HAProxy is not running: starting it instead of reloading",
+            );
+        }
+        let (program, args) = words
+            .split_first()
+            .map_or((String::new(), Vec::new()), |(p, a)| {
+                (p.clone(), a.to_vec())
+            });
+        child::run(Path::new(&program), &args, &self.dir, RELOAD_TIMEOUT)
+            .await
+            .or_else(|err| fail(format!("cannot run the reload command ({program}): {err}")))
+    }
+
+    /// Route maps of every generation but the running one and last-known-good's go.
+    pub(super) fn tidy(&self, generation: u64) {
+        let keep = config::generation_of(&self.last_good);
+        let Ok(entries) = std::fs::read_dir(&self.maps_dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(g) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("gen-"))
+                .and_then(|g| g.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            if g != generation && g != keep && entry.path().is_dir() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+}
