@@ -322,6 +322,9 @@ impl Run {
         );
         self.installed_gen = config::generation_of(self.config());
         self.running_gen = self.running_generation();
+        // Asked before the swap, on the socket of the config HAProxy was started with: the new
+        // config may name another socket.
+        let was_running = self.haproxy_answers();
         if self.installed_gen != self.running_gen {
             log(
                 "state",
@@ -381,7 +384,7 @@ impl Run {
         self.pause("swap").await;
 
         self.pause("reload").await;
-        let starting = !self.haproxy_answers();
+        let starting = !was_running;
         let finished = self.reload(starting).await?;
         if !finished.success() {
             return fail(format!(

@@ -15,4 +15,5 @@ mod ownership;
 mod properties;
 mod ratelimit;
 mod resolver;
+mod runtime_api;
 mod template;

@@ -376,9 +376,30 @@ fn ref_target(value: &Value) -> Option<&str> {
     }
 }
 
+/// `!GetAtt Resource.Attribute` (or `{Fn::GetAtt: [Resource, Attribute]}`) as `Resource.Attribute`.
+fn get_att_target(value: &Value) -> Option<String> {
+    let target = match value {
+        Value::Tagged(tagged) if tagged.tag == "GetAtt" => &tagged.value,
+        Value::Mapping(mapping) if mapping.len() == 1 => mapping.get("Fn::GetAtt")?,
+        _ => return None,
+    };
+    match target {
+        Value::String(name) => Some(name.clone()),
+        Value::Sequence(parts) => Some(
+            parts
+                .iter()
+                .map(Value::as_str)
+                .collect::<Option<Vec<_>>>()?
+                .join("."),
+        ),
+        _ => None,
+    }
+}
+
 /// One line per apply-document parameter, outside `CALLER_CHOSEN`, that a caller could set
 /// to something the deployer did not choose: its `allowedValues` must be exactly one
-/// `!Ref` of a template parameter that constrains its value, and its `default` the same.
+/// `!Ref` of a template parameter that constrains its value, or one `!GetAtt` of a resource of
+/// the stack (what the stack published: the agent's sha256), and its `default` the same.
 fn free_parameters(template: &Value) -> Vec<String> {
     let parameters =
         template["Resources"]["ApplyConfigDocument"]["Properties"]["Content"]["parameters"]
@@ -390,13 +411,28 @@ fn free_parameters(template: &Value) -> Vec<String> {
         if CALLER_CHOSEN.contains(&name) {
             continue;
         }
-        let bound = match spec.get("allowedValues").and_then(Value::as_sequence) {
-            Some(values) if values.len() == 1 => ref_target(&values[0]),
+        let only = match spec.get("allowedValues").and_then(Value::as_sequence) {
+            Some(values) if values.len() == 1 => Some(&values[0]),
             _ => None,
         };
-        let Some(bound) = bound else {
+        if let Some(attribute) = only.and_then(get_att_target) {
+            let resource = attribute.split('.').next().unwrap_or_default();
+            if template["Resources"].get(resource).is_none() {
+                problems.push(format!(
+                    "{name}: allowedValues names {attribute}, not an attribute of a resource of the stack"
+                ));
+            }
+            if spec.get("default").and_then(get_att_target).as_deref() != Some(attribute.as_str()) {
+                problems.push(format!(
+                    "{name}: default is not !GetAtt {attribute}: {:?}",
+                    spec.get("default")
+                ));
+            }
+            continue;
+        }
+        let Some(bound) = only.and_then(ref_target) else {
             problems.push(format!(
-                "{name}: allowedValues is not [!Ref <template parameter>]: {:?}",
+                "{name}: allowedValues is not [!Ref <template parameter>] or [!GetAtt <resource>.<attribute>]: {:?}",
                 spec.get("allowedValues")
             ));
             continue;
@@ -450,6 +486,7 @@ Parameters:
   ProxyThing: {Type: String, Default: a, AllowedPattern: '^[a-z]+$'}
   Loose: {Type: String, Default: a}
 Resources:
+  Published: {Type: Custom::Thing}
   ApplyConfigDocument:
     Properties:
       Content:
@@ -460,6 +497,9 @@ Resources:
           Unbound: {type: String, default: !Ref Loose, allowedValues: [!Ref Loose]}
           Escapes: {type: String, default: other, allowedValues: [!Ref ProxyThing]}
           Missing: {type: String, default: !Ref Nowhere, allowedValues: [!Ref Nowhere]}
+          Pinned: {type: String, default: !GetAtt Published.Sha, allowedValues: [!GetAtt Published.Sha]}
+          Unpinned: {type: String, default: x, allowedValues: [!GetAtt Published.Sha]}
+          Elsewhere: {type: String, default: !GetAtt Gone.Sha, allowedValues: [!GetAtt Gone.Sha]}
 ",
     )
     .unwrap();
@@ -470,7 +510,14 @@ Resources:
         .collect();
     assert_eq!(
         names,
-        ["Free", "Unbound", "Escapes", "Missing"],
+        [
+            "Free",
+            "Unbound",
+            "Escapes",
+            "Missing",
+            "Unpinned",
+            "Elsewhere"
+        ],
         "{problems:#?}"
     );
 }

@@ -385,14 +385,11 @@ impl Run {
     /// `systemctl reload <unit>`, `systemctl start <unit>` instead (a stopped unit cannot
     /// reload). Any other command must start a stopped HAProxy itself.
     pub(super) fn reload_words(&self, starting: bool) -> Vec<String> {
-        let mut words = self.params.reload.clone();
-        let systemctl = words
-            .first()
-            .is_some_and(|w| w == "systemctl" || w.ends_with("/systemctl"));
-        if starting && systemctl && words.get(1).is_some_and(|w| w == "reload") {
-            words[1] = "start".to_owned();
+        if starting {
+            start_words(&self.params.reload)
+        } else {
+            self.params.reload.clone()
         }
-        words
     }
 
     pub(super) async fn reload(&self, starting: bool) -> Result<child::Finished, Failure> {
@@ -431,6 +428,50 @@ impl Run {
             if g != generation && g != keep && entry.path().is_dir() {
                 let _ = std::fs::remove_dir_all(entry.path());
             }
+        }
+    }
+}
+
+/// What starts a stopped HAProxy, given the reload command: `systemctl start <unit>` for
+/// `systemctl reload <unit>`; any other command as it is.
+fn start_words(reload: &[String]) -> Vec<String> {
+    let mut words = reload.to_vec();
+    let systemctl = words
+        .first()
+        .is_some_and(|w| w == "systemctl" || w.ends_with("/systemctl"));
+    if systemctl && words.get(1).is_some_and(|w| w == "reload") {
+        words[1] = "start".to_owned();
+    }
+    words
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(text: &str) -> Vec<String> {
+        text.split(' ').map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn a_stopped_unit_is_started_not_reloaded() {
+        for (reload, start) in [
+            ("systemctl reload haproxy", "systemctl start haproxy"),
+            (
+                "/usr/bin/systemctl reload haproxy@edge",
+                "/usr/bin/systemctl start haproxy@edge",
+            ),
+            (
+                "systemctl reload-or-restart haproxy",
+                "systemctl reload-or-restart haproxy",
+            ),
+            (
+                "/usr/local/bin/reload-haproxy",
+                "/usr/local/bin/reload-haproxy",
+            ),
+            ("mysystemctl reload haproxy", "mysystemctl reload haproxy"),
+        ] {
+            assert_eq!(start_words(&words(reload)), words(start), "{reload}");
         }
     }
 }
