@@ -23,6 +23,7 @@ mod concurrency;
 mod document;
 mod durability;
 mod install;
+mod launcher;
 mod repair;
 
 const BUCKET: &str = "autoproxy-config";
