@@ -160,6 +160,56 @@ impl MapFiles {
     }
 }
 
+/// The backend hosts of a config's `#@route` and `#@suffix` lines: the host of each
+/// `host:port`, lower-cased and without a trailing dot, once each, sorted. IP literals and
+/// names that are not plain host names are returned too: what to do with them is the
+/// reader's choice (the resolver skips literals and logs the rest).
+pub fn route_hosts(text: &str) -> Vec<String> {
+    let mut hosts: Vec<String> = body(text)
+        .lines()
+        .filter_map(|line| {
+            line.strip_prefix(ROUTE_LINE)
+                .or_else(|| line.strip_prefix(SUFFIX_LINE))
+        })
+        .filter_map(|entry| entry.split_whitespace().nth(1))
+        .filter_map(|target| target.rsplit_once(':').map(|(host, _)| host))
+        .map(|host| host.trim_end_matches('.').to_ascii_lowercase())
+        .filter(|host| !host.is_empty())
+        .collect();
+    hosts.sort();
+    hosts.dedup();
+    hosts
+}
+
+/// The nameservers of a config's `#@nameserver ip:port` lines, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Nameservers {
+    /// Every line that holds an `ip:port` (IPv6 as `[ip]:port`), once each.
+    pub valid: Vec<std::net::SocketAddr>,
+    /// The text of every line that does not.
+    pub ignored: Vec<String>,
+}
+
+/// Reads the `#@nameserver` lines of a config.
+pub fn nameservers(text: &str) -> Nameservers {
+    let mut found = Nameservers::default();
+    for entry in body(text)
+        .lines()
+        .filter_map(|line| line.strip_prefix(NAMESERVER_LINE))
+    {
+        match entry
+            .split_whitespace()
+            .next()
+            .and_then(|word| word.parse().ok())
+        {
+            Some(addr) if !found.valid.contains(&addr) => found.valid.push(addr),
+            Some(_) => {}
+            None => found.ignored.push(entry.trim().to_owned()),
+        }
+    }
+    found
+}
+
 /// Reads the header back and checks the body against its sha256.
 pub fn parse_header(text: &str) -> Result<Header, HeaderError> {
     let head = &text[..body_offset(text)];
@@ -299,6 +349,33 @@ mod tests {
             MapFiles::for_generation(7).routes,
             "autoproxy/gen-7/routes.map"
         );
+    }
+
+    #[test]
+    fn route_hosts_and_nameservers_come_from_the_body_lines() {
+        let body = "global\n#@route a.example API.X.example.:443 api 1 Z1\n\
+                    #@suffix int.example y.example:443 ingress-int 1 Z1\n\
+                    #@route b.example api.x.example:8443\n#@route c.example 10.0.0.7:443\n\
+                    #@route broken\n#@nameserver 10.0.0.2:53\n#@nameserver [fd00::2]:53\n\
+                    #@nameserver 10.0.0.2:53\n#@nameserver resolver.example:53\n\
+                    #@nameserver 10.0.0.3\n";
+        let text = config(body, &sha256_hex(body.as_bytes()));
+        assert_eq!(
+            route_hosts(&text),
+            ["10.0.0.7", "api.x.example", "y.example"]
+        );
+        let found = nameservers(&text);
+        assert_eq!(
+            found.valid,
+            [
+                "10.0.0.2:53".parse().unwrap(),
+                "[fd00::2]:53".parse().unwrap()
+            ]
+        );
+        assert_eq!(found.ignored, ["resolver.example:53", "10.0.0.3"]);
+        // Header lines never count, even when they look like body lines.
+        assert!(route_hosts("# #@route a b:1\n").is_empty());
+        assert_eq!(nameservers("").valid, []);
     }
 
     fn err_mentions(text: &str, fragment: &str) -> bool {

@@ -3,15 +3,20 @@
 //! it receives, so a test can assert what reached "DNS" (names, types, rate), not what a
 //! client meant to send.
 //!
-//! It answers as Route53's resolver does for the cases that matter here: A records; a CNAME
-//! chain followed to the target's A records, all in one answer; NXDOMAIN for an unknown name
-//! (or an unknown end of a chain, with the CNAMEs kept); an empty NOERROR for AAAA or any other
-//! type of a known name. Names in the drop set get no answer at all (a timeout for the client).
-//! Only UDP, one question per message, no EDNS: what a stub resolver or HAProxy sends.
+//! It answers as Route53's resolver does for the cases that matter here: A and AAAA records;
+//! a CNAME chain followed to the target's records, all in one answer; NXDOMAIN for an unknown
+//! name (or an unknown end of a chain, with the CNAMEs kept); an empty NOERROR for any other
+//! type of a known name. Names in the drop set get no answer at all (a timeout for the
+//! client), names set to fail get SERVFAIL, and a name can be made to answer with its CNAME
+//! alone (as a resolver does whose chain leaves its zone), leaving the chase to the client.
+//! Over UDP an answer longer than 512 bytes, or than the query's EDNS0 payload size, is
+//! truncated (the records that fit, and the TC bit); the same port serves TCP, where nothing
+//! is truncated. One question per message.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -27,8 +32,10 @@ pub const AAAA: u16 = 28;
 /// Response code NXDOMAIN.
 pub const NXDOMAIN: u8 = 3;
 
-/// TTL of every record served (what Route53 gives an alias record).
+/// TTL of every record served unless set (what Route53 gives an alias record).
 const TTL: u32 = 60;
+/// The UDP payload a query without EDNS0 may receive.
+const PLAIN_UDP: usize = 512;
 /// The longest CNAME chain followed before answering SERVFAIL (a loop in the table).
 const MAX_CHAIN: usize = 8;
 
@@ -39,13 +46,19 @@ pub struct Query {
     /// The question's name, lower-cased, without the trailing dot.
     pub name: String,
     pub qtype: u16,
+    /// Whether it came over TCP.
+    pub tcp: bool,
 }
 
 #[derive(Debug, Default)]
 struct Zone {
     a: HashMap<String, Vec<Ipv4Addr>>,
+    aaaa: HashMap<String, Vec<Ipv6Addr>>,
     cname: HashMap<String, String>,
+    ttl: HashMap<String, u32>,
     drop: HashSet<String>,
+    servfail: HashSet<String>,
+    cname_only: HashSet<String>,
 }
 
 #[derive(Debug, Default)]
@@ -61,6 +74,7 @@ pub struct DnsServer {
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    tcp_thread: Option<JoinHandle<()>>,
 }
 
 impl DnsServer {
@@ -77,11 +91,20 @@ impl DnsServer {
             let (shared, stop) = (Arc::clone(&shared), Arc::clone(&stop));
             std::thread::spawn(move || serve(&socket, &shared, &stop))
         };
+        // TCP on the same port where it is free (it is for a port just chosen by UDP).
+        let tcp_thread = TcpListener::bind(addr)
+            .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
+            .ok()
+            .map(|listener| {
+                let (shared, stop) = (Arc::clone(&shared), Arc::clone(&stop));
+                std::thread::spawn(move || serve_tcp(&listener, &shared, &stop))
+            });
         Ok(DnsServer {
             addr,
             shared,
             stop,
             thread: Some(thread),
+            tcp_thread,
         })
     }
 
@@ -99,11 +122,49 @@ impl DnsServer {
         zone.a.insert(name, addrs.to_vec());
     }
 
+    /// `name` answers with these AAAA records (and no A record unless [`DnsServer::set`]
+    /// gives it some). Replaces a CNAME of the same name.
+    pub fn set6(&self, name: &str, addrs: &[Ipv6Addr]) {
+        let name = normalise(name);
+        let mut zone = self.zone();
+        zone.cname.remove(&name);
+        zone.aaaa.insert(name, addrs.to_vec());
+    }
+
+    /// The TTL of `name`'s records (default 60 s).
+    pub fn set_ttl(&self, name: &str, ttl: u32) {
+        self.zone().ttl.insert(normalise(name), ttl);
+    }
+
+    /// Queries for `name` get SERVFAIL while `failing` is true.
+    pub fn servfail(&self, name: &str, failing: bool) {
+        let name = normalise(name);
+        let mut zone = self.zone();
+        if failing {
+            zone.servfail.insert(name);
+        } else {
+            zone.servfail.remove(&name);
+        }
+    }
+
+    /// While `alone` is true, a query for `name` (a CNAME) is answered with that CNAME
+    /// only: the client must ask for the target itself.
+    pub fn cname_alone(&self, name: &str, alone: bool) {
+        let name = normalise(name);
+        let mut zone = self.zone();
+        if alone {
+            zone.cname_only.insert(name);
+        } else {
+            zone.cname_only.remove(&name);
+        }
+    }
+
     /// `name` is a CNAME to `target`. Replaces A records of the same name.
     pub fn cname(&self, name: &str, target: &str) {
         let name = normalise(name);
         let mut zone = self.zone();
         zone.a.remove(&name);
+        zone.aaaa.remove(&name);
         zone.cname.insert(name, normalise(target));
     }
 
@@ -112,6 +173,7 @@ impl DnsServer {
         let name = normalise(name);
         let mut zone = self.zone();
         zone.a.remove(&name);
+        zone.aaaa.remove(&name);
         zone.cname.remove(&name);
     }
 
@@ -157,6 +219,9 @@ impl Drop for DnsServer {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+        if let Some(thread) = self.tcp_thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 
@@ -175,19 +240,70 @@ fn serve(socket: &UdpSocket, shared: &Shared, stop: &AtomicBool) {
         let Some(question) = parse_question(&buf[..len]) else {
             continue;
         };
-        shared.log.lock().expect("dns log lock").push(Query {
-            at,
-            name: question.name.clone(),
-            qtype: question.qtype,
-        });
-        let reply = {
-            let zone = shared.zone.lock().expect("dns zone lock");
-            if zone.drop.contains(&question.name) {
-                continue;
-            }
-            answer(&zone, &question, &buf[..len])
+        let Some(reply) = respond(shared, &question, &buf[..len], at, false) else {
+            continue;
         };
         let _ = socket.send_to(&reply, peer);
+    }
+}
+
+/// Records the query and builds its reply (none for a dropped name), truncated to what
+/// the transport carries.
+fn respond(
+    shared: &Shared,
+    question: &Question,
+    query: &[u8],
+    at: Instant,
+    tcp: bool,
+) -> Option<Vec<u8>> {
+    shared.log.lock().expect("dns log lock").push(Query {
+        at,
+        name: question.name.clone(),
+        qtype: question.qtype,
+        tcp,
+    });
+    let zone = shared.zone.lock().expect("dns zone lock");
+    if zone.drop.contains(&question.name) {
+        return None;
+    }
+    let limit = if tcp {
+        usize::from(u16::MAX)
+    } else {
+        question.udp_payload.max(PLAIN_UDP)
+    };
+    Some(answer(&zone, question, query, limit))
+}
+
+fn serve_tcp(listener: &TcpListener, shared: &Shared, stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((stream, _)) => serve_tcp_connection(stream, shared),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// One query per connection, as the resolver's TCP fallback sends it.
+fn serve_tcp_connection(mut stream: TcpStream, shared: &Shared) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut prefix = [0u8; 2];
+    if stream.read_exact(&mut prefix).is_err() {
+        return;
+    }
+    let mut msg = vec![0u8; usize::from(u16::from_be_bytes(prefix))];
+    if stream.read_exact(&mut msg).is_err() {
+        return;
+    }
+    let at = Instant::now();
+    let Some(question) = parse_question(&msg) else {
+        return;
+    };
+    if let Some(reply) = respond(shared, &question, &msg, at, true) {
+        let len = u16::try_from(reply.len()).unwrap_or(u16::MAX);
+        let mut framed = len.to_be_bytes().to_vec();
+        framed.extend_from_slice(&reply);
+        let _ = stream.write_all(&framed);
     }
 }
 
@@ -201,6 +317,8 @@ struct Question {
     qclass: u16,
     /// Where the question section ends in the message.
     end: usize,
+    /// The UDP payload size of the query's EDNS0 OPT record (0 without one).
+    udp_payload: usize,
 }
 
 fn parse_question(msg: &[u8]) -> Option<Question> {
@@ -215,6 +333,7 @@ fn parse_question(msg: &[u8]) -> Option<Question> {
     let qtype = u16::from_be_bytes([fixed[0], fixed[1]]);
     let qclass = u16::from_be_bytes([fixed[2], fixed[3]]);
     pos += 4;
+    let arcount = u16::from_be_bytes([header[10], header[11]]);
     Some(Question {
         id: u16::from_be_bytes([header[0], header[1]]),
         rd: header[2] & 0x01 != 0,
@@ -222,7 +341,20 @@ fn parse_question(msg: &[u8]) -> Option<Question> {
         qtype,
         qclass,
         end: pos,
+        udp_payload: if arcount > 0 {
+            opt_payload(msg, pos)
+        } else {
+            0
+        },
     })
+}
+
+/// The payload size of an OPT record (root name, type 41) starting at `pos`; 0 otherwise.
+fn opt_payload(msg: &[u8], pos: usize) -> usize {
+    match msg.get(pos..pos + 5) {
+        Some([0, 0, 41, high, low]) => usize::from(u16::from_be_bytes([*high, *low])),
+        _ => 0,
+    }
 }
 
 /// Reads an uncompressed name (a question never needs compression) at `pos`; the name,
@@ -253,11 +385,11 @@ fn write_name(out: &mut Vec<u8>, name: &str) {
     out.push(0);
 }
 
-fn write_record(out: &mut Vec<u8>, name: &str, rtype: u16, data: &[u8]) {
+fn write_record(out: &mut Vec<u8>, name: &str, rtype: u16, ttl: u32, data: &[u8]) {
     write_name(out, name);
     out.extend(rtype.to_be_bytes());
     out.extend(1u16.to_be_bytes()); // class IN
-    out.extend(TTL.to_be_bytes());
+    out.extend(ttl.to_be_bytes());
     out.extend(
         u16::try_from(data.len())
             .expect("short record data")
@@ -266,13 +398,16 @@ fn write_record(out: &mut Vec<u8>, name: &str, rtype: u16, data: &[u8]) {
     out.extend_from_slice(data);
 }
 
-/// The reply to `question` (from message `query`) under `zone`.
-fn answer(zone: &Zone, question: &Question, query: &[u8]) -> Vec<u8> {
-    let mut records = Vec::new();
-    let mut count = 0u16;
+/// The reply to `question` (from message `query`) under `zone`, at most `limit` bytes long:
+/// the records that fit and the TC bit when they do not all fit.
+fn answer(zone: &Zone, question: &Question, query: &[u8], limit: usize) -> Vec<u8> {
+    // Each record separately, so that a truncated reply holds whole records.
+    let mut records: Vec<Vec<u8>> = Vec::new();
     let mut name = question.name.clone();
     let mut rcode = 0u8;
     let mut chain = 0;
+    let ttl = |name: &str| zone.ttl.get(name).copied().unwrap_or(TTL);
+    let mut stop_at_cname = false;
     while let Some(target) = zone.cname.get(&name) {
         chain += 1;
         if chain > MAX_CHAIN {
@@ -281,40 +416,62 @@ fn answer(zone: &Zone, question: &Question, query: &[u8]) -> Vec<u8> {
         }
         let mut data = Vec::new();
         write_name(&mut data, target);
-        write_record(&mut records, &name, CNAME, &data);
-        count += 1;
-        if question.qtype == CNAME {
+        let mut record = Vec::new();
+        write_record(&mut record, &name, CNAME, ttl(&name), &data);
+        records.push(record);
+        if question.qtype == CNAME || zone.cname_only.contains(&name) {
+            stop_at_cname = true;
             break;
         }
         name.clone_from(target);
     }
-    let chain_answered = question.qtype == CNAME && chain > 0;
-    if rcode == 0 && !chain_answered {
-        match zone.a.get(&name) {
-            Some(addrs) if question.qtype == A => {
-                for addr in addrs {
-                    write_record(&mut records, &name, A, &addr.octets());
-                    count += 1;
-                }
+    if rcode == 0 && !stop_at_cname {
+        let (v4, v6) = (zone.a.get(&name), zone.aaaa.get(&name));
+        if v4.is_none() && v6.is_none() {
+            rcode = NXDOMAIN;
+        } else if question.qtype == A {
+            for addr in v4.into_iter().flatten() {
+                let mut record = Vec::new();
+                write_record(&mut record, &name, A, ttl(&name), &addr.octets());
+                records.push(record);
             }
-            Some(_) => {}
-            None => rcode = NXDOMAIN,
+        } else if question.qtype == AAAA {
+            for addr in v6.into_iter().flatten() {
+                let mut record = Vec::new();
+                write_record(&mut record, &name, AAAA, ttl(&name), &addr.octets());
+                records.push(record);
+            }
         }
     }
+    if zone.servfail.contains(&question.name) {
+        (records, rcode) = (Vec::new(), 2);
+    }
     if question.qclass != 1 {
-        (records, count, rcode) = (Vec::new(), 0, 5); // REFUSED: only class IN is served
+        (records, rcode) = (Vec::new(), 5); // REFUSED: only class IN is served
     }
 
-    let mut out = Vec::with_capacity(question.end + records.len());
+    let mut fit = 0;
+    let mut size = question.end;
+    for record in &records {
+        if size + record.len() > limit {
+            break;
+        }
+        size += record.len();
+        fit += 1;
+    }
+    let truncated = fit < records.len();
+    let mut out = Vec::with_capacity(size);
     out.extend(question.id.to_be_bytes());
-    // QR, opcode 0, RD echoed; RA; the response code.
-    out.push(0x80 | u8::from(question.rd));
+    // QR, opcode 0, TC when truncated, RD echoed; RA; the response code.
+    out.push(0x80 | if truncated { 0x02 } else { 0 } | u8::from(question.rd));
     out.push(0x80 | rcode);
     out.extend(1u16.to_be_bytes()); // one question
-    out.extend(count.to_be_bytes());
+    out.extend(u16::try_from(fit).unwrap_or(u16::MAX).to_be_bytes());
     out.extend([0, 0, 0, 0]); // no authority, no additional records
     out.extend_from_slice(&query[12..question.end]);
-    out.extend(records);
+    for record in &records[..fit] {
+        out.extend_from_slice(record);
+    }
     out
 }
 
@@ -522,6 +679,84 @@ mod tests {
         assert_eq!(server.count(), 0);
     }
 
+    /// Sends `msg` over TCP and returns the reply message.
+    fn ask_tcp(server: &DnsServer, msg: &[u8]) -> Vec<u8> {
+        let mut stream = TcpStream::connect(server.addr()).unwrap();
+        let mut framed = u16::try_from(msg.len()).unwrap().to_be_bytes().to_vec();
+        framed.extend_from_slice(msg);
+        stream.write_all(&framed).unwrap();
+        let mut prefix = [0u8; 2];
+        stream.read_exact(&mut prefix).unwrap();
+        let mut reply = vec![0u8; usize::from(u16::from_be_bytes(prefix))];
+        stream.read_exact(&mut reply).unwrap();
+        reply
+    }
+
+    fn raw_udp(server: &DnsServer, msg: &[u8]) -> Vec<u8> {
+        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        client.send_to(msg, server.addr()).unwrap();
+        let mut buf = [0u8; 4096];
+        let len = client.recv(&mut buf).unwrap();
+        buf[..len].to_vec()
+    }
+
+    #[test]
+    fn long_answers_are_truncated_over_udp_and_whole_over_tcp() {
+        let server = DnsServer::start("127.0.0.1:0".parse().unwrap()).expect("start dns");
+        let many: Vec<Ipv4Addr> = (1..=25).map(|i| Ipv4Addr::new(10, 1, 0, i)).collect();
+        server.set("many.example.internal", &many);
+        server.set_ttl("many.example.internal", 5);
+        let plain = query(1, "many.example.internal", A);
+        let reply = raw_udp(&server, &plain);
+        assert!(reply.len() <= 512, "{} bytes", reply.len());
+        assert_eq!(reply[2] & 0x02, 0x02, "TC set");
+        let kept = u16::from_be_bytes([reply[6], reply[7]]);
+        assert!(kept > 0 && kept < 25, "whole records that fit: {kept}");
+
+        // With EDNS0 (payload 1232), the 25 records (about 1 KB) fit in one datagram.
+        let mut edns = plain.clone();
+        edns[11] = 1; // one additional record
+        edns.extend([0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0]);
+        let reply = raw_udp(&server, &edns);
+        assert_eq!(reply[2] & 0x02, 0, "no TC with EDNS0");
+        assert_eq!(parse_reply(&reply).answers.len(), 25);
+
+        let reply = parse_reply(&ask_tcp(&server, &plain));
+        assert_eq!(reply.answers.len(), 25, "TCP is never truncated");
+        assert_eq!(
+            reply.answers[0],
+            rec("many.example.internal", A, "10.1.0.1")
+        );
+        let log = server.queries();
+        assert_eq!(
+            log.iter().map(|q| q.tcp).collect::<Vec<_>>(),
+            [false, false, true]
+        );
+
+        server.cname("alias.example.internal", "many.example.internal");
+        server.cname_alone("alias.example.internal", true);
+        let reply = ask(&server, 2, "alias.example.internal", A).expect("an answer");
+        assert_eq!(
+            reply.answers,
+            [rec(
+                "alias.example.internal",
+                CNAME,
+                "many.example.internal"
+            )]
+        );
+        server.servfail("alias.example.internal", true);
+        let reply = ask(&server, 3, "alias.example.internal", A).expect("an answer");
+        assert_eq!((reply.rcode, reply.answers.len()), (2, 0));
+        server.set6("six.example.internal", &["fd00::1".parse().unwrap()]);
+        let reply = ask(&server, 4, "six.example.internal", AAAA).expect("an answer");
+        assert_eq!(reply.answers.len(), 1);
+        let reply = ask(&server, 5, "six.example.internal", A).expect("an answer");
+        assert_eq!((reply.rcode, reply.answers.len()), (0, 0), "NODATA");
+    }
+
     #[test]
     fn malformed_messages_get_no_answer() {
         let server = DnsServer::start("127.0.0.1:0".parse().unwrap()).expect("start dns");
@@ -546,6 +781,7 @@ mod tests {
             at: t0 + Duration::from_millis(ms),
             name: "x".to_owned(),
             qtype: A,
+            tcp: false,
         };
         let queries: Vec<Query> = [0, 100, 900, 1000, 1500, 1950, 3100]
             .into_iter()

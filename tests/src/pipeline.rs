@@ -216,7 +216,7 @@ impl Pipeline {
         );
         register(Started::Pid(addresses.pid()));
         say(&format!(
-            "address agent: autoproxy-resolver (from the apply document) on {}, every name \
+            "address agent: autoproxy-agent resolve (the autoproxy-resolver service) on {}, every name \
              resolved through {} every 5 s",
             haproxy.config_path().display(),
             resolver.addr

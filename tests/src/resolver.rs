@@ -1,5 +1,6 @@
-//! autoproxy-resolver, the agent that keeps HAProxy's address map current, run as the
-//! instances run it: `python3 resolver.py <haproxy.cfg>`, with its knobs in the environment.
+//! autoproxy-resolver, the service that keeps HAProxy's address map current, run as the
+//! instances run it: `autoproxy-agent resolve <haproxy.cfg>`, with its knobs in the
+//! environment.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -11,17 +12,6 @@ use std::time::{Duration, Instant};
 /// The name HAProxy's runtime API gives the address map (as the config writes it).
 pub const ADDRESS_MAP: &str = "autoproxy/addresses.map";
 
-/// The text of the resolver script the instances install: the one copy, in the apply
-/// document of `template.yaml` (or of the template named by `AUTOPROXY_TEMPLATE`).
-pub fn resolver_script() -> String {
-    let document = crate::ssm_agent::Document::from_workspace(&[])
-        .unwrap_or_else(|err| panic!("cannot read the apply document: {err}"));
-    document
-        .resolver_script()
-        .unwrap_or_else(|err| panic!("the apply document carries no resolver: {err}"))
-        .to_owned()
-}
-
 /// The knobs the resolver reads from its environment.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Knobs {
@@ -31,6 +21,9 @@ pub struct Knobs {
     pub max_qps: u32,
     /// Seconds before a query counts as unanswered (`AUTOPROXY_QUERY_TIMEOUT`).
     pub query_timeout: f64,
+    /// Seconds an address is kept without an answer confirming it
+    /// (`AUTOPROXY_MAX_STALE_SECONDS`).
+    pub max_stale_seconds: f64,
 }
 
 impl Default for Knobs {
@@ -40,6 +33,7 @@ impl Default for Knobs {
             refresh_seconds: 50.0,
             max_qps: 200,
             query_timeout: 1.0,
+            max_stale_seconds: 900.0,
         }
     }
 }
@@ -52,17 +46,15 @@ pub struct Resolver {
 }
 
 impl Resolver {
-    /// Starts the script on the installed config at `config`.
+    /// Starts `autoproxy-agent resolve` on the installed config at `config`.
     pub fn start(config: &Path, knobs: Knobs) -> Resolver {
         let dir = tempfile::Builder::new()
             .prefix("autoproxy-resolver-")
             .tempdir()
             .expect("temp dir");
-        let script = dir.path().join("resolver.py");
-        std::fs::write(&script, resolver_script()).expect("write resolver.py");
         let output = std::fs::File::create(dir.path().join("output.log")).expect("output file");
-        let child = Command::new("python3")
-            .arg(&script)
+        let child = Command::new(crate::agent_binary())
+            .arg("resolve")
             .arg(config)
             .env(
                 "AUTOPROXY_REFRESH_SECONDS",
@@ -70,11 +62,15 @@ impl Resolver {
             )
             .env("AUTOPROXY_MAX_QPS", knobs.max_qps.to_string())
             .env("AUTOPROXY_QUERY_TIMEOUT", knobs.query_timeout.to_string())
+            .env(
+                "AUTOPROXY_MAX_STALE_SECONDS",
+                knobs.max_stale_seconds.to_string(),
+            )
             .stdin(Stdio::null())
             .stdout(output.try_clone().expect("clone the output file"))
             .stderr(output)
             .spawn()
-            .expect("start python3");
+            .expect("start autoproxy-agent resolve");
         Resolver { child, dir }
     }
 

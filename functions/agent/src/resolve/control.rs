@@ -1,0 +1,100 @@
+//! The resolver's end of the control socket (the protocol is in `addresses`' module doc):
+//! reads one request per connection, hands it to the daemon's loop, writes the answer.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::addresses::MAX_WANTED;
+
+/// How long a client may take to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest wait a client may ask for.
+pub const MAX_WAIT: Duration = Duration::from_secs(120);
+/// The longest request line: `want ` and a 253-byte name, with room to spare.
+const MAX_LINE: usize = 300;
+
+/// A request, handed to the daemon's loop.
+#[derive(Debug)]
+pub struct Want {
+    /// Valid host names, lower-case, in the order asked.
+    pub names: Vec<String>,
+    /// How long the client waits: answer by then with what there is.
+    pub wait: Duration,
+    /// The answer lines (without `done`).
+    pub reply: oneshot::Sender<Vec<String>>,
+}
+
+/// Serves one connection.
+pub async fn serve(stream: UnixStream, wants: mpsc::Sender<Want>) {
+    let (read, mut write) = stream.into_split();
+    let request = tokio::time::timeout(REQUEST_TIMEOUT, read_request(BufReader::new(read))).await;
+    let lines = match request {
+        Ok(Ok((names, wait))) => {
+            let (reply, answer) = oneshot::channel();
+            if wants.send(Want { names, wait, reply }).await.is_err() {
+                vec!["error the resolver is stopping".to_owned()]
+            } else {
+                match tokio::time::timeout(wait + Duration::from_secs(5), answer).await {
+                    Ok(Ok(mut lines)) => {
+                        lines.push("done".to_owned());
+                        lines
+                    }
+                    _ => vec!["error no answer in time".to_owned()],
+                }
+            }
+        }
+        Ok(Err(why)) => vec![format!("error {why}")],
+        Err(_) => vec!["error no complete request in time".to_owned()],
+    };
+    let mut text = lines.join("\n");
+    text.push('\n');
+    let _ = write.write_all(text.as_bytes()).await;
+    let _ = write.shutdown().await;
+}
+
+async fn read_request(
+    mut read: BufReader<tokio::net::unix::OwnedReadHalf>,
+) -> Result<(Vec<String>, Duration), String> {
+    let mut names = Vec::new();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = (&mut read)
+            .take(MAX_LINE as u64 + 1)
+            .read_line(&mut line)
+            .await
+            .map_err(|err| err.to_string())?;
+        if n == 0 {
+            return Err("the request ended before 'go'".to_owned());
+        }
+        if n > MAX_LINE || !line.ends_with('\n') {
+            return Err("a request line is too long".to_owned());
+        }
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next(), words.next()) {
+            (Some("want"), Some(name), None) => {
+                let host = autoproxy::names::HostName::parse(name)
+                    .map_err(|err| format!("want {name:?}: {err}"))?;
+                if names.len() >= MAX_WANTED {
+                    return Err(format!("more than {MAX_WANTED} names"));
+                }
+                names.push(host.as_str().to_owned());
+            }
+            (Some("go"), Some(millis), None) => {
+                let millis: u64 = millis
+                    .parse()
+                    .map_err(|_| format!("go {millis:?}: expected milliseconds"))?;
+                return Ok((names, Duration::from_millis(millis).min(MAX_WAIT)));
+            }
+            _ => {
+                return Err(format!(
+                    "expected 'want <name>' or 'go <milliseconds>', got {:?}",
+                    autoproxy::excerpt(line.trim_end(), 80)
+                ));
+            }
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! Pushes the address map to the running HAProxy worker over its stats socket: `add map`,
+//! `set map`, `del map` on the map `autoproxy/addresses.map`, so a change is live without a
+//! reload. After a reload (a new worker pid in `show info`) the worker's map is read again
+//! with `show map`: the new worker loaded the file, which may be older than what it should
+//! hold.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::addresses::MAP;
+use crate::haproxy::{RuntimeApi, RuntimeError};
+
+use super::log;
+
+/// Every read and write on the stats socket waits at most this long.
+const SOCKET_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the running worker holds, as far as we know.
+#[derive(Debug)]
+pub struct Pusher {
+    api: Option<RuntimeApi>,
+    pid: Option<u32>,
+    view: HashMap<String, IpAddr>,
+    /// The target last pushed completely to `pid`: nothing to do while it is the same.
+    pushed: Option<Arc<BTreeMap<Arc<str>, IpAddr>>>,
+    down: bool,
+}
+
+impl Pusher {
+    pub fn new(stats_socket: Option<PathBuf>) -> Pusher {
+        Pusher {
+            api: stats_socket.map(|path| RuntimeApi::new(path, SOCKET_TIMEOUT)),
+            pid: None,
+            view: HashMap::new(),
+            pushed: None,
+            down: false,
+        }
+    }
+
+    /// Makes the worker's map equal `target`; whether it is (false: try again later).
+    pub fn sync(&mut self, target: &Arc<BTreeMap<Arc<str>, IpAddr>>) -> bool {
+        let Some(api) = self.api.clone() else {
+            return false;
+        };
+        match self.push(&api, target) {
+            Ok(pushed) => {
+                if self.down {
+                    log(format_args!(
+                        "HAProxy reachable again (worker {})",
+                        self.pid.unwrap_or_default()
+                    ));
+                    self.down = false;
+                }
+                if pushed > 0 {
+                    log(format_args!(
+                        "pushed {pushed} map change(s) to HAProxy worker {}",
+                        self.pid.unwrap_or_default()
+                    ));
+                }
+                true
+            }
+            Err(err) => {
+                if let RuntimeError::Refused { .. } = err {
+                    log(format_args!("{err}"));
+                } else if !self.down {
+                    log(format_args!(
+                        "HAProxy not reachable on {} ({err}); the map file stays current",
+                        api.path().display()
+                    ));
+                    self.down = true;
+                }
+                // Read its map again next time.
+                self.pid = None;
+                self.pushed = None;
+                false
+            }
+        }
+    }
+
+    fn push(
+        &mut self,
+        api: &RuntimeApi,
+        target: &Arc<BTreeMap<Arc<str>, IpAddr>>,
+    ) -> Result<usize, RuntimeError> {
+        let mut session = api.session()?;
+        let pid = session.info()?.pid;
+        if self.pid != Some(pid) {
+            self.view.clear();
+            self.pushed = None;
+            for (key, value) in session.show_map(MAP)? {
+                if let Ok(address) = value.parse() {
+                    self.view.insert(key, address);
+                }
+            }
+            self.pid = Some(pid);
+        }
+        if self
+            .pushed
+            .as_ref()
+            .is_some_and(|pushed| Arc::ptr_eq(pushed, target))
+        {
+            return Ok(0);
+        }
+        let mut pushed = 0;
+        let gone: Vec<String> = self
+            .view
+            .keys()
+            .filter(|key| !target.contains_key(key.as_str()))
+            .cloned()
+            .collect();
+        for key in gone {
+            session.change(&format!("del map {MAP} {key}"))?;
+            self.view.remove(&key);
+            pushed += 1;
+        }
+        for (name, address) in target.iter() {
+            let verb = match self.view.get(name.as_ref()) {
+                Some(old) if old == address => continue,
+                Some(_) => "set",
+                None => "add",
+            };
+            session.change(&format!("{verb} map {MAP} {name} {address}"))?;
+            self.view.insert(name.to_string(), *address);
+            pushed += 1;
+        }
+        self.pushed = Some(Arc::clone(target));
+        Ok(pushed)
+    }
+}

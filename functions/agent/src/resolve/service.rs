@@ -1,0 +1,290 @@
+//! The resolver as a systemd service: its unit, and keeping it installed and running.
+//!
+//! The apply calls [`ensure`] after every successful apply or skip. The unit names the agent
+//! by its path, and the launcher caches each agent build under its own sha256: an upgrade is
+//! a new path, so a new unit text, so a restart onto the new binary. Nothing happens where
+//! the agent is not root or systemd does not run (the result says which).
+//!
+//! The unit is hardened: a read-only system but for the maps directory (the map file, its
+//! lock and the control socket), which [`ensure`] creates before the unit starts, and which
+//! `ReadWritePaths=-…` tolerates missing (without the `-`, a missing directory fails the
+//! start with 226/NAMESPACE).
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The unit's name.
+pub const UNIT: &str = "autoproxy-resolver.service";
+
+/// Where the unit goes and how systemd is reached: [`Host::system`] on an instance; tests
+/// point them elsewhere.
+#[derive(Debug, Clone)]
+pub struct Host {
+    /// The unit file.
+    pub unit_path: PathBuf,
+    /// Exists when systemd runs (`/run/systemd/system`).
+    pub systemd_marker: PathBuf,
+    /// The `systemctl` to run (looked up on PATH when it has no `/`).
+    pub systemctl: PathBuf,
+    /// Whether only root may install (false in tests, which may run as anyone).
+    pub require_root: bool,
+}
+
+impl Host {
+    pub fn system() -> Host {
+        Host {
+            unit_path: PathBuf::from("/etc/systemd/system").join(UNIT),
+            systemd_marker: PathBuf::from("/run/systemd/system"),
+            systemctl: PathBuf::from("systemctl"),
+            require_root: true,
+        }
+    }
+}
+
+/// What [`ensure`] found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServiceState {
+    /// Not root: nothing done.
+    NotRoot,
+    /// systemd does not run here: nothing done.
+    NoSystemd,
+    /// The unit was as it should be and the service active: nothing done.
+    Running,
+    /// The unit was as it should be, the service inactive: started.
+    Started,
+    /// The unit was written (new, or its text changed: a new agent or config path):
+    /// daemon-reload, enable, restart.
+    Installed,
+}
+
+/// Why [`ensure`] could not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error(
+        "refusing to write {what} {path:?} into a unit file: expected an absolute path of \
+         letters, digits and / . _ + -"
+    )]
+    UnsafePath { what: &'static str, path: PathBuf },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot create the maps directory {path}: {source}")]
+    MapsDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("systemctl {args}: {why}")]
+    Systemctl { args: String, why: String },
+}
+
+/// The unit text for `agent` resolving for `config`.
+pub fn unit(agent: &Path, config: &Path) -> Result<String, ServiceError> {
+    let agent_text = safe(agent, "the agent path")?;
+    let config_text = safe(config, "the config path")?;
+    let maps = maps_dir(config);
+    let maps_text = safe(&maps, "the maps directory")?;
+    Ok(format!(
+        "\
+# Written by autoproxy-agent apply; rewritten whenever its text changes.
+[Unit]
+Description=autoproxy-resolver: keeps HAProxy's backend addresses current at a bounded DNS rate
+After=network-online.target haproxy.service
+Wants=network-online.target
+
+[Service]
+Type=exec
+ExecStart={agent_text} resolve {config_text}
+Restart=always
+RestartSec=5
+TimeoutStopSec=20
+NoNewPrivileges=yes
+ProtectSystem=strict
+ReadWritePaths=-{maps_text}
+ProtectHome=yes
+PrivateTmp=yes
+PrivateDevices=yes
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectKernelLogs=yes
+ProtectControlGroups=yes
+ProtectClock=yes
+ProtectHostname=yes
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6
+RestrictNamespaces=yes
+RestrictRealtime=yes
+RestrictSUIDSGID=yes
+LockPersonality=yes
+MemoryDenyWriteExecute=yes
+SystemCallArchitectures=native
+MemoryMax=256M
+TasksMax=64
+
+[Install]
+WantedBy=multi-user.target
+"
+    ))
+}
+
+/// The directory of the address map, the lock and the control socket.
+pub fn maps_dir(config: &Path) -> PathBuf {
+    config
+        .parent()
+        .unwrap_or(Path::new("/"))
+        .join(crate::addresses::MAP)
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+/// A path goes into the unit as it is: absolute, no whitespace (systemd splits on it), no
+/// `%` (a specifier), no quotes or backslashes.
+fn safe<'a>(path: &'a Path, what: &'static str) -> Result<&'a str, ServiceError> {
+    let text = path.to_str().filter(|t| {
+        t.starts_with('/')
+            && t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"/._+-".contains(&b))
+    });
+    text.ok_or_else(|| ServiceError::UnsafePath {
+        what,
+        path: path.to_path_buf(),
+    })
+}
+
+/// Keeps the resolver's unit installed and the service running, for `config`, run from
+/// `agent` (see the module doc).
+pub fn ensure(agent: &Path, config: &Path, host: &Host) -> Result<ServiceState, ServiceError> {
+    if host.require_root && !rustix::process::geteuid().is_root() {
+        return Ok(ServiceState::NotRoot);
+    }
+    if !host.systemd_marker.is_dir() {
+        return Ok(ServiceState::NoSystemd);
+    }
+    let text = unit(agent, config)?;
+    let maps = maps_dir(config);
+    std::fs::create_dir_all(&maps).map_err(|source| ServiceError::MapsDir {
+        path: maps.clone(),
+        source,
+    })?;
+    let current = std::fs::read_to_string(&host.unit_path).ok();
+    if current.as_deref() != Some(text.as_str()) {
+        write_unit(&host.unit_path, &text)?;
+        systemctl(host, &["daemon-reload"])?;
+        systemctl(host, &["enable", "--quiet", UNIT])?;
+        systemctl(host, &["restart", UNIT])?;
+        return Ok(ServiceState::Installed);
+    }
+    if systemctl(host, &["is-active", "--quiet", UNIT]).is_ok() {
+        return Ok(ServiceState::Running);
+    }
+    systemctl(host, &["enable", "--quiet", UNIT])?;
+    systemctl(host, &["start", UNIT])?;
+    Ok(ServiceState::Started)
+}
+
+fn write_unit(path: &Path, text: &str) -> Result<(), ServiceError> {
+    let failed = |source| ServiceError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temp = dir.join(format!(".{name}.{}", std::process::id()));
+    let written = (|| {
+        let mut file = std::fs::File::create(&temp)?;
+        file.write_all(text.as_bytes())?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+        file.sync_all()?;
+        std::fs::rename(&temp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written.map_err(failed)
+}
+
+/// The longest any systemctl call may take (a restart waits for the old process to stop).
+const SYSTEMCTL_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn systemctl(host: &Host, args: &[&str]) -> Result<(), ServiceError> {
+    let failed = |why: String| ServiceError::Systemctl {
+        args: args.join(" "),
+        why,
+    };
+    let mut child = Command::new(&host.systemctl)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|err| failed(format!("cannot run {}: {err}", host.systemctl.display())))?;
+    let deadline = Instant::now() + SYSTEMCTL_TIMEOUT;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) if status.success() => return Ok(()),
+            Ok(Some(status)) => {
+                let mut stderr = String::new();
+                if let Some(mut pipe) = child.stderr.take() {
+                    use std::io::Read;
+                    let _ = pipe.read_to_string(&mut stderr);
+                }
+                return Err(failed(format!(
+                    "{status}: {}",
+                    autoproxy::excerpt(stderr.trim(), 300)
+                )));
+            }
+            Ok(None) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(failed(format!(
+                    "no exit within {}s",
+                    SYSTEMCTL_TIMEOUT.as_secs()
+                )));
+            }
+            Err(err) => return Err(failed(err.to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_unit_names_the_agent_the_config_and_the_maps_directory() {
+        let text = unit(
+            Path::new("/var/lib/autoproxy/agent/ab12/autoproxy-agent"),
+            Path::new("/etc/haproxy/haproxy.cfg"),
+        )
+        .expect("a unit");
+        assert!(text.contains(
+            "\nExecStart=/var/lib/autoproxy/agent/ab12/autoproxy-agent resolve /etc/haproxy/haproxy.cfg\n"
+        ));
+        assert!(text.contains("\nReadWritePaths=-/etc/haproxy/autoproxy\n"));
+        for unsafe_path in ["relative/agent", "/a b/agent", "/a%n/agent", "/a\"/agent"] {
+            assert!(
+                matches!(
+                    unit(
+                        Path::new(unsafe_path),
+                        Path::new("/etc/haproxy/haproxy.cfg")
+                    ),
+                    Err(ServiceError::UnsafePath { .. })
+                ),
+                "{unsafe_path}"
+            );
+        }
+    }
+}
