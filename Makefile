@@ -6,7 +6,7 @@ CACHE ?= $(HOME)/.cache/autoproxy
 export PATH := $(CACHE)/bin:$(PATH)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test lint unit templates tools core-tools bench demo local
+.PHONY: test lint unit templates tools core-tools bench demo local build-AgentLayer
 
 ## Everything CI runs: lint, every test (unit, golden, moto, real HAProxy), template checks.
 test: tools lint
@@ -38,7 +38,8 @@ templates: tools
 ## the per-route template against the map-based one; its section goes at the end of
 ## docs/BENCHMARKS.md. Quicker: DATAPLANE_ARGS="--routes 1000 --before-reloads 0".
 bench: core-tools
-	. .ci/zig.sh && cargo lambda build --release -p autoproxy-generate -p autoproxy-configure -p autoproxy-agent
+	. .ci/zig.sh && cargo lambda build --release -p autoproxy-generate -p autoproxy-configure
+	$(AGENT_BUILD)
 	cargo build --profile bench-run -p autoproxy-tests --bin bench --bin bench_sweep --bin bench_dataplane
 	target/bench-run/bench $(BENCH_ARGS)
 	AUTOPROXY_AGENT_BINARY=target/lambda/autoproxy-agent/bootstrap target/bench-run/bench_dataplane $(DATAPLANE_ARGS)
@@ -57,6 +58,32 @@ demo:
 ## instances; writes .local/env for `cargo lambda watch --env-file .local/env`. Ctrl-C stops it.
 local: core-tools
 	cargo run -q -p autoproxy-tests --bin local
+
+## The AgentLayer layer, for `sam build` (template.yaml, BuildMethod: makefile): the
+## autoproxy-agent binary the proxy instances run, put at the layer's root, /opt/autoproxy-agent.
+## For the instances' architecture, not the functions': x86_64, or `AGENT_ARCH=arm64 sam build`
+## (that needs `rustup target add aarch64-unknown-linux-gnu`). SAM sets ARTIFACTS_DIR; the build
+## runs in this workspace (cargo needs all of it).
+build-AgentLayer:
+	@[ -n "$(AGENT_TARGET_$(AGENT_ARCH))" ] || { echo "AGENT_ARCH: expected x86_64 or arm64, got '$(AGENT_ARCH)'" >&2; exit 2; }
+	@[ -n "$(ARTIFACTS_DIR)" ] || { echo "ARTIFACTS_DIR: not set (sam build sets it)" >&2; exit 2; }
+	cd "$(WORKSPACE)" && $(AGENT_BUILD)
+	mkdir -p "$(ARTIFACTS_DIR)"
+	cp "$(WORKSPACE)/target/lambda/autoproxy-agent/bootstrap" "$(ARTIFACTS_DIR)/autoproxy-agent"
+	chmod 0755 "$(ARTIFACTS_DIR)/autoproxy-agent"
+
+## How autoproxy-agent is built, for the layer and for `make bench` alike (the benchmark measures
+## the binary the stack ships): cargo lambda, linked through Zig against an old glibc (it runs on
+## Amazon Linux 2023, Debian 12, Ubuntu 24.04), for the architecture's baseline CPU. cargo lambda
+## would tune it for Lambda's hosts (haswell, neoverse-n1); the proxies are any EC2 instance, and
+## the agent waits on HAProxy and DNS, not on the CPU. RUSTFLAGS replaces cargo lambda's flags.
+AGENT_ARCH ?= x86_64
+AGENT_TARGET_x86_64 := x86_64-unknown-linux-gnu
+AGENT_TARGET_arm64 := aarch64-unknown-linux-gnu
+AGENT_CPU_x86_64 := x86-64
+AGENT_CPU_arm64 := generic
+AGENT_BUILD = . .ci/zig.sh && RUSTFLAGS="-C target-cpu=$(AGENT_CPU_$(AGENT_ARCH))" cargo lambda build --release -p autoproxy-agent --target $(AGENT_TARGET_$(AGENT_ARCH))
+WORKSPACE := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
 
 tools:
 	bash .ci/tools.sh all >/dev/null

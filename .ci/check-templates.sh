@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks the SAM template and the member-account template offline: cfn-lint, sam validate --lint,
-# checkov, and a sam build that must produce both bootstrap binaries. Needs the tools from
+# checkov, and a sam build that must produce the three functions' bootstrap binaries and the
+# AgentLayer's autoproxy-agent. Needs the tools from
 # `.ci/tools.sh all`. Fails on the first step that fails; each step names itself.
 #
 #   .ci/check-templates.sh            all four steps
@@ -57,13 +58,29 @@ case "$(uname -m)" in
   aarch64 | arm64) arch=arm64 machine="b7 00" ;;
   *) fail "unsupported host architecture $(uname -m)" ;;
 esac
+# The layer's agent is for the proxy instances, a make variable (the Makefile's build-AgentLayer):
+# the host's architecture here too.
+export AGENT_ARCH=$arch
 sam build --template template.yaml --build-dir .aws-sam/build --cache-dir .aws-sam/cache \
   --parameter-overrides "Architecture=$arch"
-for fn in GenerateFunction ConfigureFunction; do
+for fn in GenerateFunction ConfigureFunction AgentPublisherFunction; do
   bin=.aws-sam/build/$fn/bootstrap
   [ -f "$bin" ] && [ -x "$bin" ] || fail "$bin is missing or not executable"
   [ "$(od -An -tx1 -j18 -N2 "$bin" | xargs)" = "$machine" ] || fail "$bin is not a $arch ELF executable"
   echo "$bin: $arch executable, $(wc -c <"$bin") bytes"
 done
+
+# The layer's root is /opt in the function: the publisher reads /opt/autoproxy-agent.
+agent=.aws-sam/build/AgentLayer/autoproxy-agent
+[ -f "$agent" ] && [ -x "$agent" ] || fail "$agent is missing or not executable"
+[ "$(od -An -tx1 -j18 -N2 "$agent" | xargs)" = "$machine" ] || fail "$agent is not a $arch ELF executable"
+version=$("$agent" version 2>&1) || fail "$agent version failed: $version"
+case $version in "autoproxy-agent "*) ;; *) fail "$agent version printed '$version'" ;; esac
+# Linked against an old glibc (cargo lambda through Zig): no symbol version newer than Amazon
+# Linux 2023's (the version names sit in the dynamic string table: no binutils needed).
+glibc=$( (grep -aoE 'GLIBC_[0-9]+\.[0-9]+(\.[0-9]+)?' "$agent" || true) | sort -uV | tail -1)
+[ -z "$glibc" ] || [ "$(printf '%s\n' "$glibc" GLIBC_2.34 | sort -V | tail -1)" = GLIBC_2.34 ] ||
+  fail "$agent needs $glibc; Amazon Linux 2023 has GLIBC_2.34"
+echo "$agent: $arch executable, $(wc -c <"$agent") bytes, '$version', needs ${glibc:-no glibc}"
 
 step "all template checks passed"

@@ -17,6 +17,7 @@ pub mod pipeline;
 pub mod proxy;
 pub mod recording_proxy;
 pub mod resolver;
+pub mod response_url;
 pub mod ssm_agent;
 
 use std::path::{Path, PathBuf};

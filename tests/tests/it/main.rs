@@ -13,6 +13,7 @@ mod golden;
 mod least_privilege;
 mod ownership;
 mod properties;
+mod publisher;
 mod ratelimit;
 mod resolver;
 mod runtime_api;

@@ -85,6 +85,8 @@ fn each_function_gets_exactly_the_settings_its_code_reads() {
     for (function, expected) in [
         ("GenerateFunction", GENERATE_VARIABLES),
         ("ConfigureFunction", CONFIGURE_VARIABLES),
+        // Its only input is the layer's file and the resource's properties.
+        ("AgentPublisherFunction", &[]),
     ] {
         let set = function_variables(&template, function);
         problems.extend(differences(function, &set, expected));
@@ -253,6 +255,7 @@ fn what_moto_cannot_check_is_exactly_this() {
         .insert("AccountRoleArns".into(), serde_json::json!([role]));
     let generate = statements_in(&template, "GenerateFunction", &stack);
     let configure = statements_in(&template, "ConfigureFunction", &stack);
+    let publisher = statements_in(&template, "AgentPublisherFunction", &stack);
     let strings = |items: &[&str]| items.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
     for (statements, sid, actions, resources) in [
         (
@@ -284,6 +287,25 @@ fn what_moto_cannot_check_is_exactly_this() {
             "ListConfigBucket",
             &["s3:ListBucket"],
             &["arn:aws:s3:::autoproxy-123456789012-0f1e2d3c"],
+        ),
+        (
+            &publisher,
+            "ListConfigBucket",
+            &["s3:ListBucket"],
+            &["arn:aws:s3:::autoproxy-123456789012-0f1e2d3c"],
+        ),
+        // moto checks these two, but only that they suffice: here, that they reach no further.
+        (
+            &publisher,
+            "FindPublishedAgent",
+            &["s3:GetObject"],
+            &["arn:aws:s3:::autoproxy-123456789012-0f1e2d3c/autoproxy-agent/*"],
+        ),
+        (
+            &publisher,
+            "PublishAgent",
+            &["s3:PutObject"],
+            &["arn:aws:s3:::autoproxy-123456789012-0f1e2d3c/autoproxy-agent/*"],
         ),
         (
             &configure,
@@ -520,4 +542,161 @@ Resources:
         ],
         "{problems:#?}"
     );
+}
+
+/// The proxy instances' policy, resolved as the stack deploys it: each statement as
+/// `(Sid, actions, resources)`.
+fn instance_grants() -> Vec<(String, Vec<String>, Vec<String>)> {
+    let template = template();
+    let mut stack = super::least_privilege::stack(&template);
+    stack.attributes.insert(
+        "CommandLogGroup.Arn".into(),
+        "arn:aws:logs:us-east-1:123456789012:log-group:autoproxy-CommandLogGroup-0TEST:*".into(),
+    );
+    let policy = stack
+        .resolve(&template["Resources"]["ProxyInstancePolicy"]["Properties"]["PolicyDocument"])
+        .unwrap();
+    policy["Statement"]
+        .as_array()
+        .expect("statements")
+        .iter()
+        .map(|statement| {
+            let (actions, resources) = grant(statement);
+            (
+                statement["Sid"].as_str().unwrap_or("(no Sid)").to_owned(),
+                actions,
+                resources,
+            )
+        })
+        .collect()
+}
+
+/// The instances read the agents the stack published, by their content-addressed keys, and
+/// nothing else of the bucket beyond the config: exactly one statement more than before.
+#[test]
+fn the_instances_may_read_the_published_agents_and_no_other_key() {
+    let grants = instance_grants();
+    let sids: Vec<&str> = grants.iter().map(|(sid, _, _)| sid.as_str()).collect();
+    assert_eq!(
+        sids,
+        [
+            "ReadConfig",
+            "WriteFleetRecord",
+            "ReadAgent",
+            "ListAgent",
+            "WriteCommandOutput",
+            "FindCommandLogGroup"
+        ]
+    );
+    let agent = grants
+        .iter()
+        .find(|(sid, _, _)| sid == "ReadAgent")
+        .unwrap();
+    assert_eq!(agent.1, ["s3:GetObject"]);
+    assert_eq!(
+        agent.2,
+        ["arn:aws:s3:::autoproxy-123456789012-0f1e2d3c/autoproxy-agent/*"]
+    );
+    let list = grants
+        .iter()
+        .find(|(sid, _, _)| sid == "ListAgent")
+        .unwrap();
+    assert_eq!(list.1, ["s3:ListBucket"]);
+    assert_eq!(list.2, ["arn:aws:s3:::autoproxy-123456789012-0f1e2d3c"]);
+    let template = template();
+    let statements =
+        &template["Resources"]["ProxyInstancePolicy"]["Properties"]["PolicyDocument"]["Statement"];
+    let condition = statements
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|s| s["Sid"].as_str() == Some("ListAgent"))
+        .unwrap()["Condition"]["StringLike"]["s3:prefix"]
+        .as_str()
+        .map(str::to_owned);
+    assert_eq!(condition.as_deref(), Some("autoproxy-agent/*"));
+    let config = grants
+        .iter()
+        .find(|(sid, _, _)| sid == "ReadConfig")
+        .unwrap();
+    assert_eq!(
+        config.2,
+        ["arn:aws:s3:::autoproxy-123456789012-0f1e2d3c/haproxy/haproxy.cfg"]
+    );
+}
+
+/// The bucket policy's write protection names exact keys (the config, the manifest, the
+/// template): it never covers `autoproxy-agent/`, which only the publisher's role writes.
+#[test]
+fn the_bucket_policy_leaves_the_agent_keys_to_the_publisher() {
+    let template = template();
+    let mut stack = super::least_privilege::stack(&template);
+    stack.attributes.insert(
+        "GenerateFunctionRole.Arn".into(),
+        "arn:aws:iam::123456789012:role/autoproxy-GenerateFunctionRole-0TEST".into(),
+    );
+    let policy = stack
+        .resolve(&template["Resources"]["ConfigBucketPolicy"]["Properties"]["PolicyDocument"])
+        .unwrap();
+    let deny = policy["Statement"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["Sid"] == "OnlyTheGeneratorWritesTheConfig")
+        .expect("the write protection");
+    let (_, resources) = grant(deny);
+    assert!(!resources.is_empty());
+    for resource in resources {
+        assert!(
+            !resource.contains('*') && !resource.contains("/autoproxy-agent/"),
+            "the deny reaches the agent keys: {resource}"
+        );
+    }
+}
+
+/// The order a deploy runs in. The bucket's notification depends on the configure function,
+/// which names the apply document, which pins `AgentBinary`'s attributes: on a stack's first
+/// create the bucket comes after `AgentBinary`, which therefore names the bucket by its computed
+/// name and may find it missing. `AgentBinaryUpload` references the bucket (so it runs after it)
+/// and the pinned sha256; the association, whose first run downloads the agent, waits for it.
+#[test]
+fn the_agent_is_in_the_bucket_before_an_instance_downloads_it() {
+    let template = template();
+    let resources = &template["Resources"];
+    let yaml = |text: &str| format!("{:?}", serde_yaml::from_str::<Value>(text).unwrap());
+    let show = |value: &Value| format!("{value:?}");
+
+    let binary = &resources["AgentBinary"]["Properties"];
+    assert_eq!(
+        show(&binary["BucketName"]),
+        show(&resources["ConfigBucket"]["Properties"]["BucketName"]),
+        "AgentBinary must name the bucket exactly as the bucket names itself"
+    );
+    assert_eq!(binary["WhenBucketMissing"].as_str(), Some("Skip"));
+    assert_eq!(show(&binary["Layer"]), yaml("!Ref AgentLayer"));
+
+    let upload = &resources["AgentBinaryUpload"]["Properties"];
+    assert_eq!(show(&upload["BucketName"]), yaml("!Ref ConfigBucket"));
+    assert_eq!(show(&upload["Sha256"]), yaml("!GetAtt AgentBinary.Sha256"));
+    assert_eq!(show(&upload["Layer"]), yaml("!Ref AgentLayer"));
+    assert!(upload.get("WhenBucketMissing").is_none(), "{upload:?}");
+    for resource in ["AgentBinary", "AgentBinaryUpload"] {
+        assert_eq!(
+            resources[resource]["Type"].as_str(),
+            Some("Custom::AutoproxyAgent")
+        );
+        assert_eq!(
+            show(&resources[resource]["Properties"]["ServiceToken"]),
+            yaml("!GetAtt AgentPublisherFunction.Arn")
+        );
+    }
+    assert_eq!(
+        resources["ApplyConfigAssociation"]["DependsOn"].as_str(),
+        Some("AgentBinaryUpload")
+    );
+    // The function reads the layer; nothing else has it.
+    let publisher = &resources["AgentPublisherFunction"]["Properties"];
+    assert_eq!(show(&publisher["Layers"]), yaml("[!Ref AgentLayer]"));
+    let layer = &resources["AgentLayer"];
+    assert_eq!(layer["Metadata"]["BuildMethod"].as_str(), Some("makefile"));
 }
