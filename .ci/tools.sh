@@ -28,6 +28,8 @@ command -v openssl >/dev/null || need_apt+=(openssl)
 command -v dnsmasq >/dev/null || need_apt+=(dnsmasq-base)
 command -v flock >/dev/null || need_apt+=(util-linux)
 command -v curl >/dev/null || need_apt+=(curl)
+# The durability test watches the apply's fsync(2) and rename(2) calls from the kernel's side.
+command -v strace >/dev/null || need_apt+=(strace)
 # `kill` as a program (the harness runs it without a shell): procps, absent from slim images.
 [ -x /bin/kill ] || [ -x /usr/bin/kill ] || need_apt+=(procps)
 # The venvs below, and autoproxy-resolver under test.

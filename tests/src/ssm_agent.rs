@@ -503,6 +503,27 @@ impl Document {
         env: &[(String, String)],
         timeout: Duration,
     ) -> Result<Run, AgentError> {
+        Ok(self.spawn(given, env)?.wait(timeout))
+    }
+
+    /// `run`, started in the background: the caller watches its output, signals it as SSM
+    /// would (a cancel, a timeout) and waits for it.
+    pub fn spawn(
+        &self,
+        given: &[(&str, &str)],
+        env: &[(String, String)],
+    ) -> Result<Background, AgentError> {
+        self.spawn_wrapped(given, env, &[])
+    }
+
+    /// `spawn` with the script's `sh` started by `wrapper` (a program and its arguments, e.g.
+    /// `strace … --`), which execs it in the end: the wrapper leads the process group.
+    pub fn spawn_wrapped(
+        &self,
+        given: &[(&str, &str)],
+        env: &[(String, String)],
+        wrapper: &[String],
+    ) -> Result<Background, AgentError> {
         let values = self.resolve(given)?;
         let mut downloaded = String::new();
         for download in &self.downloads {
@@ -520,7 +541,14 @@ impl Document {
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700))
             .map_err(AgentError::Spawn)?;
 
-        let mut command = Command::new("sh");
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg("sh");
+                command
+            }
+            None => Command::new("sh"),
+        };
         command
             .arg("-c")
             .arg(&script)
@@ -545,33 +573,133 @@ impl Document {
 
         let started = Instant::now();
         let mut child = command.spawn().map_err(AgentError::Spawn)?;
-        let stdout = drain(child.stdout.take());
-        let stderr = drain(child.stderr.take());
-        let deadline = started + timeout;
+        let stdout = Pipe::drain(child.stdout.take());
+        let stderr = Pipe::drain(child.stderr.take());
+        Ok(Background {
+            child,
+            stdout,
+            stderr,
+            downloaded,
+            started,
+            _workdir: workdir,
+        })
+    }
+}
+
+/// A run of the document in the background ([`Document::spawn`]): its script leads its own
+/// process group, as under the SSM agent.
+#[derive(Debug)]
+pub struct Background {
+    child: std::process::Child,
+    stdout: Pipe,
+    stderr: Pipe,
+    downloaded: String,
+    started: Instant,
+    /// Holds `_script.sh` until the run ends.
+    _workdir: tempfile::TempDir,
+}
+
+impl Background {
+    /// The PID of the script's process (with the launcher's `exec`, the agent's), which is
+    /// also its process group's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (a name `kill` knows: `TERM`, `KILL`, …) to the script's whole process
+    /// group, as SSM's cancel and timeout do.
+    pub fn signal_group(&self, signal: &str) {
+        let _ = Command::new("kill")
+            .args([&format!("-{signal}"), "--", &format!("-{}", self.pid())])
+            .stderr(Stdio::null())
+            .status();
+    }
+
+    /// Sends `signal` to one process (one of [`Background::processes`]).
+    pub fn signal_process(&self, pid: u32, signal: &str) {
+        let _ = Command::new("kill")
+            .args([&format!("-{signal}"), "--", &pid.to_string()])
+            .stderr(Stdio::null())
+            .status();
+    }
+
+    /// The live processes of the script's process group (zombies aside), each with its
+    /// arguments: the script's `sh`, the agent it runs, their children.
+    pub fn processes(&self) -> Vec<(u32, Vec<String>)> {
+        let group = self.pid().to_string();
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter_map(|pid| {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                // After the command in parentheses: state, ppid, pgrp.
+                let fields: Vec<&str> = stat.rsplit_once(") ")?.1.split(' ').collect();
+                if fields.first().is_some_and(|s| *s == "Z" || *s == "X")
+                    || fields.get(2) != Some(&group.as_str())
+                {
+                    return None;
+                }
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+                let argv = cmdline
+                    .split(|b| *b == 0)
+                    .filter(|arg| !arg.is_empty())
+                    .map(|arg| String::from_utf8_lossy(arg).into_owned())
+                    .collect();
+                Some((pid, argv))
+            })
+            .collect()
+    }
+
+    /// What the script wrote on stdout so far.
+    pub fn stdout_so_far(&self) -> String {
+        self.stdout.so_far()
+    }
+
+    /// Waits until a line of stdout equals `line`; false when the run ended or `timeout` passed
+    /// first.
+    pub fn wait_for_line(&mut self, line: &str, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.stdout.so_far().lines().any(|l| l == line) {
+                return true;
+            }
+            if Instant::now() >= deadline || !matches!(self.child.try_wait(), Ok(None)) {
+                return self.stdout.so_far().lines().any(|l| l == line);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits for the script to end; kills its whole process group after `timeout` (counted
+    /// from its start).
+    pub fn wait(mut self, timeout: Duration) -> Run {
+        let deadline = self.started + timeout;
         let (status, timed_out) = loop {
-            match child.try_wait().map_err(AgentError::Spawn)? {
-                Some(status) => break (status.code(), false),
-                None if Instant::now() >= deadline => {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break (status.code(), false),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                _ => {
                     // The script leads its own process group: take all of it down.
-                    let _ = Command::new("kill")
-                        .args(["-KILL", "--", &format!("-{}", child.id())])
-                        .status();
-                    let _ = child.kill();
-                    let _ = child.wait();
+                    self.signal_group("KILL");
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
                     break (None, true);
                 }
-                None => std::thread::sleep(Duration::from_millis(10)),
             }
         };
         let finished = Instant::now();
-        Ok(Run {
+        Run {
             status,
-            stdout: downloaded + &collect(&stdout),
-            stderr: collect(&stderr),
-            started,
+            stdout: std::mem::take(&mut self.downloaded) + &self.stdout.collect(),
+            stderr: self.stderr.collect(),
+            started: self.started,
             finished,
             timed_out,
-        })
+        }
     }
 }
 
@@ -685,23 +813,54 @@ fn search_path() -> String {
     format!("{}:{inherited}", crate::moto::tools_bin().display())
 }
 
-/// Reads a pipe to its end on a thread.
-fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> mpsc::Receiver<Vec<u8>> {
-    let (tx, rx) = mpsc::channel();
-    if let Some(mut pipe) = pipe {
-        std::thread::spawn(move || {
-            let mut buffer = Vec::new();
-            let _ = pipe.read_to_end(&mut buffer);
-            let _ = tx.send(buffer);
-        });
-    }
-    rx
+/// A pipe read to its end on a thread, its bytes visible as they come.
+#[derive(Debug)]
+struct Pipe {
+    bytes: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    closed: mpsc::Receiver<()>,
 }
 
-/// What a pipe carried; bounded, in case a daemon the script started still holds it.
-fn collect(rx: &mpsc::Receiver<Vec<u8>>) -> String {
-    match rx.recv_timeout(Duration::from_secs(5)) {
-        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-        Err(_) => "(output not closed within 5 s after the script ended)".to_owned(),
+impl Pipe {
+    fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> Pipe {
+        let bytes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (tx, closed) = mpsc::channel();
+        if let Some(mut pipe) = pipe {
+            let bytes = std::sync::Arc::clone(&bytes);
+            std::thread::spawn(move || {
+                let mut buffer = [0u8; 8192];
+                while let Ok(n) = pipe.read(&mut buffer) {
+                    if n == 0 {
+                        break;
+                    }
+                    bytes
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .extend_from_slice(&buffer[..n]);
+                }
+                let _ = tx.send(());
+            });
+        } else {
+            let _ = tx.send(());
+        }
+        Pipe { bytes, closed }
+    }
+
+    fn so_far(&self) -> String {
+        let bytes = self
+            .bytes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// What the pipe carried; bounded, in case a daemon the script started still holds it.
+    fn collect(&self) -> String {
+        match self.closed.recv_timeout(Duration::from_secs(5)) {
+            Ok(()) => self.so_far(),
+            Err(_) => format!(
+                "{}(output not closed within 5 s after the script ended)",
+                self.so_far()
+            ),
+        }
     }
 }

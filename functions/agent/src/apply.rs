@@ -147,6 +147,10 @@ struct Run {
     temps: Vec<PathBuf>,
     s3: Option<aws_sdk_s3::Client>,
     _lock: Option<std::fs::File>,
+    /// `haproxy -c` refused the new generation (not: the run stopped while it ran).
+    rejected: bool,
+    /// When this run's reload command returned: a rollback's reload waits a moment after it.
+    reloaded_at: Option<Instant>,
 }
 
 /// Runs the apply with the parameters from the environment; the exit status of the contract.
@@ -193,6 +197,8 @@ pub async fn apply(params: Params) -> u8 {
         temps: Vec::new(),
         s3: None,
         _lock: None,
+        rejected: false,
+        reloaded_at: None,
     };
     let signals = Signals::new();
     let result = {
@@ -374,7 +380,9 @@ impl Run {
             .or_else(|err| fail(format!("cannot write {}: {err}", staged.display())))?;
 
         self.pause("check").await;
-        self.check(&staged, new.generation).await?;
+        let checked = self.check(&staged, new.generation).await;
+        self.rejected = checked.is_err();
+        checked?;
 
         self.step = "keep";
         self.keep()?;
@@ -386,6 +394,7 @@ impl Run {
         self.pause("reload").await;
         let starting = !was_running;
         let finished = self.reload(starting).await?;
+        self.reloaded_at = Some(Instant::now());
         if !finished.success() {
             return fail(format!(
                 "the reload command ({}) {}: {}",

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -17,11 +16,12 @@ use autoproxy_tests::estate;
 use autoproxy_tests::moto::Moto;
 use autoproxy_tests::proxy::HaproxyFiles;
 use autoproxy_tests::proxy::{self, Backends, Haproxy, ProbeError};
-use autoproxy_tests::ssm_agent::{AgentError, Document, Run};
+use autoproxy_tests::ssm_agent::{AgentError, Background, Document, Run};
 
 mod concurrency;
 mod document;
 mod durability;
+mod faults;
 mod install;
 mod launcher;
 mod repair;
@@ -116,12 +116,24 @@ impl Fixture {
         overrides: &[(&str, &str)],
         env: &[(String, String)],
     ) -> Result<Run, AgentError> {
+        Ok(self.spawn(document, overrides, env, &[])?.wait(RUN_TIMEOUT))
+    }
+
+    /// `try_run` started in the background, its `sh` started by `wrapper` (none: as the SSM
+    /// agent starts it); wait for it with `RUN_TIMEOUT`.
+    fn spawn(
+        &self,
+        document: &Document,
+        overrides: &[(&str, &str)],
+        env: &[(String, String)],
+        wrapper: &[String],
+    ) -> Result<Background, AgentError> {
         let mut parameters = vec![("ConfigBucket", BUCKET), ("ConfigKey", KEY)];
         parameters.extend_from_slice(overrides);
         let mut all = self.moto.env();
         all.push(("AWS_SSM_INSTANCE_ID".to_owned(), INSTANCE.to_owned()));
         all.extend_from_slice(env);
-        document.run(&parameters, &all, RUN_TIMEOUT)
+        document.spawn_wrapped(&parameters, &all, wrapper)
     }
 
     fn apply(&self, version: &str) -> Run {

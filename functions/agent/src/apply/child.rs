@@ -214,12 +214,23 @@ mod tests {
             .parse()
             .expect("a pid");
         let _ = std::fs::remove_file(&marker);
-        // A killed process stays a zombie until its parent (init here) reaps it: not running.
-        let state = std::fs::read_to_string(format!("/proc/{grandchild}/stat")).unwrap_or_default();
-        let running = state
-            .rfind(')')
-            .and_then(|i| state[i + 1..].split_whitespace().next())
-            .is_some_and(|s| s != "Z" && s != "X");
+        // A killed process stays a zombie until its parent (init here) reaps it, and SIGKILL
+        // takes effect asynchronously: wait (bounded) until it no longer runs.
+        let runs = || {
+            let state =
+                std::fs::read_to_string(format!("/proc/{grandchild}/stat")).unwrap_or_default();
+            let running = state
+                .rfind(')')
+                .and_then(|i| state[i + 1..].split_whitespace().next())
+                .is_some_and(|s| s != "Z" && s != "X");
+            (running, state)
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let (mut running, mut state) = runs();
+        while running && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            (running, state) = runs();
+        }
         assert!(!running, "the grandchild still runs: {state}");
     }
 

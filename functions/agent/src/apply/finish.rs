@@ -30,7 +30,7 @@ impl Run {
                 failed(&format!(
                     "{reason}; nothing changed (running generation {running})"
                 ));
-                let outcome = if self.step == "check" {
+                let outcome = if self.rejected {
                     Outcome::Rejected
                 } else {
                     Outcome::Failed
@@ -78,6 +78,14 @@ impl Run {
                 config.display()
             ),
         );
+        // HAProxy 2.6's master can lose a USR2 that comes right after the previous reload's
+        // worker started serving, before the master is back in its loop (measured: about 4
+        // of 10 at once, none 50 ms later): a rollback's reload waits until one second after
+        // this run's own.
+        if let Some(reloaded) = self.reloaded_at {
+            let settle = Duration::from_secs(1).saturating_sub(reloaded.elapsed());
+            tokio::time::sleep(settle).await;
+        }
         let starting = !self.haproxy_answers();
         let reloaded = match self.reload(starting).await {
             Ok(finished) if finished.success() => Ok(()),
