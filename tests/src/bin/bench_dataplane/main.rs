@@ -188,15 +188,18 @@ fn main() {
         }
     }
 
-    let apply = (largest > 0 && args.designs.contains(&Design::Maps)).then(|| {
-        println!("\n== the apply document, {largest} routes ==");
-        let apply = apply_times(&env, &dataplane::routes(largest));
-        println!("{}", apply.line());
-        apply
-    });
+    let mut applies = Vec::new();
+    if args.designs.contains(&Design::Maps) {
+        for &count in &args.routes {
+            println!("\n== the apply document, {count} routes ==");
+            let apply = apply_times(&env, &dataplane::routes(count));
+            println!("{}", apply.line());
+            applies.push(apply);
+        }
+    }
 
     let elapsed = started.elapsed();
-    let section = section(&rows, apply.as_ref(), elapsed, ticks, env.window);
+    let section = section(&rows, &applies, elapsed, ticks, env.window);
     println!("\n{section}");
     let document = std::fs::read_to_string(&args.out).unwrap_or_default();
     std::fs::write(

@@ -96,7 +96,7 @@ pub(super) fn table(rows: &[Row]) -> String {
 
 pub(super) fn section(
     rows: &[Row],
-    apply: Option<&ApplyTimes>,
+    applies: &[ApplyTimes],
     elapsed: Duration,
     ticks: u64,
     window: Duration,
@@ -110,7 +110,7 @@ pub(super) fn section(
     )
     .unwrap();
     out.push_str(&table(rows));
-    if let Some(apply) = apply {
+    for apply in applies {
         writeln!(out, "\n{}", apply.line()).unwrap();
     }
     write!(
@@ -147,13 +147,17 @@ How each figure is measured:
   total and the most in any sliding 1-s window.
 * **Times**: `-c` is the wall time of `haproxy -c`; start, until the first route answers
   through HAProxy; reload, from `kill -USR2` until `show info` answers from a new worker.
-* **Apply**: the apply document from template.yaml, run as the SSM agent runs it (`sh`,
-  parameters in the environment, the AWS CLI against moto as S3), on a map-based config of
-  the largest route count: from the script's start to its exit, download, verify, maps,
-  `haproxy -c`, swap, reload and the running-generation check included. Once as the first
-  install (HAProxy not running yet), then for the next generation (one route fewer) while
-  it runs. About 1 s of it is the AWS CLI starting and making its one `get-object` (timed
-  once with the script's log lines stamped).
+* **Apply**: the apply document from template.yaml, run as the SSM agent runs it (the
+  agent's download from moto as S3, then `sh`, parameters in the environment), with the
+  release build of autoproxy-agent the stack ships, on a map-based config of each
+  route count: from the launcher's start to its exit (sha256 of the cached agent, download,
+  verify, maps, addresses of new hosts, `haproxy -c`, swap, reload and the running-generation
+  check included). Once as the first install of all routes but one (HAProxy not running yet,
+  their addresses already known, as a running resolver has them), then for the next
+  generation, which adds that route while HAProxy runs; then the time until that route
+  serves through HAProxy, probed every 5 ms from the apply's return. Peak memory is the
+  agent's own `VmHWM`, as its last log line reports it; the document's size is its
+  `Content` as compact JSON, as CloudFormation sends it to SSM (whose cap is 64 KB).
 * **Idle CPU**: the worker's CPU (and the resolver's) in the steady-state window, in % of
   one core.
 * **Failed connections**: at the largest route count, two clients open connections to the
