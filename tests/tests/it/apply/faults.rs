@@ -1,8 +1,12 @@
-//! An apply stopped at every point by SSM's cancel (SIGTERM to the script's process group) or
-//! SSM's timeout (SIGKILL to it): HAProxy keeps serving what it ran, the file is what runs or
-//! the next apply repairs it, and the fleet record never claims what does not run. Then the
-//! findings that the old bash document got wrong: a stopped HAProxy, and reload children that
-//! outlived the apply.
+//! An apply stopped at every point by a cancel (SIGTERM) or SSM's timeout (SIGKILL to the
+//! script's process group): HAProxy keeps serving what it ran, the file is what runs or the
+//! next apply repairs it, and the fleet record never claims what does not run. Then the
+//! findings that the old bash document got wrong: a stopped HAProxy, a cancel during the
+//! reload, and reload children that outlived the apply.
+//!
+//! SIGTERM goes to the agent alone (the child of the stand-in's `sh`), so that the run ends
+//! with the agent's own exit status: sent to the whole group, it would also end that `sh` at
+//! once, before the agent has rolled back and written its record.
 //!
 //! The matrix stops the agent with its test hook (`AUTOPROXY_AGENT_PAUSE=<point>`: it logs
 //! `autoproxy-apply: pause: before <point>` and sleeps there), so it cannot run against the
