@@ -31,7 +31,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use autoproxy::artifact;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::haproxy::RuntimeApi;
@@ -441,13 +440,6 @@ impl Run {
 struct NewConfig {
     generation: u64,
     socket: PathBuf,
-}
-
-/// The rest of each body line starting with `prefix`.
-fn body_lines<'a>(text: &'a str, prefix: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-    artifact::body(text)
-        .lines()
-        .filter_map(move |line| line.strip_prefix(prefix))
 }
 
 /// The agent's peak resident memory (`VmHWM`), as a log line says it.

@@ -7,7 +7,7 @@ use autoproxy::artifact::{self, MapFiles};
 
 use super::{
     ADDRESS_BUDGET, CHECK_TIMEOUT, DOWNLOAD_TIMEOUT, Failure, NewConfig, RELOAD_TIMEOUT, Run,
-    Stage, body_lines, child, config, fail, files, log, oneline,
+    Stage, child, config, fail, files, log, oneline,
 };
 
 impl Run {
@@ -225,23 +225,17 @@ impl Run {
             .lines()
             .filter_map(|line| line.split_whitespace().next())
             .collect();
-        let (routes, suffixes) = MapFiles::route_tables(text);
-        let mut wanted: Vec<String> = routes
-            .lines()
-            .chain(suffixes.lines())
-            .filter_map(|line| line.split_whitespace().nth(1))
-            .filter_map(|target| target.rsplit_once(':').map(|(host, _)| host))
-            .filter(|host| host.parse::<std::net::Ipv4Addr>().is_err() && !known.contains(host))
-            .map(str::to_owned)
+        // One parser of the artifact: the same route hosts and nameservers the resolver reads.
+        let wanted: Vec<String> = artifact::route_hosts(text)
+            .into_iter()
+            .filter(|host| {
+                host.parse::<std::net::Ipv4Addr>().is_err() && !known.contains(host.as_str())
+            })
             .collect();
-        wanted.sort();
-        wanted.dedup();
         if wanted.is_empty() {
             return;
         }
-        let nameservers: Vec<std::net::SocketAddr> = body_lines(text, artifact::NAMESERVER_LINE)
-            .filter_map(|ns| ns.split_whitespace().next()?.parse().ok())
-            .collect();
+        let nameservers = artifact::nameservers(text).valid;
         let ensured =
             crate::addresses::ensure(&self.dir, &wanted, &nameservers, ADDRESS_BUDGET).await;
         log(
