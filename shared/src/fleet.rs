@@ -1,15 +1,16 @@
-//! The fleet view: which generation each peering proxy runs, and for how long the ones behind
-//! have been behind.
+//! The fleet view: which generation each peering proxy runs, for how long the ones behind
+//! have been behind, and which proxies SSM manages that are not applying at all.
 //!
 //! Every apply writes one record per instance beside the config
 //! (`haproxy/haproxy.cfg` → `haproxy/haproxy.fleet/<instance-id>.json`), overwritten on each
-//! apply, so
-//! the latest result of each instance survives the command's output. [`report`] compares them
-//! with the config published last; it does no I/O, the configure function reads and writes
-//! around it.
+//! apply, so the latest result of each instance survives the command's output. A proxy that
+//! never applies writes none, so the records alone cannot see it: [`report`] joins them with
+//! the instances SSM manages under the target tag ([`Listing`]) and compares both with the
+//! config published last. It does no I/O; the configure function reads and writes around it.
 
-use std::fmt::Write as _;
+use std::collections::BTreeMap;
 
+use aws_sdk_ssm::types::PingStatus;
 use serde::{Deserialize, Serialize};
 
 use crate::settings::config_stem;
@@ -89,11 +90,120 @@ pub struct Instance {
     /// It runs the latest generation, or a newer one.
     pub current: bool,
     /// Its record is older than the silence limit (or its time does not parse): the instance
-    /// stopped applying, most often because it was terminated. Never counted behind.
+    /// stopped applying. Never counted behind.
     pub silent: bool,
-    /// 0 when current or silent; otherwise for how long a newer config has existed (since the
-    /// latest one was published: a lower bound when it missed more than one).
+    /// 0 when current, silent or gone; otherwise for how long a newer config has existed
+    /// (since the latest one was published: a lower bound when it missed more than one).
     pub behind_seconds: u64,
+    pub state: State,
+    /// The SSM agent's `PingStatus` as SSM spells it (`Online`, `ConnectionLost`, …); empty
+    /// when SSM does not list the instance or the list is missing.
+    pub ping_status: String,
+    /// For how long it has been unhealthy (see [`State::is_unhealthy`]); 0 when it is not;
+    /// `None` when SSM gives no time to count from.
+    pub unhealthy_seconds: Option<u64>,
+}
+
+/// An instance SSM manages under the target tag that has written no record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unrecorded {
+    pub instance_id: String,
+    /// [`State::NeverReported`], or [`State::Unreachable`] when its agent is not online.
+    pub state: State,
+    pub ping_status: String,
+    /// As in [`Instance`].
+    pub unhealthy_seconds: Option<u64>,
+}
+
+/// Where an instance stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// It runs the latest generation or a newer one.
+    Current,
+    /// It runs an older one.
+    Behind,
+    /// Its record is older than the silence limit and the instance list is missing, so
+    /// whether SSM still manages it is unknown: listed, not counted.
+    Silent,
+    /// SSM manages it, its agent is online, and it has written no record.
+    NeverReported,
+    /// SSM manages it, its agent is online, and its record is older than the silence limit.
+    Stale,
+    /// SSM manages it and its agent is not online (`ConnectionLost`, …), record or not.
+    Unreachable,
+    /// It has a record but SSM does not list it under the tag: terminated (or untagged).
+    /// Listed, not counted.
+    Gone,
+}
+
+impl State {
+    /// Never reported, stale or unreachable: a proxy that is not taking new configs.
+    pub fn is_unhealthy(self) -> bool {
+        matches!(
+            self,
+            State::NeverReported | State::Stale | State::Unreachable
+        )
+    }
+
+    /// As the report and the table spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Current => "current",
+            State::Behind => "behind",
+            State::Silent => "silent",
+            State::NeverReported => "never reported",
+            State::Stale => "stale",
+            State::Unreachable => "unreachable",
+            State::Gone => "gone",
+        }
+    }
+}
+
+/// What SSM says of one instance it manages under the target tag
+/// (`DescribeInstanceInformation`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Managed {
+    pub instance_id: String,
+    /// `None` when SSM gave none: not online either.
+    pub ping_status: Option<PingStatus>,
+    /// When its agent last reached SSM.
+    pub last_ping_unix: Option<u64>,
+    /// When it registered with SSM, when SSM says.
+    pub registered_unix: Option<u64>,
+    /// When the association last ran on it.
+    pub last_association_unix: Option<u64>,
+}
+
+impl Managed {
+    fn online(&self) -> bool {
+        self.ping_status == Some(PingStatus::Online)
+    }
+
+    fn ping_str(&self) -> String {
+        self.ping_status
+            .as_ref()
+            .map_or_else(String::new, |p| p.as_str().to_owned())
+    }
+}
+
+/// The instances SSM manages under the target tag, or why they could not be listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listing {
+    Listed(Vec<Managed>),
+    /// The records are reported alone, as [`Join::Missing`].
+    Failed(String),
+}
+
+/// Whether the report joined the records with SSM's list of instances.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Join {
+    /// `managed` instances under the target tag.
+    Joined { managed: u64 },
+    /// The list could not be had (the reason): never reported, stale, unreachable and gone
+    /// are unknown, and old records are `silent`, as the records alone tell.
+    Missing { reason: String },
 }
 
 /// What the records are compared with.
@@ -102,7 +212,8 @@ pub struct Against {
     pub latest_generation: u64,
     pub latest_published_at_unix: u64,
     pub now_unix: u64,
-    /// A record older than this is silent.
+    /// A record older than this is silent (or stale); an instance unhealthy for longer
+    /// counts in [`FleetReport::unhealthy_past_limit`].
     pub silent_after_seconds: u64,
 }
 
@@ -112,15 +223,29 @@ pub struct FleetReport {
     pub latest_generation: u64,
     pub latest_published_at_unix: u64,
     pub now_unix: u64,
-    /// Instances with a record that is not silent.
+    /// Instances with a record that is not silent, of an instance SSM manages (any, when the
+    /// list is missing).
     pub instances: u64,
     /// Of those, the ones below the latest generation.
     pub behind: u64,
     pub max_behind_seconds: u64,
-    /// Instances whose record is older than the silence limit (listed, not counted above).
+    /// Records older than the silence limit (listed, not counted above).
     pub silent: u64,
-    /// By instance id.
+    /// Instances SSM manages, online, without a record.
+    pub never_reported: u64,
+    /// Instances SSM manages, online, whose record is older than the silence limit.
+    pub stale: u64,
+    /// Instances SSM manages whose agent is not online.
+    pub unreachable: u64,
+    /// Instances unhealthy (the three above) for longer than the silence limit, or for a
+    /// time SSM does not tell: what the alarm watches.
+    pub unhealthy_past_limit: u64,
+    /// Whether the records were joined with SSM's list of instances.
+    pub join: Join,
+    /// By instance id: every record.
     pub fleet: Vec<Instance>,
+    /// By instance id: instances SSM manages that have no record.
+    pub without_record: Vec<Unrecorded>,
     /// Records that could not be read or parsed, each naming its key; the reader fills them
     /// in, [`report`] leaves them empty.
     pub warnings: Vec<String>,
@@ -137,329 +262,167 @@ impl Record {
 }
 
 /// Compares each instance's record with the latest config (its generation and when it was
-/// published). A silent instance is listed but neither counted nor behind: a terminated
-/// instance's last record stays in the bucket until the lifecycle rule expires it, and must
-/// not hold the fleet "behind" meanwhile.
-pub fn report(against: Against, mut records: Vec<Record>) -> FleetReport {
+/// published), and joins the records with the instances SSM manages under the target tag.
+/// A record whose instance SSM no longer lists (terminated) is `gone`; an old record is
+/// `silent` when the list is missing: both are listed but neither counted nor behind, so a
+/// terminated instance's last record, kept until the lifecycle rule expires it, never holds
+/// the fleet "behind". An instance SSM lists without a record is `never reported`.
+pub fn report(against: Against, mut records: Vec<Record>, listing: Listing) -> FleetReport {
     records.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+    let (managed, join) = match listing {
+        Listing::Listed(list) => {
+            let managed: BTreeMap<String, Managed> = list
+                .into_iter()
+                .map(|m| (m.instance_id.clone(), m))
+                .collect();
+            let join = Join::Joined {
+                managed: managed.len() as u64,
+            };
+            (Some(managed), join)
+        }
+        Listing::Failed(reason) => (None, Join::Missing { reason }),
+    };
     let fleet: Vec<Instance> = records
         .into_iter()
         .map(|record| {
-            let silent = record.at_unix().is_none_or(|at| {
-                against.now_unix.saturating_sub(at) > against.silent_after_seconds
-            });
-            // A newer generation than the latest object (a publish racing this report) is
-            // not behind.
-            let current = record.generation >= against.latest_generation;
-            let behind_seconds = if current || silent {
-                0
-            } else {
-                against
-                    .now_unix
-                    .saturating_sub(against.latest_published_at_unix)
-            };
-            Instance {
-                record,
-                current,
-                silent,
-                behind_seconds,
-            }
+            let listed = managed.as_ref().map(|m| m.get(&record.instance_id));
+            judge_record(&against, record, listed)
         })
         .collect();
-    let heard: Vec<&Instance> = fleet.iter().filter(|i| !i.silent).collect();
-    let behind: Vec<&Instance> = heard.iter().copied().filter(|i| !i.current).collect();
+    let without_record: Vec<Unrecorded> = managed
+        .iter()
+        .flat_map(BTreeMap::values)
+        .filter(|m| {
+            fleet
+                .binary_search_by(|i| i.record.instance_id.as_str().cmp(&m.instance_id))
+                .is_err()
+        })
+        .map(|m| judge_unrecorded(&against, m))
+        .collect();
+    totals(against, join, fleet, without_record)
+}
+
+/// One record against the latest config and, when the list is there, SSM's view of its
+/// instance: `listed` is `None` without the list, `Some(None)` when SSM does not list it.
+fn judge_record(against: &Against, record: Record, listed: Option<Option<&Managed>>) -> Instance {
+    let at = record.at_unix();
+    let silent = at.is_none_or(|at| past(against, at));
+    // A newer generation than the latest object (a publish racing this report) is not behind.
+    let current = record.generation >= against.latest_generation;
+    let (state, ping_status, since) = match listed {
+        None if silent => (State::Silent, String::new(), None),
+        Some(None) => (State::Gone, String::new(), None),
+        Some(Some(m)) if !m.online() => (State::Unreachable, m.ping_str(), m.last_ping_unix.or(at)),
+        Some(Some(m)) if silent => (State::Stale, m.ping_str(), at),
+        listed => {
+            let ping = listed.flatten().map_or_else(String::new, Managed::ping_str);
+            let state = if current {
+                State::Current
+            } else {
+                State::Behind
+            };
+            (state, ping, None)
+        }
+    };
+    let behind_seconds = if current || silent || state == State::Gone {
+        0
+    } else {
+        against
+            .now_unix
+            .saturating_sub(against.latest_published_at_unix)
+    };
+    Instance {
+        record,
+        current,
+        silent,
+        behind_seconds,
+        state,
+        ping_status,
+        unhealthy_seconds: unhealthy_seconds(against, state, since),
+    }
+}
+
+/// An instance SSM manages that wrote no record: unhealthy since the association last ran
+/// there, or since it registered, whichever SSM tells and is earlier.
+fn judge_unrecorded(against: &Against, managed: &Managed) -> Unrecorded {
+    let (state, since) = if managed.online() {
+        let since = [managed.registered_unix, managed.last_association_unix]
+            .into_iter()
+            .flatten()
+            .min();
+        (State::NeverReported, since)
+    } else {
+        (State::Unreachable, managed.last_ping_unix)
+    };
+    Unrecorded {
+        instance_id: managed.instance_id.clone(),
+        state,
+        ping_status: managed.ping_str(),
+        unhealthy_seconds: unhealthy_seconds(against, state, since),
+    }
+}
+
+/// 0 when healthy; else for how long since `since`, `None` when that is unknown.
+fn unhealthy_seconds(against: &Against, state: State, since: Option<u64>) -> Option<u64> {
+    if !state.is_unhealthy() {
+        return Some(0);
+    }
+    since.map(|since| against.now_unix.saturating_sub(since))
+}
+
+/// Whether `at` is longer ago than the silence limit.
+fn past(against: &Against, at: u64) -> bool {
+    against.now_unix.saturating_sub(at) > against.silent_after_seconds
+}
+
+fn totals(
+    against: Against,
+    join: Join,
+    fleet: Vec<Instance>,
+    without_record: Vec<Unrecorded>,
+) -> FleetReport {
+    let counted: Vec<&Instance> = fleet
+        .iter()
+        .filter(|i| !i.silent && i.state != State::Gone)
+        .collect();
+    let behind: Vec<&Instance> = counted.iter().copied().filter(|i| !i.current).collect();
+    let states = fleet.iter().map(|i| (i.state, i.unhealthy_seconds)).chain(
+        without_record
+            .iter()
+            .map(|u| (u.state, u.unhealthy_seconds)),
+    );
+    let (mut never_reported, mut stale, mut unreachable, mut past_limit) = (0, 0, 0, 0);
+    for (state, seconds) in states {
+        match state {
+            State::NeverReported => never_reported += 1,
+            State::Stale => stale += 1,
+            State::Unreachable => unreachable += 1,
+            _ => continue,
+        }
+        if seconds.is_none_or(|s| s > against.silent_after_seconds) {
+            past_limit += 1;
+        }
+    }
     FleetReport {
         latest_generation: against.latest_generation,
         latest_published_at_unix: against.latest_published_at_unix,
         now_unix: against.now_unix,
-        instances: heard.len() as u64,
+        instances: counted.len() as u64,
         behind: behind.len() as u64,
         max_behind_seconds: behind.iter().map(|i| i.behind_seconds).max().unwrap_or(0),
-        silent: (fleet.len() - heard.len()) as u64,
+        silent: fleet.iter().filter(|i| i.silent).count() as u64,
+        never_reported,
+        stale,
+        unreachable,
+        unhealthy_past_limit: past_limit,
+        join,
         fleet,
+        without_record,
         warnings: Vec::new(),
     }
 }
 
-impl FleetReport {
-    /// A text table, one line per instance after a header: instance, generation, current or
-    /// behind (for how long), result, reason, when.
-    pub fn table(&self) -> String {
-        let header =
-            ["INSTANCE", "GENERATION", "STATE", "RESULT", "REASON", "AT"].map(str::to_owned);
-        let rows: Vec<[String; 6]> = self
-            .fleet
-            .iter()
-            .map(|i| {
-                let state = if i.silent {
-                    "silent".to_owned()
-                } else if i.current {
-                    "current".to_owned()
-                } else {
-                    format!("behind {}", duration(i.behind_seconds))
-                };
-                [
-                    i.record.instance_id.clone(),
-                    i.record.generation.to_string(),
-                    state,
-                    i.record.result.as_str().to_owned(),
-                    if i.record.reason.is_empty() {
-                        "-".to_owned()
-                    } else {
-                        i.record.reason.clone()
-                    },
-                    i.record.at.clone(),
-                ]
-            })
-            .collect();
-        let mut widths = header.each_ref().map(|h| h.chars().count());
-        for row in &rows {
-            for (width, cell) in widths.iter_mut().zip(row) {
-                *width = (*width).max(cell.chars().count());
-            }
-        }
-        let mut out = String::new();
-        for row in std::iter::once(&header).chain(&rows) {
-            let mut line = String::new();
-            for (column, (cell, width)) in row.iter().zip(widths).enumerate() {
-                if column > 0 {
-                    line.push_str("  ");
-                }
-                let _ = write!(line, "{cell:<width$}");
-            }
-            out.push_str(line.trim_end());
-            out.push('\n');
-        }
-        out
-    }
-}
-
-/// `59s`, `4m05s`, `3h07m`, `2d04h`: precise enough to read, short enough for a column.
-fn duration(seconds: u64) -> String {
-    let (m, s) = (seconds / 60, seconds % 60);
-    let (h, d) = (seconds / 3_600, seconds / 86_400);
-    match seconds {
-        0..60 => format!("{s}s"),
-        60..3_600 => format!("{m}m{s:02}s"),
-        3_600..86_400 => format!("{h}h{:02}m", m % 60),
-        _ => format!("{d}d{:02}h", h % 24),
-    }
-}
+mod table;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn record(instance_id: &str, generation: u64) -> Record {
-        Record {
-            instance_id: instance_id.to_owned(),
-            generation,
-            sha256: String::new(),
-            result: ApplyResult::Applied,
-            reason: String::new(),
-            version_id: "v1".to_owned(),
-            at: "2026-11-23T03:14:02Z".to_owned(),
-            agent: String::new(),
-        }
-    }
-
-    const LATEST: u64 = 1_795_403_642;
-    const PUBLISHED: u64 = 1_795_403_700;
-    const NOW: u64 = 1_795_404_000;
-    const SILENT_AFTER: u64 = 5_400;
-
-    fn against(published: u64, now: u64) -> Against {
-        Against {
-            latest_generation: LATEST,
-            latest_published_at_unix: published,
-            now_unix: now,
-            silent_after_seconds: SILENT_AFTER,
-        }
-    }
-
-    /// One instance at `generation`: (current, behind_seconds).
-    fn check(generation: u64, expected: (bool, u64)) {
-        let report = report(against(PUBLISHED, NOW), vec![record("i-1", generation)]);
-        let instance = &report.fleet[0];
-        assert_eq!(
-            (instance.current, instance.behind_seconds),
-            expected,
-            "generation {generation}"
-        );
-    }
-
-    #[test]
-    fn an_instance_is_current_at_or_above_the_latest_generation() {
-        check(LATEST, (true, 0));
-        check(LATEST + 1, (true, 0));
-        check(LATEST - 1, (false, 300));
-        check(0, (false, 300));
-    }
-
-    #[test]
-    fn behind_never_goes_negative_when_clocks_disagree() {
-        let report = report(against(NOW + 10, NOW), vec![record("i-1", 1)]);
-        assert_eq!((report.behind, report.max_behind_seconds), (1, 0));
-    }
-
-    #[test]
-    fn totals_count_the_fleet_and_the_ones_behind() {
-        let report = report(
-            against(PUBLISHED, NOW),
-            vec![
-                record("i-3", LATEST + 5),
-                record("i-1", LATEST - 1),
-                record("i-2", LATEST),
-            ],
-        );
-        assert_eq!(
-            (report.instances, report.behind, report.max_behind_seconds),
-            (3, 1, 300)
-        );
-        let ids: Vec<&str> = report
-            .fleet
-            .iter()
-            .map(|i| i.record.instance_id.as_str())
-            .collect();
-        assert_eq!(ids, ["i-1", "i-2", "i-3"]);
-    }
-
-    #[test]
-    fn a_terminated_instance_goes_silent_and_stops_counting_behind() {
-        let heard_at = LATEST;
-        let old = record("i-0gone", LATEST - 1);
-        let mut fresh = record("i-1", LATEST);
-        fresh.at = "2026-11-23T05:00:00Z".to_owned();
-        let mut garbled = record("i-0garbled", LATEST - 1);
-        garbled.at = "yesterday".to_owned();
-        // Just inside the limit it is behind; one second past it, silent.
-        for (now, silent) in [
-            (heard_at + SILENT_AFTER, false),
-            (heard_at + SILENT_AFTER + 1, true),
-        ] {
-            let report = report(against(PUBLISHED, now), vec![old.clone(), fresh.clone()]);
-            let gone = &report.fleet[0];
-            assert_eq!(gone.silent, silent, "at {now}");
-            let expected = if silent {
-                (1, 0, 0, 1)
-            } else {
-                (2, 1, now - PUBLISHED, 0)
-            };
-            assert_eq!(
-                (
-                    report.instances,
-                    report.behind,
-                    report.max_behind_seconds,
-                    report.silent
-                ),
-                expected,
-                "at {now}"
-            );
-        }
-        let report = report(against(PUBLISHED, NOW), vec![garbled]);
-        assert_eq!((report.silent, report.behind), (1, 0));
-    }
-
-    #[test]
-    fn an_empty_fleet_has_nobody_behind() {
-        let report = report(against(PUBLISHED, NOW), Vec::new());
-        assert_eq!(
-            (report.instances, report.behind, report.max_behind_seconds),
-            (0, 0, 0)
-        );
-        assert!(report.fleet.is_empty());
-        assert_eq!(report.table().lines().count(), 1, "the header only");
-    }
-
-    #[test]
-    fn keys_sit_beside_the_config() {
-        for (config, prefix_, record_, report_) in [
-            (
-                "haproxy/haproxy.cfg",
-                "haproxy/haproxy.fleet/",
-                "haproxy/haproxy.fleet/i-0abc.json",
-                "haproxy/haproxy.fleet.json",
-            ),
-            (
-                "haproxy.cfg",
-                "haproxy.fleet/",
-                "haproxy.fleet/i-0abc.json",
-                "haproxy.fleet.json",
-            ),
-            (
-                "a/b/c.cfg",
-                "a/b/c.fleet/",
-                "a/b/c.fleet/i-0abc.json",
-                "a/b/c.fleet.json",
-            ),
-        ] {
-            assert_eq!(prefix(config), prefix_);
-            assert_eq!(record_key(config, "i-0abc"), record_);
-            assert_eq!(report_key(config), report_);
-            assert!(!report_key(config).starts_with(&prefix(config)));
-        }
-    }
-
-    #[test]
-    fn a_record_parses_from_the_documented_json_and_refuses_gaps() {
-        let text = r#"{"instance_id": "i-0abc", "generation": 1795403642, "sha256": "",
-            "result": "rolled_back", "reason": "reload failed", "version_id": "v9",
-            "at": "2026-11-23T03:14:02Z"}"#;
-        let parsed: Record = serde_json::from_str(text).unwrap();
-        assert_eq!(parsed.result, ApplyResult::RolledBack);
-        assert_eq!(parsed.generation, LATEST);
-        let round: Record = serde_json::from_value(serde_json::to_value(&parsed).unwrap()).unwrap();
-        assert_eq!(round, parsed);
-        for broken in [
-            r#"{"instance_id": "i-0abc"}"#,
-            &text.replace("rolled_back", "exploded"),
-            &text.replace("1795403642", "\"1795403642\""),
-        ] {
-            assert!(serde_json::from_str::<Record>(broken).is_err(), "{broken}");
-        }
-    }
-
-    #[test]
-    fn the_table_has_a_line_per_instance() {
-        let mut late = record("i-0late", LATEST - 1);
-        late.result = ApplyResult::Rejected;
-        late.reason = "haproxy -c refused the config".to_owned();
-        let mut gone = record("i-0gone", LATEST - 1);
-        gone.at = "2026-11-22T03:14:02Z".to_owned();
-        let report = report(
-            against(NOW - 4_000, NOW),
-            vec![record("i-0ok", LATEST), late, gone],
-        );
-        let table = report.table();
-        let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines.len(), 4, "{table}");
-        assert!(lines[0].starts_with("INSTANCE"), "{table}");
-        assert!(
-            lines[1].starts_with("i-0gone") && lines[1].contains("silent"),
-            "{table}"
-        );
-        assert!(
-            lines[2].starts_with("i-0late") && lines[2].contains("behind 1h06m"),
-            "{table}"
-        );
-        assert!(lines[2].contains("rejected  haproxy -c refused"), "{table}");
-        assert!(
-            lines[3].contains("current") && lines[3].contains(" - "),
-            "{table}"
-        );
-    }
-
-    #[test]
-    fn durations_read_at_a_glance() {
-        for (seconds, text) in [
-            (0, "0s"),
-            (59, "59s"),
-            (60, "1m00s"),
-            (245, "4m05s"),
-            (11_220, "3h07m"),
-            (187_200, "2d04h"),
-        ] {
-            assert_eq!(duration(seconds), text);
-        }
-    }
-}
+mod tests;

@@ -1,7 +1,8 @@
 //! autoproxy-configure: on the S3 put of a new config, run the apply document on every tagged
 //! peering proxy, one at a time, and fail loudly when an instance does. On `{"fleet": true}`
 //! (by hand or on a schedule), report which generation each instance runs, from the records
-//! the apply document leaves in the bucket.
+//! the apply document leaves in the bucket, joined with the instances SSM manages under the
+//! target tag (which sees the proxies that never apply).
 
 use std::time::Duration;
 

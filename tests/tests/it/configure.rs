@@ -1,9 +1,13 @@
 //! autoproxy-configure against a moto server: the SendCommand it makes, keys it ignores,
-//! events it refuses, and the fleet report it builds from the instances' records.
+//! events it refuses, retries, and the fleet report it builds from the instances' records
+//! (joined with SSM's instance list in `instances`).
 
 use std::process::Command;
 use std::time::Duration;
 
+mod instances;
+
+use autoproxy::fleet::Join;
 use autoproxy::settings::ConfigureSettings;
 use autoproxy_configure::handler::{self, ConfigureError, Deps, Outcome, Reply};
 use autoproxy_tests::moto::Moto;
@@ -265,6 +269,45 @@ async fn a_retry_or_a_duplicate_event_follows_the_command_already_sent() {
     assert_eq!(commands(&fx).await.len(), 2);
 }
 
+/// Events for a version arrive while no instance carries the tag (a typo fixed a minute later,
+/// instances still launching): SSM records that command as done ("Success", `TargetCount` 0).
+/// The Lambda retry, or the same event again, once the tag is fixed, sends one new command to
+/// the instances, not a follow of the one that reached nobody.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_after_a_rollout_that_reached_no_instance_sends_again() {
+    let fx = fixture(&[("TARGET_TAG_VALUE", "peering-proxy-blue")]).await;
+    let version = put_config(&fx, KEY, 12).await;
+    let event = s3_event(KEY, &version);
+    let err = roll_out(&fx, &event).await.unwrap_err();
+    assert!(matches!(err, ConfigureError::NoTargets { .. }), "{err:?}");
+    assert_eq!(commands(&fx).await[0].target_count(), 0);
+
+    // The tag fixed: an instance launched with it.
+    let status = Command::new(autoproxy_tests::tool("aws"))
+        .envs(fx.moto.env())
+        .args(["ec2", "run-instances", "--image-id", "ami-03cf127a"])
+        .args(["--count", "1", "--tag-specifications"])
+        .arg("ResourceType=instance,Tags=[{Key=Role,Value=peering-proxy-blue}]")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "aws ec2 run-instances failed");
+
+    let retried = roll_out(&fx, &event).await.unwrap();
+    let rollout = &retried.dispatched[0];
+    assert!(rollout.sent, "{retried:?}");
+    assert_eq!((rollout.targets, rollout.status.as_str()), (1, "Success"));
+    let sent = commands(&fx).await;
+    assert_eq!(sent.len(), 2, "exactly one new command: {sent:?}");
+    assert_eq!(sent.iter().filter(|c| c.target_count() == 1).count(), 1);
+
+    // Once one reached the fleet, a duplicate follows it again.
+    let duplicate = roll_out(&fx, &event).await.unwrap();
+    assert!(!duplicate.dispatched[0].sent, "{duplicate:?}");
+    assert_eq!(duplicate.dispatched[0].command_id, rollout.command_id);
+    assert_eq!(commands(&fx).await.len(), 2);
+}
+
 /// `events/fleet-report.json`, as `cargo lambda invoke` sends it.
 fn fleet_request() -> Value {
     serde_json::from_str(include_str!("../../../events/fleet-report.json")).unwrap()
@@ -351,6 +394,15 @@ async fn the_fleet_report_compares_each_record_with_the_latest_config() {
     assert_eq!(
         report.latest_published_at_unix,
         u64::try_from(published).unwrap()
+    );
+    // moto does not implement DescribeInstanceInformation (configure::instances joins it): the
+    // records alone, and the report says so.
+    let Join::Missing { reason } = &report.join else {
+        panic!("moto listed the instances: {:?}", report.join);
+    };
+    assert!(
+        reason.starts_with("DescribeInstanceInformation failed"),
+        "{reason}"
     );
     assert_eq!(report.warnings.len(), 1, "{:?}", report.warnings);
     assert!(

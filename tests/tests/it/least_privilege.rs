@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use autoproxy::fleet::Join;
 use autoproxy::render::DEFAULT_TEMPLATE;
 use autoproxy::route53::AccountRoute53;
 use autoproxy::settings::{ConfigureSettings, GenerateSettings};
@@ -78,6 +79,7 @@ const CONFIGURE: &[(&str, Check)] = &[
     ("ListFleetRecords", Check::Needed),
     ("ReadFleetRecords", Check::Needed),
     ("WriteFleetReport", Check::Needed),
+    ("ListFleetInstances", Check::Needed),
     // The standalone policy attached to the role, listed after the inline ones.
     ("SendToTaggedInstances", Check::ActionOnly(SSM_RESOURCES)),
 ];
@@ -396,10 +398,18 @@ async fn each_function_works_with_exactly_its_template_policy() {
                 if !outcome.dispatched.is_empty() && outcome.dispatched.iter().all(|r| r.sent) => {}
             other => return Err(format!("rollout: {other:?}")),
         }
+        // moto checks IAM before it answers DescribeInstanceInformation, which it does not
+        // implement (500): with the grant the report goes without the instance list; without
+        // it, the list is denied. The report never fails for either, so the denial is read
+        // from the join it reports.
         match configure::handle(&deps, &json!({"fleet": true}), soon).await {
-            Ok(Reply::Fleet(report)) if report.warnings.is_empty() && report.instances == 1 => {
-                Ok(())
-            }
+            Ok(Reply::Fleet(report)) => match &report.join {
+                Join::Missing { reason } if DENIED.iter().any(|word| reason.contains(word)) => {
+                    Err(format!("fleet report's instance list: {reason}"))
+                }
+                _ if report.warnings.is_empty() && report.instances == 1 => Ok(()),
+                _ => Err(format!("fleet report: {report:?}")),
+            },
             other => Err(format!("fleet report: {other:?}")),
         }
     })
@@ -411,7 +421,8 @@ async fn each_function_works_with_exactly_its_template_policy() {
             "ReadConfigMetadata",
             "ListFleetRecords",
             "ReadFleetRecords",
-            "WriteFleetReport"
+            "WriteFleetReport",
+            "ListFleetInstances"
         ]
     );
 }

@@ -319,6 +319,13 @@ fn what_moto_cannot_check_is_exactly_this() {
             &["ssm:SendCommand"],
             &["arn:aws:ec2:us-east-1:123456789012:instance/*"],
         ),
+        // No resource-level permissions: the one action, on `*`.
+        (
+            &configure,
+            "ListFleetInstances",
+            &["ssm:DescribeInstanceInformation"],
+            &["*"],
+        ),
     ] {
         assert_eq!(
             grant(by_sid(statements, sid)),

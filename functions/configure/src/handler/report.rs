@@ -1,10 +1,15 @@
-//! The fleet report: every instance's record against the latest config, written beside it and emitted as metrics.
+//! The fleet report: every instance's record, joined with the instances SSM manages under the target tag, against the latest config; written beside it and emitted as metrics.
+
+use autoproxy::fleet::{Join, Listing, Managed};
+use aws_sdk_ssm::types::InstanceInformationStringFilter;
 
 use super::*;
 
-/// Reads the latest config's generation and every instance's record, writes the report beside
-/// the config, emits the fleet metrics and returns the report. A record that cannot be read or
-/// parsed is a warning naming its key: one bad record must not hide the rest of the fleet.
+/// Reads the latest config's generation, every instance's record and the instances SSM
+/// manages under the target tag, writes the report beside the config, emits the fleet metrics
+/// and returns the report. A record that cannot be read or parsed is a warning naming its key:
+/// one bad record must not hide the rest of the fleet. A failed instance listing is reported
+/// as the join missing, never as the report failing.
 pub async fn fleet_report(deps: &Deps) -> Result<FleetReport, ConfigureError> {
     let bucket = deps
         .settings
@@ -19,6 +24,7 @@ pub async fn fleet_report(deps: &Deps) -> Result<FleetReport, ConfigureError> {
     let (latest_generation, published_at) = latest_config(deps, bucket, config_key).await?;
     let keys = record_keys(deps, bucket, &fleet::prefix(config_key)).await?;
     let (records, warnings) = read_records(deps, bucket, config_key, keys).await;
+    let listing = managed_instances(deps).await;
     let against = fleet::Against {
         latest_generation,
         // S3 always sends LastModified; without it nobody counts as behind for long.
@@ -26,29 +32,92 @@ pub async fn fleet_report(deps: &Deps) -> Result<FleetReport, ConfigureError> {
         now_unix,
         silent_after_seconds: deps.settings.fleet_silent_after_seconds,
     };
-    let mut report = fleet::report(against, records);
+    let mut report = fleet::report(against, records, listing);
     report.warnings = warnings;
     let report_key = fleet::report_key(config_key);
     put_report(deps, bucket, &report_key, &report).await?;
-    Metrics::new("configure")
-        .count("InstancesReporting", report.instances)
-        .count("InstancesBehind", report.behind)
-        .seconds("MaxBehindSeconds", report.max_behind_seconds)
-        .count("InstancesSilent", report.silent)
-        .count("FleetRecordsUnreadable", report.warnings.len() as u64)
-        .emit();
+    emit_metrics(&report);
     info!(
         latest_generation,
         instances = report.instances,
         behind = report.behind,
         max_behind_seconds = report.max_behind_seconds,
         silent = report.silent,
+        never_reported = report.never_reported,
+        stale = report.stale,
+        unreachable = report.unreachable,
+        unhealthy_past_limit = report.unhealthy_past_limit,
         warnings = report.warnings.len(),
         key = report_key,
         "fleet report written\n{}",
         report.table()
     );
     Ok(report)
+}
+
+fn emit_metrics(report: &FleetReport) {
+    let listing_failed = matches!(report.join, Join::Missing { .. });
+    Metrics::new("configure")
+        .count("InstancesReporting", report.instances)
+        .count("InstancesBehind", report.behind)
+        .seconds("MaxBehindSeconds", report.max_behind_seconds)
+        .count("InstancesSilent", report.silent)
+        .count("FleetRecordsUnreadable", report.warnings.len() as u64)
+        .count("InstancesNeverReported", report.never_reported)
+        .count("InstancesStale", report.stale)
+        .count("InstancesUnreachable", report.unreachable)
+        .count("InstancesUnhealthyPastLimit", report.unhealthy_past_limit)
+        .count("FleetInstanceListFailed", u64::from(listing_failed))
+        .emit();
+}
+
+/// The instances SSM manages under the target tag (`DescribeInstanceInformation`, every
+/// page), or why they could not be listed: permissions, throttling past the SDK's retries.
+/// A list cut short would report the rest as terminated, so any failed page fails it all.
+pub(super) async fn managed_instances(deps: &Deps) -> Listing {
+    let settings = &deps.settings;
+    let filter = match InstanceInformationStringFilter::builder()
+        .key(format!("tag:{}", settings.target_tag_key))
+        .values(&settings.target_tag_value)
+        .build()
+    {
+        Ok(filter) => filter,
+        Err(err) => return Listing::Failed(format!("the instance list's tag filter: {err}")),
+    };
+    let mut pages = deps
+        .ssm
+        .describe_instance_information()
+        .filters(filter)
+        .max_results(50)
+        .into_paginator()
+        .send();
+    let mut managed = Vec::new();
+    while let Some(page) = pages.next().await {
+        let page = match page {
+            Ok(page) => page,
+            Err(err) => {
+                let reason = format!(
+                    "DescribeInstanceInformation failed: {}",
+                    DisplayErrorContext(err)
+                );
+                warn!(reason, "the fleet report goes without the instance list");
+                return Listing::Failed(reason);
+            }
+        };
+        managed.extend(page.instance_information_list().iter().filter_map(|info| {
+            let unix = |t: Option<&aws_sdk_ssm::primitives::DateTime>| {
+                t.and_then(|t| u64::try_from(t.secs()).ok())
+            };
+            Some(Managed {
+                instance_id: info.instance_id()?.to_owned(),
+                ping_status: info.ping_status().cloned(),
+                last_ping_unix: unix(info.last_ping_date_time()),
+                registered_unix: unix(info.registration_date()),
+                last_association_unix: unix(info.last_association_execution_date()),
+            })
+        }));
+    }
+    Listing::Listed(managed)
 }
 
 pub(super) fn store_error(

@@ -122,14 +122,46 @@ pub(super) fn is_running(status: &CommandStatus) -> bool {
 /// How far back a command for the same version counts as this rollout.
 pub(super) const SAME_ROLLOUT_WITHIN: Duration = Duration::from_secs(3_600);
 
-/// A command of the apply document for exactly this version, sent within the last hour and
-/// not failed: pending, running or done. A Lambda retry after a timeout, or S3 delivering the
-/// event twice, follows it instead of sending a second command that would meet the first
-/// one's lock on every instance. A failed one is sent again (the retry is the point).
+/// Whether a command that has ended reached no instance: it targeted none (a tag that matched
+/// nothing when it was sent), or every target's delivery timed out. One still pending or
+/// running is under way whatever its count says: SSM fills `TargetCount` in as it resolves
+/// the tag.
+pub(super) fn reached_nobody(command: &aws_sdk_ssm::types::Command) -> bool {
+    let running = command.status().is_none_or(is_running);
+    let targets = command.target_count();
+    !running && (targets <= 0 || command.delivery_timed_out_count() >= targets)
+}
+
+/// Whether `command` is this rollout, sent earlier: the apply document, for exactly this
+/// bucket, key and version, sent since `since`, and neither failed nor ended having reached no
+/// instance (both are sent again: the retry is the point).
+pub(super) fn is_earlier_rollout(
+    command: &aws_sdk_ssm::types::Command,
+    apply_document: &str,
+    dispatch: &Dispatch,
+    since: &aws_sdk_ssm::primitives::DateTime,
+) -> bool {
+    let param = |name: &str| -> Option<&str> {
+        command.parameters()?.get(name)?.first().map(String::as_str)
+    };
+    command.document_name() == Some(apply_document)
+        && command.requested_date_time().is_some_and(|t| t >= since)
+        && param("ConfigBucket") == Some(dispatch.bucket.as_str())
+        && param("ConfigKey") == Some(dispatch.key.as_str())
+        && param("ConfigVersion") == Some(dispatch.version_id.as_str())
+        && !command.status().is_some_and(is_failure)
+        && !reached_nobody(command)
+}
+
+/// The id of a command of the apply document for exactly this version, sent within the last
+/// hour, neither failed nor ended without reaching an instance: pending, running or done. A
+/// Lambda retry after a timeout, or S3 delivering the event twice, follows it instead of
+/// sending a second command that would meet the first one's lock on every instance. A failed
+/// one, or one that targeted nobody (the tag fixed since), is sent again.
 pub(super) async fn earlier_command(
     deps: &Deps,
     dispatch: &Dispatch,
-) -> Result<Option<(String, i32)>, String> {
+) -> Result<Option<String>, String> {
     use aws_sdk_ssm::primitives::{DateTime, DateTimeFormat};
     use aws_sdk_ssm::types::{CommandFilter, CommandFilterKey};
     let since = std::time::SystemTime::now()
@@ -158,25 +190,14 @@ pub(super) async fn earlier_command(
         )?)
         .into_paginator()
         .send();
-    let param = |command: &aws_sdk_ssm::types::Command, name: &str| -> Option<String> {
-        command.parameters()?.get(name)?.first().cloned()
-    };
     while let Some(page) = pages.next().await {
         let page = page.map_err(|err| DisplayErrorContext(err).to_string())?;
         // Newest first as SSM lists them; the filters are checked here too.
         let found = page.commands().iter().find(|command| {
-            command.document_name() == Some(deps.settings.apply_document.as_str())
-                && command.requested_date_time().is_some_and(|t| *t >= since)
-                && param(command, "ConfigBucket").as_deref() == Some(dispatch.bucket.as_str())
-                && param(command, "ConfigKey").as_deref() == Some(dispatch.key.as_str())
-                && param(command, "ConfigVersion").as_deref() == Some(dispatch.version_id.as_str())
-                && !command.status().is_some_and(is_failure)
+            is_earlier_rollout(command, &deps.settings.apply_document, dispatch, &since)
         });
         if let Some(command) = found {
-            return Ok(Some((
-                command.command_id().unwrap_or_default().to_owned(),
-                command.target_count(),
-            )));
+            return Ok(Some(command.command_id().unwrap_or_default().to_owned()));
         }
     }
     Ok(None)
@@ -213,7 +234,7 @@ pub(super) async fn dispatch_one(
         .map_err(|message| aws_error("ListCommands", message))?;
     let sent = earlier.is_none();
     let command_id = match earlier {
-        Some((command_id, _)) => {
+        Some(command_id) => {
             info!(
                 command_id,
                 generation,
@@ -397,6 +418,96 @@ mod tests {
         let long = command_comment("999999999999999999", &"v".repeat(1024));
         assert_eq!(long.chars().count(), SSM_COMMENT_MAX_CHARS, "{long}");
         assert!(long.ends_with('…'));
+    }
+
+    /// An earlier command for the same version, sent at 1,000 s, with `status`, `targets`
+    /// and `timed_out` deliveries; whether a new event for that version follows it.
+    fn check_follows(status: Option<CommandStatus>, targets: i32, timed_out: i32, follows: bool) {
+        use aws_sdk_ssm::primitives::DateTime;
+        let dispatch = Dispatch {
+            bucket: "b".into(),
+            key: "haproxy/haproxy.cfg".into(),
+            version_id: "v7".into(),
+        };
+        let command = aws_sdk_ssm::types::Command::builder()
+            .command_id("c-1")
+            .document_name("apply")
+            .requested_date_time(DateTime::from_secs(1_000))
+            .parameters("ConfigBucket", vec!["b".into()])
+            .parameters("ConfigKey", vec!["haproxy/haproxy.cfg".into()])
+            .parameters("ConfigVersion", vec!["v7".into()])
+            .set_status(status)
+            .target_count(targets)
+            .delivery_timed_out_count(timed_out)
+            .build();
+        let since = DateTime::from_secs(900);
+        assert_eq!(
+            is_earlier_rollout(&command, "apply", &dispatch, &since),
+            follows,
+            "{:?}, {targets} targets, {timed_out} timed out",
+            command.status()
+        );
+    }
+
+    #[test]
+    fn a_command_that_reached_nobody_is_never_followed() {
+        use CommandStatus as C;
+        // Under way or done with targets: followed, not sent again.
+        check_follows(Some(C::Success), 2, 0, true);
+        check_follows(Some(C::InProgress), 2, 0, true);
+        check_follows(Some(C::Success), 2, 1, true);
+        // Still resolving its tag: under way.
+        check_follows(Some(C::Pending), 0, 0, true);
+        check_follows(Some(C::InProgress), 0, 0, true);
+        check_follows(None, 0, 0, true);
+        // Ended having targeted nobody, or reached nobody: sent again.
+        check_follows(Some(C::Success), 0, 0, false);
+        check_follows(Some(C::Success), 2, 2, false);
+        // Failed: sent again, as before.
+        check_follows(Some(C::Failed), 2, 0, false);
+        check_follows(Some(C::TimedOut), 2, 0, false);
+        check_follows(Some(C::Cancelled), 2, 0, false);
+    }
+
+    #[test]
+    fn only_a_command_for_this_very_version_is_followed() {
+        use aws_sdk_ssm::primitives::DateTime;
+        let dispatch = Dispatch {
+            bucket: "b".into(),
+            key: "k.cfg".into(),
+            version_id: "v7".into(),
+        };
+        let command = |document: &str, sent: i64, version: &str| {
+            aws_sdk_ssm::types::Command::builder()
+                .document_name(document)
+                .requested_date_time(DateTime::from_secs(sent))
+                .parameters("ConfigBucket", vec!["b".into()])
+                .parameters("ConfigKey", vec!["k.cfg".into()])
+                .parameters("ConfigVersion", vec![version.into()])
+                .status(CommandStatus::Success)
+                .target_count(1)
+                .build()
+        };
+        let since = DateTime::from_secs(900);
+        for (document, sent, version, follows) in [
+            ("apply", 1_000, "v7", true),
+            ("apply", 900, "v7", true),
+            ("apply", 899, "v7", false),
+            ("other", 1_000, "v7", false),
+            ("apply", 1_000, "v8", false),
+            ("apply", 1_000, "", false),
+        ] {
+            assert_eq!(
+                is_earlier_rollout(
+                    &command(document, sent, version),
+                    "apply",
+                    &dispatch,
+                    &since
+                ),
+                follows,
+                "{document} at {sent} for {version:?}"
+            );
+        }
     }
 
     fn rollout(
