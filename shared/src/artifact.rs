@@ -22,12 +22,12 @@
 //! #@suffix int.prod.example.internal ingress-int.prod.example.internal:443 ingress-int 111111111111 Z0AAA
 //! #@nameserver 169.254.169.253:53
 //! ```
-//! The apply document writes the first two fields (key, `host:port`) of the `#@route` and
-//! `#@suffix` lines to the map files of
-//! [`MapFiles`] beside the config before it checks it, so the one S3 object (one version,
-//! one sha256) holds everything HAProxy reads but the addresses. Those come from
-//! `autoproxy-resolver` on the instance, which reads the host names and `#@nameserver` lines
-//! from the installed config.
+//! `autoproxy-agent apply` writes the first two fields (key, `host:port`) of the `#@route`
+//! and `#@suffix` lines to the map files of [`MapFiles`] beside the config, and the header's
+//! generation to its generation map, so the one S3 object (one version, one sha256) holds
+//! everything HAProxy reads but the addresses. Those come from `autoproxy-agent resolve` on
+//! the instance, which reads the host names and `#@nameserver` lines from the installed
+//! config.
 
 use sha2::{Digest, Sha256};
 
@@ -110,8 +110,10 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// Where a config's map files live, relative to the config's directory (the template says
-/// `default-path config`). The route maps are per generation: they are written before the
-/// config that names them is swapped in, and the last-known-good config still finds its own.
+/// `default-path config`). The paths are the same for every generation, so a change of routes
+/// alone leaves the config's structure as it was, and the agent can apply it to the running
+/// HAProxy over its runtime API instead of reloading (docs/ARCHITECTURE.md, "When a proxy
+/// reloads").
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct MapFiles {
     /// Exact SNI → `host:port`.
@@ -120,20 +122,56 @@ pub struct MapFiles {
     pub suffixes: String,
     /// Host name → IPv4 address; kept by autoproxy-resolver, shared by every generation.
     pub addresses: String,
+    /// One entry, [`GENERATION_KEY`] → the generation whose routes HAProxy holds: the
+    /// running generation, which `description` (fixed when a worker starts) cannot say once
+    /// routes changed at run time. `None` in the per-generation layout, which has none.
+    pub generation: Option<String>,
 }
 
 /// The prefix of a route-table line in the body: exact routes, suffix routes, nameservers.
 pub const ROUTE_LINE: &str = "#@route ";
 pub const SUFFIX_LINE: &str = "#@suffix ";
 pub const NAMESERVER_LINE: &str = "#@nameserver ";
+/// The key of the generation map's one entry.
+pub const GENERATION_KEY: &str = "running";
 
 impl MapFiles {
-    pub fn for_generation(generation: u64) -> MapFiles {
+    /// The layout every config is rendered with.
+    pub fn stable() -> MapFiles {
+        MapFiles {
+            routes: "autoproxy/routes.map".to_owned(),
+            suffixes: "autoproxy/suffixes.map".to_owned(),
+            addresses: "autoproxy/addresses.map".to_owned(),
+            generation: Some("autoproxy/generation.map".to_owned()),
+        }
+    }
+
+    /// The layout of configs rendered by earlier versions: route maps in a directory of
+    /// their generation. The agent still installs such a config, so a fleet moves from one
+    /// layout to the other with one ordinary reload.
+    pub fn per_generation(generation: u64) -> MapFiles {
         MapFiles {
             routes: format!("autoproxy/gen-{generation}/routes.map"),
             suffixes: format!("autoproxy/gen-{generation}/suffixes.map"),
             addresses: "autoproxy/addresses.map".to_owned(),
+            generation: None,
         }
+    }
+
+    /// The layout a config of `generation` names: the per-generation one when its body
+    /// reads that generation's route map, else the stable one.
+    pub fn named_by(text: &str, generation: u64) -> MapFiles {
+        let legacy = MapFiles::per_generation(generation);
+        if body(text).contains(&legacy.routes) {
+            legacy
+        } else {
+            MapFiles::stable()
+        }
+    }
+
+    /// The generation map's text for `generation`.
+    pub fn generation_table(generation: u64) -> String {
+        format!("{GENERATION_KEY} {generation}\n")
     }
 
     /// The contents of the two route maps of a config, as the apply document writes them:
@@ -346,9 +384,15 @@ mod tests {
         assert_eq!(routes, "a.example x.example:443\nb.example z.example:443\n");
         assert_eq!(suffixes, "int.example y.example:443\n");
         assert_eq!(
-            MapFiles::for_generation(7).routes,
-            "autoproxy/gen-7/routes.map"
+            MapFiles::named_by(&text, 7).routes,
+            "autoproxy/routes.map",
+            "a config that names no per-generation map uses the stable layout"
         );
+        let legacy_body = "global\n    x map_str(autoproxy/gen-7/routes.map)\n";
+        let legacy = config(legacy_body, &sha256_hex(legacy_body.as_bytes()));
+        assert_eq!(MapFiles::named_by(&legacy, 7), MapFiles::per_generation(7));
+        assert_eq!(MapFiles::named_by(&legacy, 8), MapFiles::stable());
+        assert_eq!(MapFiles::generation_table(42), "running 42\n");
     }
 
     #[test]

@@ -148,7 +148,7 @@ impl Renderer {
             .map_err(RenderError::Template)?;
         let routes = route_views(input.routes, input.options.backend_port);
         let resolvers: Vec<String> = input.resolvers.iter().map(ToString::to_string).collect();
-        let maps = MapFiles::for_generation(input.generation);
+        let maps = MapFiles::stable();
         let mut header = Header {
             generation: input.generation,
             sha256: "0".repeat(64),
@@ -163,6 +163,7 @@ impl Renderer {
                 resolvers => Value::from(Serde(&resolvers)),
                 options => Value::from(Serde(input.options)),
                 maps => Value::from(Serde(&maps)),
+                generation_key => artifact::GENERATION_KEY,
             }
         };
         let draft = template

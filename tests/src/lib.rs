@@ -19,6 +19,7 @@ pub mod recording_proxy;
 pub mod resolver;
 pub mod response_url;
 pub mod ssm_agent;
+pub mod stream;
 
 use std::path::{Path, PathBuf};
 

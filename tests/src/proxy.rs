@@ -40,8 +40,11 @@ case ${1:-} in
     if [ ! -e "$dir/failed-once" ]; then : >"$dir/failed-once"; echo "reload refused (test)" >&2; exit 1; fi ;;
   *) sleep "$1" ;;
 esac
-if [ -s "$dir/haproxy.pid" ] && kill -0 "$(cat "$dir/haproxy.pid")" 2>/dev/null; then
-  exec kill -USR2 "$(cat "$dir/haproxy.pid")"
+pid=$(cat "$dir/haproxy.pid" 2>/dev/null || true)
+# A master that was killed may linger as a zombie: kill -0 succeeds on it, USR2 does nothing.
+state=$(sed -n 's/^[0-9]* (.*) \(.\).*/\1/p' "/proc/${pid:-0}/stat" 2>/dev/null || true)
+if [ -n "$pid" ] && [ -n "$state" ] && [ "$state" != Z ]; then
+  exec kill -USR2 "$pid"
 fi
 cd /
 exec haproxy -W -D -S "$dir/master.sock" -f "$dir/haproxy.cfg" -p "$dir/haproxy.pid" </dev/null >>"$dir/haproxy.log" 2>&1
@@ -251,8 +254,19 @@ impl Haproxy {
         std::fs::read_to_string(self.dir().join("haproxy.log")).unwrap_or_default()
     }
 
-    /// The generation HAProxy runs, from the `description` in `show info`.
+    /// The generation HAProxy runs: its generation map's, else the `description` in
+    /// `show info` (a config without a generation map).
     pub fn running_generation(&self) -> Option<u64> {
+        if let Some(map) = MapFiles::stable().generation
+            && let Ok(answer) = self.stats_command(&format!("show map {map}"))
+            && let Some(generation) = answer.lines().find_map(|line| {
+                let mut words = line.split_whitespace().skip(1);
+                (words.next() == Some(autoproxy::artifact::GENERATION_KEY))
+                    .then(|| words.next()?.parse().ok())?
+            })
+        {
+            return Some(generation);
+        }
         let info = self.stats_command("show info").ok()?;
         info.lines()
             .find_map(|line| line.strip_prefix("description: autoproxy generation "))?
@@ -359,9 +373,16 @@ pub fn install_config(dir: &Path, config: &str) {
 /// Writes the map files `config` names into `dir`, without the config itself.
 pub fn write_maps(dir: &Path, config: &str) {
     let generation = autoproxy::artifact::parse_header(config).map_or(0, |h| h.generation);
-    let maps = MapFiles::for_generation(generation);
+    let maps = MapFiles::named_by(config, generation);
     let (routes, suffixes) = MapFiles::route_tables(config);
-    for (path, text) in [(&maps.routes, routes), (&maps.suffixes, suffixes)] {
+    let mut tables = vec![
+        (maps.routes.clone(), routes),
+        (maps.suffixes.clone(), suffixes),
+    ];
+    if let Some(path) = &maps.generation {
+        tables.push((path.clone(), MapFiles::generation_table(generation)));
+    }
+    for (path, text) in tables {
         let path = dir.join(path);
         std::fs::create_dir_all(path.parent().expect("a map path has a directory"))
             .expect("create the map directory");

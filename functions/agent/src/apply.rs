@@ -1,18 +1,26 @@
 //! `autoproxy-agent apply`: installs one version of the generated haproxy.cfg on this instance
-//! (docs/ARCHITECTURE.md, "The apply").
+//! (docs/ARCHITECTURE.md, "The apply" and "When a proxy reloads").
 //!
 //! Under an exclusive lock beside the config: download that version → verify its sha256 →
-//! skip unless its generation is newer than the one HAProxy runs → write its route maps →
-//! make sure every route's host has an address → `haproxy -c` → keep the current file as
-//! last-known-good (only if it ran) → atomic rename → reload (or start, when HAProxy is not
-//! running) → check HAProxy reports the new generation → on any failure restore
-//! last-known-good, reload, and exit non-zero with the reason. Every run ends with a fleet
-//! record whose generation is what HAProxy reported at the end, never what the run intended.
+//! skip unless its generation is newer than the one HAProxy runs → stage its maps beside the
+//! live ones → make sure every route's host has an address → `haproxy -c` on the config as it
+//! reads the staged maps → keep the current config and maps as last-known-good (only if they
+//! ran) → rename the maps into place → then one of two ways:
+//! * only the route tables changed (the config's structure equals what runs): replace the
+//!   running worker's route maps over the runtime API, read them back, set its generation
+//!   map, rename the config into place. No reload; if HAProxy does not take the update, the
+//!   other way.
+//! * anything else: rename the config into place → reload (or start, when HAProxy is not
+//!   running) → wait for a new worker that reports the new generation.
+//!
+//! On any failure after the first rename: restore last-known-good's config and maps, reload,
+//! and exit non-zero with the reason. Every run ends with a fleet record whose generation is
+//! what HAProxy reported at the end, never what the run intended.
 //!
 //! A signal (SIGTERM, SIGINT, SIGHUP) at any step stops that step, kills whatever it had
 //! started, and ends the run as a failure of that step would: nothing installed yet → nothing
 //! changed; installed → rolled back. SIGKILL leaves no record of this run; the next run sees
-//! a file HAProxy does not run and installs its generation again.
+//! files HAProxy does not run and installs its generation again.
 //!
 //! Exit status: 0 applied or skipped; 1 rejected or failed, nothing changed; 2 failed and
 //! rolled back; 3 failed and the rollback did not complete either (a person must look).
@@ -23,6 +31,7 @@ mod child;
 mod config;
 mod files;
 mod finish;
+mod maps;
 mod record;
 mod steps;
 
@@ -32,6 +41,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{SignalKind, signal};
+
+use autoproxy::artifact::MapFiles;
 
 use crate::haproxy::RuntimeApi;
 pub use record::Outcome;
@@ -46,9 +57,13 @@ pub const RELOAD_TIMEOUT: Duration = Duration::from_secs(60);
 pub const RUNNING_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long the fleet record's upload may take.
 pub const RECORD_TIMEOUT: Duration = Duration::from_secs(20);
-/// Longer than another apply can hold the lock (download, addresses, check, reload and its
-/// check, a rollback's reload and check, and the record: 60 + 20 + 30 + 2 × (60 + 15) + 20 =
-/// 280 s), and short enough that a wait plus a whole apply fits the document's 600 s.
+/// How long the runtime update of the route tables may take before the apply reloads instead
+/// (each command on the socket waits at most `SOCKET_TIMEOUT` more).
+pub const UPDATE_BUDGET: Duration = Duration::from_secs(10);
+/// Longer than another apply can hold the lock (download, addresses, check, runtime update,
+/// reload and its check, a rollback's reload and check, and the record: 60 + 20 + 30 + 12 +
+/// 2 × (60 + 15) + 20 = 292 s), and short enough that a wait plus a whole apply fits the
+/// document's 600 s.
 pub const LOCK_WAIT: Duration = Duration::from_secs(300);
 const SOCKET_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -262,13 +277,15 @@ impl Run {
         config::socket_of(self.config()).map(|path| RuntimeApi::new(path, SOCKET_TIMEOUT))
     }
 
-    /// The generation HAProxy runs, from `show info` on the installed config's socket; 0 when
-    /// nothing answers there or what runs is not an autoproxy config.
+    /// What the HAProxy on the installed config's socket runs; `None` when nothing answers.
+    fn running(&self) -> Option<Running> {
+        self.socket().and_then(|api| Running::read(&api).ok())
+    }
+
+    /// The generation HAProxy runs (see [`Running`]); 0 when nothing answers there or what
+    /// runs is not an autoproxy config.
     fn running_generation(&self) -> u64 {
-        self.socket()
-            .and_then(|api| api.info().ok())
-            .and_then(|info| info.generation())
-            .unwrap_or(0)
+        self.running().map_or(0, |running| running.generation)
     }
 
     /// Whether an HAProxy answers on the installed config's socket at all.
@@ -368,30 +385,63 @@ impl Run {
         }
 
         self.step = "maps";
-        self.write_maps(&text, new.generation)?;
+        let maps = MapFiles::named_by(&text, new.generation);
+        let staged = self.stage_maps(&text, new.generation, &maps)?;
 
         self.step = "addresses";
         self.ensure_addresses(&text).await;
 
-        let staged = files::temp_path(&self.dir, ".autoproxy-new");
-        self.temps.push(staged.clone());
-        files::write_synced(&staged, text.as_bytes(), 0o644)
-            .or_else(|err| fail(format!("cannot write {}: {err}", staged.display())))?;
+        let staged_config = files::temp_path(&self.dir, ".autoproxy-new");
+        self.temps.push(staged_config.clone());
+        files::write_synced(&staged_config, text.as_bytes(), 0o644)
+            .or_else(|err| fail(format!("cannot write {}: {err}", staged_config.display())))?;
 
         self.pause("check").await;
-        let checked = self.check(&staged, new.generation).await;
+        let checked = self.check(&staged.check, new.generation).await;
         self.rejected = checked.is_err();
         checked?;
 
         self.step = "keep";
         self.keep()?;
 
+        // Decided before anything is installed: what HAProxy runs now, against the new text.
+        let reload_because = self.needs_reload(&text, &maps);
+        self.step = "install";
+        self.install_maps(&staged)?;
+        if let Some(why) = &reload_because {
+            log("install", &format!("reloading: {why}"));
+        } else {
+            self.pause("update").await;
+            self.step = "update";
+            match self.update_runtime(&staged, &maps, new.generation) {
+                Ok(()) => {
+                    log(
+                        "update",
+                        &format!(
+                            "the running HAProxy holds the new route tables and generation {}: no reload",
+                            new.generation
+                        ),
+                    );
+                    self.step = "swap";
+                    self.swap(&staged_config, new.generation)?;
+                    return self.done(new.generation, "without a reload");
+                }
+                Err(err) => log(
+                    "update",
+                    &format!(
+                        "the running HAProxy did not take the new routes ({err}): reloading instead"
+                    ),
+                ),
+            }
+        }
+
         self.step = "swap";
-        self.swap(&staged, new.generation)?;
+        self.swap(&staged_config, new.generation)?;
         self.pause("swap").await;
 
         self.pause("reload").await;
         let starting = !was_running;
+        let before = self.running().map(|r| r.pid);
         let finished = self.reload(starting).await?;
         self.reloaded_at = Some(Instant::now());
         if !finished.success() {
@@ -410,28 +460,61 @@ impl Run {
         self.pause("verify").await;
         self.step = "running";
         let socket = new.socket.clone();
-        if let Err(seen) = finish::wait_generation(&socket, new.generation).await {
+        if let Err(seen) = finish::wait_generation(&socket, new.generation, before).await {
             return fail(format!(
-                "HAProxy did not report generation {} on {} within {} s (it reports: {seen})",
+                "HAProxy did not report generation {} from a new worker on {} within {} s (it reports: {seen})",
                 new.generation,
                 socket.display(),
                 RUNNING_TIMEOUT.as_secs()
             ));
         }
-        self.running_gen = new.generation;
+        self.done(new.generation, "after a reload")
+    }
 
+    /// The end of a run that installed `generation`: HAProxy runs it.
+    fn done(&mut self, generation: u64, how: &str) -> Result<(), Failure> {
+        self.running_gen = generation;
         self.step = "tidy";
-        self.tidy(new.generation);
+        self.tidy(generation);
         log(
             "done",
             &format!(
-                "generation {} is running (apply took {} ms, peak memory {})",
-                new.generation,
+                "generation {generation} is running, {how} (apply took {} ms, peak memory {})",
                 self.started.elapsed().as_millis(),
                 peak_memory()
             ),
         );
         Ok(())
+    }
+}
+
+/// What one HAProxy worker runs, asked on one connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Running {
+    /// The generation of its generation map; without one, of its `description` (0 when that
+    /// is not an autoproxy generation).
+    generation: u64,
+    pid: u32,
+    /// The generation came from the generation map.
+    by_map: bool,
+}
+
+impl Running {
+    fn read(api: &RuntimeApi) -> Result<Running, crate::haproxy::RuntimeError> {
+        let mut session = api.session()?;
+        let info = session.info()?;
+        let from_map = MapFiles::stable().generation.and_then(|map| {
+            let entries = session.show_map(&map).ok()?;
+            entries
+                .iter()
+                .find(|(key, _)| key == autoproxy::artifact::GENERATION_KEY)
+                .and_then(|(_, value)| autoproxy::artifact::parse_generation(value))
+        });
+        Ok(Running {
+            generation: from_map.or_else(|| info.generation()).unwrap_or(0),
+            pid: info.pid,
+            by_map: from_map.is_some(),
+        })
     }
 }
 

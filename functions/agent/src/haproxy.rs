@@ -118,6 +118,12 @@ impl RuntimeApi {
         parse_info(&self.command("show info")?)
     }
 
+    /// The entries of a map, on a connection of its own.
+    pub fn show_map(&self, map: &str) -> Result<Vec<(String, String)>, RuntimeError> {
+        let command = format!("show map {map}");
+        parse_map(&command, &self.command(&command)?)
+    }
+
     /// A connection in `prompt` mode, for many commands.
     pub fn session(&self) -> Result<Session, RuntimeError> {
         let stream = self.connect()?;
@@ -144,8 +150,13 @@ impl Session {
     /// Sends one command and returns its answer (without the prompt).
     pub fn ask(&mut self, command: &str) -> Result<String, RuntimeError> {
         check(command)?;
+        self.ask_raw(&format!("{command}\n"), command)
+    }
+
+    /// Writes `text` (checked by the caller) and reads the answer up to the next prompt.
+    fn ask_raw(&mut self, text: &str, command: &str) -> Result<String, RuntimeError> {
         self.stream
-            .write_all(format!("{command}\n").as_bytes())
+            .write_all(text.as_bytes())
             .map_err(|source| self.api.io(source))?;
         self.buffer.clear();
         let mut chunk = [0u8; 16384];
@@ -177,6 +188,37 @@ impl Session {
             Err(RuntimeError::Refused {
                 command: command.to_owned(),
                 answer: answer.trim().to_owned(),
+            })
+        }
+    }
+
+    /// Sends a command with a payload (`<command> <<`, its lines, an empty line) and expects
+    /// no answer but the payload prompts: any other answer is HAProxy's refusal. The payload
+    /// is lines ending in `\n`, none empty (an empty line would end it early, and what
+    /// follows would run as commands), without `\r` or `;`.
+    pub fn payload(&mut self, command: &str, lines: &str) -> Result<(), RuntimeError> {
+        check(command)?;
+        if lines.is_empty()
+            || !lines.ends_with('\n')
+            || lines.starts_with('\n')
+            || lines.contains("\n\n")
+            || lines.contains(['\r', ';'])
+        {
+            return Err(RuntimeError::Unsafe {
+                command: autoproxy::excerpt(&format!("{command} << {lines}"), 200),
+            });
+        }
+        let answer = self.ask_raw(&format!("{command} <<\n{lines}\n"), command)?;
+        let mut rest = answer.as_str();
+        while let Some(after) = rest.strip_prefix("+ ") {
+            rest = after;
+        }
+        if rest.trim().is_empty() {
+            Ok(())
+        } else {
+            Err(RuntimeError::Refused {
+                command: format!("{command} <<"),
+                answer: autoproxy::excerpt(rest.trim(), 400),
             })
         }
     }

@@ -33,8 +33,7 @@ impl Proxy {
 
     /// The addresses map autoproxy-resolver keeps, beside the config.
     pub fn addresses_map(&self) -> PathBuf {
-        self.dir()
-            .join(MapFiles::for_generation(0).addresses.as_str())
+        self.dir().join(MapFiles::stable().addresses.as_str())
     }
 
     /// Render options for an unprivileged HAProxy on loopback (maxconn stays within the FD

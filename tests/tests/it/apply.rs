@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use autoproxy::artifact;
+use autoproxy::artifact::{self, MapFiles};
 use autoproxy::model::SniMatch;
 use autoproxy_tests::dns::DnsServer;
 use autoproxy_tests::estate;
@@ -25,6 +25,7 @@ mod faults;
 mod install;
 mod launcher;
 mod repair;
+mod runtime;
 
 const BUCKET: &str = "autoproxy-config";
 const KEY: &str = "haproxy/haproxy.cfg";
@@ -76,6 +77,14 @@ impl Fixture {
             routes,
             &self.haproxy.options(self.backends.port),
         )
+    }
+
+    /// `config`, with a setting that differs in every generation: HAProxy must reload to
+    /// take it (a change of routes alone would not reload).
+    fn reloading_config(&self, generation: u64, routes: &[(&str, &str)]) -> String {
+        let mut options = self.haproxy.options(self.backends.port);
+        options.maxconn -= u32::try_from(generation).unwrap();
+        self.config_with(generation, routes, &options)
     }
 
     fn config_with(

@@ -88,7 +88,7 @@ fn address_map(backends: &Backends) -> String {
 
 /// Writes the address map as autoproxy-resolver would have.
 fn write_addresses(haproxy: &Haproxy, text: &str) {
-    let path = haproxy.dir().join(MapFiles::for_generation(1).addresses);
+    let path = haproxy.dir().join(MapFiles::stable().addresses);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, text).unwrap();
 }

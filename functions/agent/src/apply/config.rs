@@ -68,6 +68,31 @@ pub fn header_sha256(text: &str) -> Option<String> {
         .map(|s| s.trim().to_owned())
 }
 
+/// What HAProxy builds from a config, as text: the body without its route-table lines, and
+/// with the generation in `description` blanked. Two configs whose structures are equal
+/// differ only in their routes, which HAProxy can take at run time.
+pub fn structure(text: &str) -> String {
+    let mut kept = String::with_capacity(text.len());
+    for line in autoproxy::artifact::body(text).lines() {
+        if line.starts_with(autoproxy::artifact::ROUTE_LINE)
+            || line.starts_with(autoproxy::artifact::SUFFIX_LINE)
+        {
+            continue;
+        }
+        let trimmed = line.trim_start();
+        if let Some(generation) = trimmed.strip_prefix("description autoproxy generation ") {
+            let indent = &line[..line.len() - trimmed.len()];
+            kept.push_str(indent);
+            kept.push_str("description autoproxy generation ");
+            kept.push_str(&"*".repeat(usize::from(!generation.is_empty())));
+        } else {
+            kept.push_str(line);
+        }
+        kept.push('\n');
+    }
+    kept
+}
+
 /// The stats socket a config file declares, if it is there and declares a usable one.
 pub fn socket_of(path: &Path) -> Option<PathBuf> {
     let text = std::fs::read_to_string(path).ok()?;
@@ -102,6 +127,28 @@ mod tests {
         );
         assert_eq!(header_generation(CONFIG), Some(7));
         assert_eq!(header_generation("global\n"), None);
+    }
+
+    #[test]
+    fn structure_ignores_routes_and_the_generation_only() {
+        let config = |generation: u64, routes: &str, maxconn: u32| {
+            format!(
+                "# generation: {generation}\n# sha256: x\nglobal\n    description autoproxy generation {generation}\n    maxconn {maxconn}\n{routes}#@nameserver 10.0.0.2:53\n"
+            )
+        };
+        let base = structure(&config(7, "#@route a.example b:443 api 1 Z1\n", 100));
+        assert_eq!(
+            base,
+            structure(&config(
+                9,
+                "#@route c.example d:443 api 1 Z1\n#@suffix e.example f:443 i 1 Z1\n",
+                100
+            ))
+        );
+        assert_eq!(base, structure(&config(8, "", 100)));
+        assert_ne!(base, structure(&config(7, "", 200)), "a setting changed");
+        assert!(base.contains("#@nameserver"), "nameservers are settings");
+        assert!(!base.contains("# sha256"), "the header is not structure");
     }
 
     #[test]

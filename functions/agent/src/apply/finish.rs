@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::{
-    Failure, Outcome, RUNNING_TIMEOUT, Run, SOCKET_TIMEOUT, Stage, config, failed, files, log,
-    oneline, record,
+    Failure, Outcome, RUNNING_TIMEOUT, Run, Running, SOCKET_TIMEOUT, Stage, config, failed, files,
+    log, oneline, record,
 };
 use crate::haproxy::RuntimeApi;
 
@@ -54,8 +54,13 @@ impl Run {
         }
         let lg_gen = config::generation_of(&self.last_good);
         let temp = files::temp_path(&self.dir, ".autoproxy-restore");
-        let restored = files::copy_synced(&self.last_good, &temp)
-            .and_then(|()| std::fs::rename(&temp, &config));
+        // The maps first, from the config's own route lines: the restored config finds its
+        // routes when it is read.
+        let restored = std::fs::read_to_string(&self.last_good).and_then(|text| {
+            self.restore_maps(&text)?;
+            files::copy_synced(&self.last_good, &temp)?;
+            std::fs::rename(&temp, &config)
+        });
         if let Err(err) = restored {
             let _ = std::fs::remove_file(&temp);
             let reason = format!(
@@ -87,6 +92,7 @@ impl Run {
             tokio::time::sleep(settle).await;
         }
         let starting = !self.haproxy_answers();
+        let before = self.running().map(|r| r.pid);
         let reloaded = match self.reload(starting).await {
             Ok(finished) if finished.success() => Ok(()),
             Ok(finished) => Err(format!(
@@ -104,7 +110,7 @@ impl Run {
             return (3, Outcome::Failed, reason);
         }
         if let (true, Some(socket)) = (lg_gen > 0, config::socket_of(&config))
-            && let Err(seen) = wait_generation(&socket, lg_gen).await
+            && let Err(seen) = wait_generation(&socket, lg_gen, before).await
         {
             let reason = format!(
                 "{why}; restored last-known-good generation {lg_gen} but HAProxy does not report it running (it reports: {seen})"
@@ -175,18 +181,29 @@ impl Run {
     }
 }
 
-/// Polls `show info` until HAProxy reports `generation` (bounded); on time-out, what it
-/// reported last.
-pub(super) async fn wait_generation(socket: &Path, generation: u64) -> Result<(), String> {
+/// Polls the worker on `socket` until it runs `generation` (bounded) and, when `replaced` is
+/// the worker that answered before a reload, until another one answers: the old worker may
+/// still answer for the generation a rollback restores. On time-out, what it reported last.
+pub(super) async fn wait_generation(
+    socket: &Path,
+    generation: u64,
+    replaced: Option<u32>,
+) -> Result<(), String> {
     let api = RuntimeApi::new(socket, SOCKET_TIMEOUT);
-    let want = format!("autoproxy generation {generation}");
     let deadline = Instant::now() + RUNNING_TIMEOUT;
     loop {
-        let seen = match api.info() {
-            Ok(info) if info.description.as_deref() == Some(want.as_str()) => return Ok(()),
-            Ok(info) => info
-                .description
-                .unwrap_or_else(|| "no description".to_owned()),
+        let seen = match Running::read(&api) {
+            Ok(running) if running.generation == generation && Some(running.pid) != replaced => {
+                return Ok(());
+            }
+            Ok(running) if Some(running.pid) == replaced => format!(
+                "generation {} from worker {}, the one the reload was to replace",
+                running.generation, running.pid
+            ),
+            Ok(running) => format!(
+                "generation {} from worker {}",
+                running.generation, running.pid
+            ),
             Err(err) => err.to_string(),
         };
         if Instant::now() >= deadline {

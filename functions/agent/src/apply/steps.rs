@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use autoproxy::artifact::{self, MapFiles};
+use autoproxy::artifact;
 
 use super::{
     ADDRESS_BUDGET, CHECK_TIMEOUT, DOWNLOAD_TIMEOUT, Failure, NewConfig, RELOAD_TIMEOUT, Run,
@@ -119,72 +119,6 @@ impl Run {
             generation,
             socket: PathBuf::from(socket),
         })
-    }
-
-    /// The route maps of this generation, complete in their own directory before anything
-    /// names them; and the address map started from what a running HAProxy resolved, the
-    /// first time there is none.
-    pub(super) fn write_maps(&mut self, text: &str, generation: u64) -> Result<(), Failure> {
-        let maps_dir = self.maps_dir.clone();
-        std::fs::create_dir_all(&maps_dir)
-            .or_else(|err| fail(format!("cannot create {}: {err}", maps_dir.display())))?;
-        let addresses = self
-            .dir
-            .join(MapFiles::for_generation(generation).addresses);
-        if std::fs::metadata(&addresses).map_or(true, |m| m.len() == 0) {
-            let seeded = self.seed_addresses();
-            let temp = files::temp_path(&maps_dir, ".autoproxy-addresses");
-            self.temps.push(temp.clone());
-            files::write_synced(&temp, seeded.as_bytes(), 0o644)
-                .and_then(|()| std::fs::rename(&temp, &addresses))
-                .or_else(|err| fail(format!("cannot write {}: {err}", addresses.display())))?;
-            log(
-                "maps",
-                &format!(
-                    "started {} with {} addresses the running HAProxy had resolved",
-                    addresses.display(),
-                    seeded.lines().count()
-                ),
-            );
-        }
-        let (routes, suffixes) = MapFiles::route_tables(text);
-        let stage = files::temp_path(&maps_dir, &format!(".gen-{generation}"));
-        self.temps.push(stage.clone());
-        let final_dir = maps_dir.join(format!("gen-{generation}"));
-        let written = std::fs::create_dir(&stage)
-            .and_then(|()| files::write_synced(&stage.join("routes.map"), routes.as_bytes(), 0o644))
-            .and_then(|()| {
-                files::write_synced(&stage.join("suffixes.map"), suffixes.as_bytes(), 0o644)
-            })
-            .and_then(|()| {
-                std::fs::set_permissions(
-                    &stage,
-                    std::os::unix::fs::PermissionsExt::from_mode(0o755),
-                )
-            })
-            .and_then(|()| files::sync_dir(&stage))
-            .and_then(|()| {
-                if final_dir.exists() {
-                    std::fs::remove_dir_all(&final_dir)?;
-                }
-                std::fs::rename(&stage, &final_dir)
-            });
-        written.or_else(|err| {
-            fail(format!(
-                "cannot write the maps of generation {generation} in {}: {err}",
-                maps_dir.display()
-            ))
-        })?;
-        log(
-            "maps",
-            &format!(
-                "generation {generation}: {} exact, {} suffix routes written to {}",
-                routes.lines().count(),
-                suffixes.lines().count(),
-                final_dir.display()
-            ),
-        );
-        Ok(())
     }
 
     /// `name address` lines from `show servers state` of the running HAProxy (a per-route

@@ -25,7 +25,7 @@ fn wait_until_locked(f: &Fixture, timeout: Duration) -> bool {
 fn two_runs_at_once_are_serialised() {
     let f = Fixture::new(&["a", "b"]);
     f.install_first(&f.config(1, &[("g1.test", "a")]));
-    let second = f.upload(&f.config(2, &[("g1.test", "a"), ("g2.test", "b")]));
+    let second = f.upload(&f.reloading_config(2, &[("g1.test", "a"), ("g2.test", "b")]));
     let third_text = f.config(3, &[("g1.test", "a"), ("g2.test", "b"), ("g3.test", "a")]);
     let third = f.upload(&third_text);
 

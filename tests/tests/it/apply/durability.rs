@@ -368,42 +368,65 @@ fn synced_after(events: &[Event], dir: &Path, after: usize) -> Option<usize> {
     syncs_of(events, dir).find(|&i| i > after)
 }
 
-/// A config with an exact and a suffix route to `backend`, so both route maps have content.
-fn config_with_both_maps(f: &Fixture, generation: u64, zone: &str, backend: &str) -> String {
+/// A config with an exact and a suffix route to `backend`, so both route maps have content;
+/// with `reload`, a setting of its own too, so that HAProxy must reload to take it.
+fn config_with_both_maps(
+    f: &Fixture,
+    generation: u64,
+    zone: &str,
+    backend: &str,
+    reload: bool,
+) -> String {
     let exact = proxy::api_route(zone, f.backends.get(backend));
     let mut suffix = exact.clone();
     suffix.rule = "ingress-int".to_owned();
     suffix.sni = format!(".int.{zone}");
     suffix.sni_match = SniMatch::Suffix;
-    proxy::render(
-        generation,
-        &[exact, suffix],
-        &f.haproxy.options(f.backends.port),
-    )
+    let mut options = f.haproxy.options(f.backends.port);
+    if reload {
+        options.maxconn -= u32::try_from(generation).unwrap();
+    }
+    proxy::render(generation, &[exact, suffix], &options)
 }
 
-/// The maps of `generation` were written complete in their staging directory and synced with
-/// it before its rename, which came (and was synced, in the maps directory) before the config's
-/// rename at `new`.
+/// The maps were written complete in a staging directory and synced before their renames,
+/// which came (and were synced, in the maps directory) before the config's rename at `new`.
 #[track_caller]
-fn assert_maps_synced(f: &Fixture, events: &[Event], generation: u64, new: usize) {
+fn assert_maps_synced(f: &Fixture, events: &[Event], new: usize) {
     let maps = f.haproxy.dir().join("autoproxy");
-    let installed = maps.join(format!("gen-{generation}"));
-    let (at, stage) = rename_of(events, &maps, &format!(".gen-{generation}."), &installed);
-    for name in ["routes.map", "suffixes.map"] {
-        let size = std::fs::metadata(installed.join(name)).unwrap().len();
-        assert!(size > 0, "{name} has routes");
+    let stable = MapFiles::stable();
+    for path in [stable.routes, stable.suffixes, stable.generation.unwrap()] {
+        let installed = f.haproxy.dir().join(&path);
+        let renames: Vec<(usize, &PathBuf)> = events
+            .iter()
+            .enumerate()
+            .filter_map(|(index, event)| match event {
+                Event::Rename { from, to } if *to == installed => Some((index, from)),
+                _ => None,
+            })
+            .collect();
+        let [(at, from)] = renames.as_slice() else {
+            panic!("expected one rename to {installed:?}: {renames:?}\nall: {events:#?}")
+        };
+        assert!(
+            from.parent()
+                .and_then(|stage| stage.file_name())
+                .is_some_and(|name| name.to_string_lossy().starts_with(".stage.")),
+            "{path} comes from a staging directory: {from:?}"
+        );
+        let size = std::fs::metadata(&installed).unwrap().len();
+        assert!(size > 0, "{path} has content");
         assert_eq!(
-            written(events, &stage.join(name), at).0,
+            written(events, from, *at).0,
             size,
-            "{name} complete in {stage:?} before its rename"
+            "{path} complete in {from:?} before its rename"
+        );
+        assert!(*at < new, "the maps before the config: {events:#?}");
+        assert!(
+            synced_after(events, &maps, *at).is_some_and(|i| i < new),
+            "{maps:?} (the maps' renames) synced before the config's rename: {events:#?}"
         );
     }
-    assert!(at < new, "the maps before the config: {events:#?}");
-    assert!(
-        synced_after(events, &maps, at).is_some_and(|i| i < new),
-        "{maps:?} (the maps' rename) synced before the config's rename: {events:#?}"
-    );
 }
 
 /// A crash on XFS after a rename can leave a zero-length file in place unless its data was
@@ -436,7 +459,7 @@ fn every_file_is_on_disk_before_the_rename_that_installs_it() {
 
     // The first install: the cached agent, the seeded address map, generation 1's maps, the
     // config.
-    let first = config_with_both_maps(&f, 1, "g1.test", "a");
+    let first = config_with_both_maps(&f, 1, "g1.test", "a", false);
     let (run, events) = apply(&first);
     assert!(run.success(), "{run}{}", f.haproxy.log());
     let cache = f
@@ -451,7 +474,7 @@ fn every_file_is_on_disk_before_the_rename_that_installs_it() {
         &cache.join("autoproxy-agent"),
     );
     let new = staged_file(&events, &dir, ".autoproxy-new.", &config, len(&first));
-    assert_maps_synced(&f, &events, 1, new);
+    assert_maps_synced(&f, &events, new);
     let seeded = std::fs::metadata(maps.join("addresses.map")).unwrap().len();
     let addresses = staged_file(
         &events,
@@ -470,13 +493,14 @@ fn every_file_is_on_disk_before_the_rename_that_installs_it() {
         "{dir:?} synced after the config's rename: {events:#?}"
     );
 
-    // The next generation: last-known-good too.
-    let second = config_with_both_maps(&f, 2, "g2.test", "b");
+    // The next generation, new routes only (applied without a reload): last-known-good too.
+    let second = config_with_both_maps(&f, 2, "g2.test", "b", false);
     let (run, events) = apply(&second);
     assert!(run.success(), "{run}{}", f.haproxy.log());
+    assert_eq!(run.step("update").len(), 1, "{run}");
     assert_eq!(f.installed(), second);
     let new = staged_file(&events, &dir, ".autoproxy-new.", &config, len(&second));
-    assert_maps_synced(&f, &events, 2, new);
+    assert_maps_synced(&f, &events, new);
     let last_good = PathBuf::from(format!("{}.last-good", config.display()));
     let kept = staged_file(
         &events,
@@ -492,12 +516,12 @@ fn every_file_is_on_disk_before_the_rename_that_installs_it() {
         "{dir:?} synced after the config's rename: {events:#?}"
     );
 
-    // A reload that fails: the rollback's restore of generation 2.
+    // A reload that fails: the rollback's restore of generation 2, its maps first.
     let failing = f
         .haproxy
         .apply_document_reloading_with(&f.haproxy.reload_command(&["fail-once"]))
         .unwrap();
-    let third = config_with_both_maps(&f, 3, "g3.test", "a");
+    let third = config_with_both_maps(&f, 3, "g3.test", "a", true);
     let version = f.upload(&third);
     let run = f
         .spawn(
@@ -515,6 +539,14 @@ fn every_file_is_on_disk_before_the_rename_that_installs_it() {
     let new = staged_file(&events, &dir, ".autoproxy-new.", &config, len(&third));
     let restore = staged_file(&events, &dir, ".autoproxy-restore.", &config, len(&second));
     assert!(new < restore, "the restore after the swap");
+    let routes = maps.join("routes.map");
+    let (maps_restored, _) = rename_of(&events, &maps, ".restore.", &routes);
+    assert!(
+        maps_restored < restore,
+        "the maps restored before the config"
+    );
+    let (second_routes, _) = MapFiles::route_tables(&second);
+    assert_eq!(std::fs::read_to_string(&routes).unwrap(), second_routes);
     assert!(
         synced_after(&events, &dir, restore).is_some(),
         "{dir:?} synced after the restore's rename: {events:#?}"

@@ -76,14 +76,25 @@ fn after_swap(point: &str) -> bool {
     matches!(point, "swap" | "reload" | "verify")
 }
 
+/// Whether the pause sits after the maps are installed: a failure there rolls back.
+fn installed(point: &str) -> bool {
+    after_swap(point) || point == "update"
+}
+
 /// Generation 1 runs; an apply of generation 2 is stopped by `signal` at `point`; then a
-/// normal apply of generation 2.
+/// normal apply of generation 2. Generation 2 changes only routes when the point is the
+/// runtime update, and a setting too (it reloads) at every other point.
 fn stopped_at(point: &str, signal: &str) {
     let f = Fixture::new(&["a", "b"]);
     let first = f.config(1, &[("g1.test", "a")]);
     f.install_first(&first);
     // Generation 2 moves g1.test to b and adds g2.test: which one serves is visible.
-    let second = f.config(2, &[("g1.test", "b"), ("g2.test", "b")]);
+    let routes = [("g1.test", "b"), ("g2.test", "b")];
+    let second = if point == "update" {
+        f.config(2, &routes)
+    } else {
+        f.reloading_config(2, &routes)
+    };
     let version = f.upload(&second);
     f.delete_record();
 
@@ -127,13 +138,13 @@ fn stopped_at(point: &str, signal: &str) {
         "TERM" => {
             // Ended like a failure at that step: nothing changed before the swap, rolled back
             // after it, and generation 1 serves either way.
-            let want = if after_swap(point) { 2 } else { 1 };
+            let want = if installed(point) { 2 } else { 1 };
             assert_eq!(run.status, Some(want), "SIGTERM at {point}:\n{run}");
             let failure = run
                 .failure()
                 .unwrap_or_else(|| panic!("no FAILED line:\n{run}"));
             assert!(failure.starts_with("interrupted by SIGTERM"), "{run}");
-            if after_swap(point) {
+            if installed(point) {
                 assert!(
                     failure.ends_with("; restored last-known-good generation 1"),
                     "{run}"
@@ -165,7 +176,7 @@ fn stopped_at(point: &str, signal: &str) {
                 artifact::parse_header(&first).unwrap().sha256,
                 "{record}"
             );
-            let result = if after_swap(point) {
+            let result = if installed(point) {
                 "rolled_back"
             } else {
                 "failed"
@@ -243,11 +254,13 @@ matrix! {
     sigterm_after_swap: "swap", "TERM";
     sigterm_before_reload: "reload", "TERM";
     sigterm_after_reload: "verify", "TERM";
+    sigterm_before_update: "update", "TERM";
     sigkill_before_download: "download", "KILL";
     sigkill_before_check: "check", "KILL";
     sigkill_after_swap: "swap", "KILL";
     sigkill_before_reload: "reload", "KILL";
     sigkill_after_reload: "verify", "KILL";
+    sigkill_before_update: "update", "KILL";
 }
 
 /// A `systemctl` for unit `haproxy` only, first on PATH, behaving as systemd does for this
@@ -368,7 +381,7 @@ fn a_stopped_haproxy_is_started_not_reloaded() {
         .unwrap();
 
     // Running: reloaded through systemctl.
-    let version = f.upload(&f.config(2, &[("g1.test", "a"), ("g2.test", "b")]));
+    let version = f.upload(&f.reloading_config(2, &[("g1.test", "a"), ("g2.test", "b")]));
     let run = f
         .try_run(&document, &[("ConfigVersion", &version)], &systemctl.env())
         .unwrap();
@@ -439,7 +452,7 @@ fn no_child_outlives_a_killed_apply() {
     let f = Fixture::new(&["a", "b"]);
     let first = f.config(1, &[("g1.test", "a")]);
     f.install_first(&first);
-    let second = f.config(2, &[("g1.test", "b"), ("g2.test", "b")]);
+    let second = f.reloading_config(2, &[("g1.test", "b"), ("g2.test", "b")]);
     let version = f.upload(&second);
     let slow = f
         .haproxy
@@ -516,7 +529,7 @@ fn sigterm_during_the_reload_stops_it_and_the_record_tells_the_truth() {
     let f = Fixture::new(&["a", "b"]);
     let first = f.config(1, &[("g1.test", "a")]);
     f.install_first(&first);
-    let second = f.config(2, &[("g1.test", "b"), ("g2.test", "b")]);
+    let second = f.reloading_config(2, &[("g1.test", "b"), ("g2.test", "b")]);
     let version = f.upload(&second);
     let slow = f
         .haproxy

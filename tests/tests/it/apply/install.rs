@@ -14,19 +14,23 @@ fn a_first_install_then_a_new_config_goes_live() {
     f.assert_routes("g1.test", "a");
     f.assert_no_route("g2.test");
 
+    // A new route only: applied to the running worker, no reload.
+    let worker = f.haproxy.worker_pid();
     let second = f.config(2, &[("g1.test", "a"), ("g2.test", "b")]);
     let version = f.upload(&second);
     let run = f.apply(&version);
     assert!(run.success(), "{run}{}", f.haproxy.log());
     for step in [
-        "lock", "download", "verify", "keep", "swap", "reload", "done",
+        "lock", "download", "verify", "keep", "update", "swap", "done",
     ] {
         assert_eq!(run.step(step).len(), 1, "one {step} line:\n{run}");
     }
+    assert!(run.step("reload").is_empty(), "no reload:\n{run}");
     assert!(
-        run.step("done")[0].starts_with("generation 2 is running"),
+        run.step("done")[0].starts_with("generation 2 is running, without a reload"),
         "{run}"
     );
+    assert_eq!(f.haproxy.worker_pid(), worker, "the same worker serves");
     assert_eq!(f.haproxy.running_generation(), Some(2));
     f.assert_routes("g2.test", "b");
     f.assert_routes("g1.test", "a");
@@ -141,7 +145,8 @@ fn an_empty_config_version_installs_the_latest() {
     f.assert_routes("g3.test", "a");
 }
 
-/// The generations whose route maps are on disk, and any staging left behind.
+/// What the maps directory holds but the address map: the stable maps, and any directory or
+/// staging left behind.
 fn map_dirs(f: &Fixture) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(f.haproxy.dir().join("autoproxy"))
         .unwrap()
@@ -152,22 +157,23 @@ fn map_dirs(f: &Fixture) -> Vec<String> {
     names
 }
 
+const STABLE: [&str; 3] = ["generation.map", "routes.map", "suffixes.map"];
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()))
+}
+
 #[test]
 fn route_maps_are_installed_and_rolled_back_with_their_generation() {
     let f = Fixture::new(&["a", "b"]);
     let first = f.config(1, &[("g1.test", "a")]);
     f.install_first(&first);
     let maps = f.haproxy.dir().join("autoproxy");
-    let routes = std::fs::read_to_string(maps.join("gen-1/routes.map")).unwrap();
     let a = f.backends.get("a").addr;
-    assert_eq!(
-        routes,
-        format!("proxy.api.g1.test {}:{}\n", a.ip(), a.port())
-    );
-    assert_eq!(
-        std::fs::read_to_string(maps.join("gen-1/suffixes.map")).unwrap(),
-        ""
-    );
+    let route_a = |sni: &str| format!("proxy.api.{sni} {}:{}\n", a.ip(), a.port());
+    assert_eq!(read(&maps.join("routes.map")), route_a("g1.test"));
+    assert_eq!(read(&maps.join("suffixes.map")), "");
+    assert_eq!(read(&maps.join("generation.map")), "running 1\n");
     assert!(maps.join("addresses.map").is_file());
 
     let second = f.config(2, &[("g1.test", "a"), ("g2.test", "b")]);
@@ -179,37 +185,80 @@ fn route_maps_are_installed_and_rolled_back_with_their_generation() {
             .any(|l| l.contains("2 exact, 0 suffix routes")),
         "{run}"
     );
-    assert_eq!(map_dirs(&f), ["gen-1", "gen-2"]);
+    assert_eq!(map_dirs(&f), STABLE, "nothing staged is left behind");
+    assert_eq!(read(&maps.join("generation.map")), "running 2\n");
 
-    // Only the running generation's maps and last-known-good's stay.
     let third = f.config(3, &[("g3.test", "a")]);
     assert!(f.apply(&f.upload(&third)).success());
-    assert_eq!(map_dirs(&f), ["gen-2", "gen-3"]);
+    assert_eq!(read(&maps.join("routes.map")), route_a("g3.test"));
     f.assert_routes("g3.test", "a");
     f.assert_no_route("g2.test");
 
-    // A generation that cannot start rolls back to a config whose maps are still there.
+    // A generation that cannot start rolls back to last-known-good's config, and its maps
+    // written from that config's own route lines.
     let squatter = TcpListener::bind("127.0.0.1:0").unwrap();
     let mut options = f.haproxy.options(f.backends.port);
     options.http_bind = squatter.local_addr().unwrap().to_string();
     let fourth = f.config_with(4, &[("g4.test", "b")], &options);
     let run = f.apply(&f.upload(&fourth));
     assert_eq!(run.status, Some(2), "{run}");
+    assert!(
+        run.step("install")[0].contains("reloading: the config changed beyond its route tables"),
+        "{run}"
+    );
     assert_eq!(f.haproxy.running_generation(), Some(3));
     f.assert_routes("g3.test", "a");
     f.assert_no_route("g4.test");
-    assert!(
-        map_dirs(&f).contains(&"gen-3".to_owned()),
-        "{:?}",
-        map_dirs(&f)
-    );
+    assert_eq!(read(&maps.join("routes.map")), route_a("g3.test"));
+    assert_eq!(read(&maps.join("generation.map")), "running 3\n");
     drop(squatter);
 
-    // The next good generation tidies what the failed one left.
     let fifth = f.config(5, &[("g5.test", "b")]);
     assert!(f.apply(&f.upload(&fifth)).success());
-    assert_eq!(map_dirs(&f), ["gen-3", "gen-5"]);
+    assert_eq!(map_dirs(&f), STABLE);
     f.assert_routes("g5.test", "b");
+}
+
+/// A config of the layout earlier versions rendered: route maps in a directory of their
+/// generation, and no generation map.
+fn per_generation(config: &str, generation: u64) -> String {
+    let stable = MapFiles::stable();
+    let legacy = MapFiles::per_generation(generation);
+    let body = artifact::body(config)
+        .replace(&stable.routes, &legacy.routes)
+        .replace(&stable.suffixes, &legacy.suffixes)
+        .lines()
+        .filter(|line| !line.contains("generation.map") && !line.contains("X-Autoproxy-Routes"))
+        .map(|line| format!("{line}\n"))
+        .collect::<String>();
+    restamp(config, &body)
+}
+
+#[test]
+fn a_fleet_on_per_generation_maps_moves_to_the_stable_ones_with_one_reload() {
+    let f = Fixture::new(&["a", "b"]);
+    let first = per_generation(&f.config(1, &[("g1.test", "a")]), 1);
+    let run = f.apply(&f.upload(&first));
+    assert!(run.success(), "{run}{}", f.haproxy.log());
+    assert_eq!(map_dirs(&f), ["gen-1"]);
+    f.assert_routes("g1.test", "a");
+
+    let second = f.config(2, &[("g2.test", "b")]);
+    let run = f.apply(&f.upload(&second));
+    assert!(run.success(), "{run}{}", f.haproxy.log());
+    assert!(
+        run.step("install")[0].contains("reloading: the running HAProxy holds no generation map"),
+        "{run}"
+    );
+    f.assert_routes("g2.test", "b");
+    assert_eq!(f.haproxy.running_generation(), Some(2));
+
+    // Last-known-good (generation 1) keeps its directory until it is replaced.
+    let third = f.config(3, &[("g3.test", "b")]);
+    let run = f.apply(&f.upload(&third));
+    assert!(run.success(), "{run}");
+    assert_eq!(run.step("update").len(), 1, "{run}");
+    assert_eq!(map_dirs(&f), STABLE);
 }
 
 /// A config of the per-route layout: one backend whose server `host` HAProxy resolves

@@ -123,7 +123,7 @@ fn a_failing_reload_command_is_rolled_back() {
     let f = Fixture::new(&["a", "b"]);
     let first = f.config(1, &[("g1.test", "a")]);
     f.install_first(&first);
-    let second = f.config(2, &[("g1.test", "a"), ("g2.test", "b")]);
+    let second = f.reloading_config(2, &[("g1.test", "a"), ("g2.test", "b")]);
     let version = f.upload(&second);
 
     // Fails once: the rollback's own reload works.

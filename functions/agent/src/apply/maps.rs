@@ -1,0 +1,340 @@
+//! The map files of a config: staged and checked before anything names them, installed by
+//! rename, and applied to the running HAProxy over its runtime API when only the route
+//! tables changed (docs/ARCHITECTURE.md, "When a proxy reloads"). A config holds its own
+//! route tables, so a rollback writes last-known-good's maps from its text.
+
+use std::path::PathBuf;
+
+use autoproxy::artifact::{self, MapFiles};
+
+use super::{Failure, Run, Stage, UPDATE_BUDGET, config, fail, files, log};
+use crate::haproxy::{RuntimeError, Session};
+
+/// The largest `add map` payload sent at once: well under HAProxy's default `tune.bufsize`
+/// (16 kB), which must hold the command and its whole payload. Before HAProxy 3.0 a larger
+/// one makes it close the connection without an answer.
+const PAYLOAD_BYTES: usize = 8 * 1024;
+
+/// A config's maps written beside the live ones, and the config variant that reads them.
+#[derive(Debug)]
+pub(super) struct Staged {
+    /// Staged file → the path it is installed at.
+    files: Vec<(PathBuf, PathBuf)>,
+    /// The new config with its map paths pointing at the staged maps: what `haproxy -c`
+    /// checks, so the live maps change only once the config passed.
+    pub check: PathBuf,
+    /// The route tables: (map path as HAProxy names it, its text).
+    pub tables: Vec<(String, String)>,
+}
+
+impl Run {
+    /// Writes the maps of this generation to a staging directory, and the config variant
+    /// that names them; starts the address map from what a running HAProxy resolved, the
+    /// first time there is none.
+    pub(super) fn stage_maps(
+        &mut self,
+        text: &str,
+        generation: u64,
+        maps: &MapFiles,
+    ) -> Result<Staged, Failure> {
+        let maps_dir = self.maps_dir.clone();
+        std::fs::create_dir_all(&maps_dir)
+            .or_else(|err| fail(format!("cannot create {}: {err}", maps_dir.display())))?;
+        self.seed_address_map(maps)?;
+        let stage = files::temp_path(&maps_dir, ".stage");
+        self.temps.push(stage.clone());
+        std::fs::create_dir(&stage)
+            .and_then(|()| {
+                std::fs::set_permissions(
+                    &stage,
+                    std::os::unix::fs::PermissionsExt::from_mode(0o755),
+                )
+            })
+            .or_else(|err| fail(format!("cannot create {}: {err}", stage.display())))?;
+        let stage_name = stage
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        let mut wanted = map_files(text, generation, maps);
+        let mut check_text = text.to_owned();
+        let mut staged = Vec::new();
+        for (index, (path, body)) in wanted.iter().enumerate() {
+            let staged_rel = format!("autoproxy/{stage_name}/{index}.map");
+            let staged_path = self.dir.join(&staged_rel);
+            files::write_synced(&staged_path, body.as_bytes(), 0o644)
+                .or_else(|err| fail(format!("cannot write {}: {err}", staged_path.display())))?;
+            check_text = check_text.replace(path.as_str(), &staged_rel);
+            staged.push((staged_path, self.dir.join(path)));
+        }
+        files::sync_dir(&stage)
+            .or_else(|err| fail(format!("cannot flush {}: {err}", stage.display())))?;
+        let check = files::temp_path(&self.dir, ".autoproxy-check");
+        self.temps.push(check.clone());
+        files::write_synced(&check, check_text.as_bytes(), 0o644)
+            .or_else(|err| fail(format!("cannot write {}: {err}", check.display())))?;
+        log(
+            "maps",
+            &format!(
+                "generation {generation}: {} exact, {} suffix routes staged in {}",
+                wanted[0].1.lines().count(),
+                wanted[1].1.lines().count(),
+                stage.display()
+            ),
+        );
+        wanted.truncate(2);
+        Ok(Staged {
+            files: staged,
+            check,
+            tables: wanted,
+        })
+    }
+
+    /// The address map, started from `show servers state` of the running HAProxy when there
+    /// is none or it is empty (a per-route config names one server per host), so the first
+    /// switch to the map layout drops no route.
+    fn seed_address_map(&mut self, maps: &MapFiles) -> Result<(), Failure> {
+        let addresses = self.dir.join(&maps.addresses);
+        if std::fs::metadata(&addresses).is_ok_and(|m| m.len() > 0) {
+            return Ok(());
+        }
+        let seeded = self.seed_addresses();
+        let temp = files::temp_path(&self.maps_dir, ".autoproxy-addresses");
+        self.temps.push(temp.clone());
+        files::write_synced(&temp, seeded.as_bytes(), 0o644)
+            .and_then(|()| std::fs::rename(&temp, &addresses))
+            .or_else(|err| fail(format!("cannot write {}: {err}", addresses.display())))?;
+        log(
+            "maps",
+            &format!(
+                "started {} with {} addresses the running HAProxy had resolved",
+                addresses.display(),
+                seeded.lines().count()
+            ),
+        );
+        Ok(())
+    }
+
+    /// Renames the staged maps into place: from the first rename on, a failure rolls back.
+    pub(super) fn install_maps(&mut self, staged: &Staged) -> Result<(), Failure> {
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        for (from, to) in &staged.files {
+            let parent = to.parent().unwrap_or(&self.dir).to_path_buf();
+            std::fs::create_dir_all(&parent)
+                .or_else(|err| fail(format!("cannot create {}: {err}", parent.display())))?;
+            self.stage = Stage::Installed;
+            std::fs::rename(from, to)
+                .or_else(|err| fail(format!("cannot rename into {}: {err}", to.display())))?;
+            if !dirs.contains(&parent) {
+                dirs.push(parent);
+            }
+        }
+        for dir in dirs {
+            if let Err(err) = files::sync_dir(&dir) {
+                log(
+                    "maps",
+                    &format!("WARNING: could not flush {}: {err}", dir.display()),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the maps `text` names, as its route lines and header say, in place: how a
+    /// rollback brings back last-known-good's maps with its config (the config holds them).
+    pub(super) fn restore_maps(&mut self, text: &str) -> std::io::Result<usize> {
+        let generation = config::header_generation(text).unwrap_or(0);
+        let maps = MapFiles::named_by(text, generation);
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        let files = map_files(text, generation, &maps);
+        for (path, body) in &files {
+            let target = self.dir.join(path);
+            let parent = target.parent().unwrap_or(&self.dir).to_path_buf();
+            std::fs::create_dir_all(&parent)?;
+            let temp = files::temp_path(&parent, ".restore");
+            self.temps.push(temp.clone());
+            files::write_synced(&temp, body.as_bytes(), 0o644)?;
+            std::fs::rename(&temp, &target)?;
+            if !dirs.contains(&parent) {
+                dirs.push(parent);
+            }
+        }
+        for dir in dirs {
+            files::sync_dir(&dir)?;
+        }
+        Ok(files.len())
+    }
+
+    /// Why this generation must be reloaded rather than applied at run time; `None` when
+    /// only its route tables differ from the config HAProxy runs.
+    pub(super) fn needs_reload(&self, text: &str, maps: &MapFiles) -> Option<String> {
+        if maps.generation.is_none() {
+            return Some("its maps are in a directory of their generation".to_owned());
+        }
+        let running = self.running();
+        let Some(running) = running else {
+            return Some("HAProxy is not running".to_owned());
+        };
+        if !running.by_map {
+            return Some("the running HAProxy holds no generation map".to_owned());
+        }
+        if self.installed_gen != running.generation {
+            return Some(format!("{} is not what runs", self.params.config.display()));
+        }
+        let installed = std::fs::read_to_string(self.config()).unwrap_or_default();
+        if config::structure(&installed) != config::structure(text) {
+            return Some("the config changed beyond its route tables".to_owned());
+        }
+        None
+    }
+
+    /// Replaces the running HAProxy's route tables with the staged ones and verifies them,
+    /// then sets its generation map: no reload. Each table switches atomically (`prepare
+    /// map`, `add map @ver` in chunks, `commit map @ver`); the generation is set last, once
+    /// both tables were read back equal to their files.
+    pub(super) fn update_runtime(
+        &self,
+        staged: &Staged,
+        maps: &MapFiles,
+        generation: u64,
+    ) -> Result<(), String> {
+        let api = self
+            .socket()
+            .ok_or_else(|| "the installed config declares no usable stats socket".to_owned())?;
+        let deadline = std::time::Instant::now() + UPDATE_BUDGET;
+        let mut session = api.session().map_err(|err| err.to_string())?;
+        for (map, table) in &staged.tables {
+            replace_map(&mut session, map, table, deadline)?;
+            let mut held = session.show_map(map).map_err(|err| err.to_string())?;
+            let mut want = entries(table);
+            held.sort();
+            want.sort();
+            if held != want {
+                return Err(format!(
+                    "HAProxy holds {} entries in {map} after the commit, the file {}",
+                    held.len(),
+                    want.len()
+                ));
+            }
+        }
+        let Some(generation_map) = &maps.generation else {
+            return Err("this layout has no generation map".to_owned());
+        };
+        session
+            .change(&format!(
+                "set map {generation_map} {} {generation}",
+                artifact::GENERATION_KEY
+            ))
+            .map_err(|err| err.to_string())?;
+        Ok(())
+    }
+}
+
+/// One table's atomic replacement, given up at `deadline`.
+fn replace_map(
+    session: &mut Session,
+    map: &str,
+    table: &str,
+    deadline: std::time::Instant,
+) -> Result<(), String> {
+    let command = format!("prepare map {map}");
+    let answer = session.ask(&command).map_err(|err| err.to_string())?;
+    let version = answer
+        .trim()
+        .strip_prefix("New version created: ")
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .ok_or_else(|| {
+            RuntimeError::Unexpected {
+                command,
+                expected: "'New version created: N'",
+                answer: autoproxy::excerpt(&answer, 200),
+            }
+            .to_string()
+        })?;
+    for chunk in chunks(table, PAYLOAD_BYTES) {
+        if std::time::Instant::now() >= deadline {
+            return Err(format!(
+                "{map} was not updated within {} s",
+                UPDATE_BUDGET.as_secs()
+            ));
+        }
+        session
+            .payload(&format!("add map @{version} {map}"), chunk)
+            .map_err(|err| err.to_string())?;
+    }
+    session
+        .change(&format!("commit map @{version} {map}"))
+        .map_err(|err| err.to_string())
+}
+
+/// `table` cut at line ends into pieces of at most `limit` bytes (a longer line alone).
+fn chunks(table: &str, limit: usize) -> Vec<&str> {
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    let mut end = 0;
+    for (at, _) in table.match_indices('\n') {
+        let line_end = at + 1;
+        if line_end - start > limit && end > start {
+            pieces.push(&table[start..end]);
+            start = end;
+        }
+        end = line_end;
+    }
+    if end > start {
+        pieces.push(&table[start..end]);
+    }
+    pieces
+}
+
+/// The `key value` entries of a map file's text.
+fn entries(table: &str) -> Vec<(String, String)> {
+    table
+        .lines()
+        .filter_map(|line| line.split_once(' '))
+        .map(|(key, value)| (key.to_owned(), value.to_owned()))
+        .collect()
+}
+
+/// The files of one generation's maps (the address map belongs to all): (path, text), the
+/// route tables first.
+fn map_files(text: &str, generation: u64, maps: &MapFiles) -> Vec<(String, String)> {
+    let (routes, suffixes) = MapFiles::route_tables(text);
+    let mut files = vec![
+        (maps.routes.clone(), routes),
+        (maps.suffixes.clone(), suffixes),
+    ];
+    if let Some(path) = &maps.generation {
+        files.push((path.clone(), MapFiles::generation_table(generation)));
+    }
+    files
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_end_at_line_ends_and_keep_every_byte() {
+        let table: String = (0..100)
+            .map(|i| format!("k{i}.example v{i}:443\n"))
+            .collect();
+        let pieces = chunks(&table, 64);
+        assert!(pieces.len() > 10);
+        assert_eq!(pieces.concat(), table);
+        assert!(pieces.iter().all(|p| p.len() <= 64 && p.ends_with('\n')));
+        assert!(chunks("", 64).is_empty());
+        let long = format!("{} x\nb y\n", "a".repeat(100));
+        assert_eq!(chunks(&long, 64), [&long[..103], "b y\n"]);
+    }
+
+    #[test]
+    fn entries_are_key_and_value() {
+        assert_eq!(
+            entries("a.example b:443\n\nc d:1\n"),
+            [
+                ("a.example".to_owned(), "b:443".to_owned()),
+                ("c".to_owned(), "d:1".to_owned())
+            ]
+        );
+    }
+}
