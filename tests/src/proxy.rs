@@ -415,12 +415,26 @@ pub fn api_route(zone: &str, backend: &Backend) -> Route {
 
 /// Renders a config with the real renderer and the default template.
 pub fn render(generation: u64, routes: &[Route], options: &RenderOptions) -> String {
-    let resolvers = [SocketAddr::from((Ipv4Addr::LOCALHOST, 53))];
+    render_with(
+        generation,
+        routes,
+        options,
+        &[SocketAddr::from((Ipv4Addr::LOCALHOST, 53))],
+    )
+}
+
+/// `render`, with these nameservers.
+pub fn render_with(
+    generation: u64,
+    routes: &[Route],
+    options: &RenderOptions,
+    resolvers: &[SocketAddr],
+) -> String {
     Renderer::new(DEFAULT_TEMPLATE)
         .expect("the default template compiles")
         .render(&RenderInput {
             routes,
-            resolvers: &resolvers,
+            resolvers,
             options,
             generation,
             generated_at: "2026-01-01T00:00:00Z",
@@ -442,9 +456,22 @@ pub struct Backend {
 
 impl Backend {
     fn start(name: &str, listener: TcpListener) -> Backend {
+        let banner = format!("backend {name}\n");
+        Backend::serving(name, listener, move |stream, _| {
+            serve(stream, banner.as_bytes())
+        })
+    }
+
+    /// A backend on `listener` that runs `handler` on every connection, in a thread of its
+    /// own, with the flag that says the backend is being dropped.
+    pub fn serving(
+        name: &str,
+        listener: TcpListener,
+        handler: impl Fn(TcpStream, &AtomicBool) + Send + Sync + 'static,
+    ) -> Backend {
         let addr = listener.local_addr().expect("local address");
         let stop = Arc::new(AtomicBool::new(false));
-        let banner = format!("backend {name}\n");
+        let handler = Arc::new(handler);
         let thread = {
             let stop = Arc::clone(&stop);
             std::thread::spawn(move || {
@@ -453,8 +480,8 @@ impl Backend {
                         break;
                     }
                     let Ok(stream) = stream else { continue };
-                    let banner = banner.clone();
-                    std::thread::spawn(move || serve(stream, banner.as_bytes()));
+                    let (handler, stop) = (Arc::clone(&handler), Arc::clone(&stop));
+                    std::thread::spawn(move || handler(stream, &stop));
                 }
             })
         };

@@ -4,65 +4,33 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-/// A backend on one loopback address that writes `tick <n>` every 100 ms on each connection
-/// until the client goes or the streamer is dropped.
-#[derive(Debug)]
-pub struct Streamer {
-    pub addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
+use crate::proxy::Backend;
 
-impl Streamer {
-    pub fn start(ip: Ipv4Addr, port: u16) -> std::io::Result<Streamer> {
-        let listener = TcpListener::bind((ip, port))?;
-        let addr = listener.local_addr()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let thread = std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                if flag.load(Ordering::SeqCst) {
-                    break;
-                }
-                let Ok(mut stream) = stream else { continue };
-                let flag = Arc::clone(&flag);
-                std::thread::spawn(move || {
-                    let mut tick = 0_u64;
-                    while !flag.load(Ordering::SeqCst)
-                        && stream
-                            .write_all(format!("tick {tick}\n").as_bytes())
-                            .is_ok()
-                    {
-                        tick += 1;
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
-                });
+/// A backend on `ip:port` that writes `tick <n>` every 100 ms on each connection until the
+/// client goes or the backend is dropped.
+pub fn streamer(ip: Ipv4Addr, port: u16) -> std::io::Result<Backend> {
+    let listener = TcpListener::bind((ip, port))?;
+    Ok(Backend::serving(
+        "streamer",
+        listener,
+        |mut stream, stop| {
+            let mut tick = 0_u64;
+            while !stop.load(Ordering::SeqCst)
+                && stream
+                    .write_all(format!("tick {tick}\n").as_bytes())
+                    .is_ok()
+            {
+                tick += 1;
+                std::thread::sleep(Duration::from_millis(100));
             }
-        });
-        Ok(Streamer {
-            addr,
-            stop,
-            thread: Some(thread),
-        })
-    }
+        },
+    ))
 }
 
-impl Drop for Streamer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-/// A client holding a connection through the proxy's TLS frontend to a [`Streamer`].
+/// A client holding a connection through the proxy's TLS frontend to a [`streamer`].
 #[derive(Debug)]
 pub struct Held {
     reader: BufReader<TcpStream>,
@@ -105,5 +73,140 @@ impl Held {
             self.lines += 1;
         }
         Ok(())
+    }
+}
+
+/// A Kubernetes API server's watch stand-in (`tests/data/watch-apiserver.py`, TLS with a
+/// throw-away self-signed certificate) and `kubectl` watching through the proxy: the client a
+/// platform team's users run, with its own TLS and HTTP stack.
+#[derive(Debug)]
+pub struct KubectlWatch {
+    server: std::process::Child,
+    kubectl: std::process::Child,
+    output: std::path::PathBuf,
+    started: std::time::Instant,
+    _dir: tempfile::TempDir,
+}
+
+/// How a [`KubectlWatch`] ended.
+#[derive(Debug)]
+pub struct WatchEnd {
+    /// kubectl was still running when the server was asked to end its streams.
+    pub survived: bool,
+    /// kubectl's exit status after that (0: it read the stream to its clean end).
+    pub status: Option<i32>,
+    /// Watch events kubectl printed, and for how long it watched.
+    pub events: usize,
+    pub watched: Duration,
+}
+
+impl KubectlWatch {
+    /// Starts the API server on `ip:port` and `kubectl get --raw '…?watch=true'` against
+    /// `proxy`, sending `sni` (`tls-server-name`).
+    pub fn start(ip: Ipv4Addr, port: u16, proxy: SocketAddr, sni: &str) -> Result<Self, String> {
+        use std::process::{Command, Stdio};
+        let dir = tempfile::tempdir().map_err(|err| err.to_string())?;
+        let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+        let made = Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            ])
+            .arg("-subj")
+            .arg(format!("/CN={sni}"))
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map_err(|err| format!("openssl: {err}"))?;
+        if !made.success() {
+            return Err(format!("openssl req {made}"));
+        }
+        let script = crate::root().join("tests/data/watch-apiserver.py");
+        let mut server = Command::new("python3")
+            .arg(script)
+            .arg(ip.to_string())
+            .arg(port.to_string())
+            .arg(&cert)
+            .arg(&key)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|err| format!("start the API server: {err}"))?;
+        let mut ready = String::new();
+        if let Some(out) = server.stdout.take() {
+            let _ = BufReader::new(out).read_line(&mut ready);
+        }
+        if ready.trim() != "listening" {
+            let _ = server.kill();
+            return Err(format!("the API server did not start on {ip}:{port}"));
+        }
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: proxy\n  cluster:\n    server: https://{proxy}\n    tls-server-name: {sni}\n    insecure-skip-tls-verify: true\ncontexts:\n- name: proxy\n  context:\n    cluster: proxy\n    user: bench\nusers:\n- name: bench\n  user:\n    token: bench\ncurrent-context: proxy\n"
+            ),
+        )
+        .map_err(|err| err.to_string())?;
+        let output = dir.path().join("watch.out");
+        let file = std::fs::File::create(&output).map_err(|err| err.to_string())?;
+        let kubectl = Command::new("kubectl")
+            .env("KUBECONFIG", &kubeconfig)
+            .args(["get", "--raw", "/api/v1/namespaces/default/pods?watch=true"])
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|err| format!("start kubectl: {err}"))?;
+        Ok(KubectlWatch {
+            server,
+            kubectl,
+            output,
+            started: std::time::Instant::now(),
+            _dir: dir,
+        })
+    }
+
+    /// Ends the server's streams cleanly and waits (5 s at most) for kubectl to exit.
+    pub fn end(mut self) -> WatchEnd {
+        let survived = matches!(self.kubectl.try_wait(), Ok(None));
+        let watched = self.started.elapsed();
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.server.id().to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let status = loop {
+            match self.kubectl.try_wait() {
+                Ok(Some(status)) => break status.code(),
+                Ok(None) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                _ => {
+                    let _ = self.kubectl.kill();
+                    let _ = self.kubectl.wait();
+                    break None;
+                }
+            }
+        };
+        let _ = self.server.wait();
+        let events = std::fs::read_to_string(&self.output).map_or(0, |text| {
+            text.lines().filter(|l| l.contains("BOOKMARK")).count()
+        });
+        WatchEnd {
+            survived,
+            status,
+            events,
+            watched,
+        }
+    }
+}
+
+impl Drop for KubectlWatch {
+    fn drop(&mut self) {
+        let _ = self.kubectl.kill();
+        let _ = self.server.kill();
     }
 }

@@ -302,6 +302,62 @@ impl Run {
     }
 
     async fn steps(&mut self) -> Result<(), Failure> {
+        self.check_params()?;
+        self.take_lock().await?;
+        // Asked before the swap, on the socket of the config HAProxy was started with: the new
+        // config may name another socket.
+        let was_running = self.read_state();
+
+        self.pause("download").await;
+        let (text, version) = self.download().await?;
+        self.version_applied.clone_from(&version);
+        self.step = "verify";
+        let new = self.verify(&text, &version)?;
+        self.generation = new.generation;
+        if self.skips(new.generation) {
+            return Ok(());
+        }
+
+        self.step = "maps";
+        let maps = MapFiles::named_by(&text, new.generation);
+        let staged = self.stage_maps(&text, new.generation, &maps)?;
+        self.step = "addresses";
+        self.ensure_addresses(&text).await;
+        let staged_config = files::temp_path(&self.dir, ".autoproxy-new");
+        self.temps.push(staged_config.clone());
+        files::write_synced(&staged_config, text.as_bytes(), 0o644)
+            .or_else(|err| fail(format!("cannot write {}: {err}", staged_config.display())))?;
+        self.pause("check").await;
+        let checked = self.check(&staged.check, new.generation).await;
+        self.rejected = checked.is_err();
+        checked?;
+        self.step = "keep";
+        self.keep()?;
+
+        // Decided before anything is installed: what HAProxy runs now, against the new text.
+        let reload_because = self.needs_reload(&text, &maps);
+        self.step = "install";
+        self.install_maps(&staged)?;
+        match reload_because {
+            Some(why) => log("install", &format!("reloading: {why}")),
+            None => {
+                self.pause("update").await;
+                self.step = "update";
+                if self.updated(&text, &staged, &maps, new.generation) {
+                    self.step = "swap";
+                    self.swap(&staged_config, new.generation)?;
+                    return self.done(new.generation, "without a reload");
+                }
+            }
+        }
+        self.step = "swap";
+        self.swap(&staged_config, new.generation)?;
+        self.pause("swap").await;
+        self.reload_and_wait(&new, was_running).await?;
+        self.done(new.generation, "after a reload")
+    }
+
+    fn check_params(&self) -> Result<(), Failure> {
         if !self.config().is_absolute() {
             return fail(format!(
                 "ConfigPath must be an absolute path, got '{}'",
@@ -317,7 +373,10 @@ impl Run {
         if self.params.reload.is_empty() {
             return fail("ReloadCommand is empty");
         }
+        Ok(())
+    }
 
+    async fn take_lock(&mut self) -> Result<(), Failure> {
         self.step = "lock";
         let lock_path = PathBuf::from(format!("{}.lock", self.config().display()));
         let waited = Instant::now();
@@ -342,10 +401,13 @@ impl Run {
                 waited.elapsed().as_millis()
             ),
         );
+        Ok(())
+    }
+
+    /// The installed and running generations; whether HAProxy answers at all.
+    fn read_state(&mut self) -> bool {
         self.installed_gen = config::generation_of(self.config());
         self.running_gen = self.running_generation();
-        // Asked before the swap, on the socket of the config HAProxy was started with: the new
-        // config may name another socket.
         let was_running = self.haproxy_answers();
         if self.installed_gen != self.running_gen {
             log(
@@ -358,87 +420,55 @@ impl Run {
                 ),
             );
         }
+        was_running
+    }
 
-        self.pause("download").await;
-        let (text, version) = self.download().await?;
-        self.version_applied.clone_from(&version);
-
-        self.step = "verify";
-        let new = self.verify(&text, &version)?;
-        self.generation = new.generation;
-
+    /// Whether `generation` is skipped: not newer than what runs. Decided by what HAProxy
+    /// runs, not by the file: an equal generation is installed again when the file differs
+    /// from what runs, which repairs it.
+    fn skips(&mut self, generation: u64) -> bool {
         self.step = "compare";
-        // Decided by what HAProxy runs, not by the file: an equal generation is installed
-        // again when the file differs from what runs, which repairs it.
-        if new.generation < self.running_gen
-            || (new.generation == self.running_gen && self.installed_gen == self.running_gen)
-        {
+        let skip = generation < self.running_gen
+            || (generation == self.running_gen && self.installed_gen == self.running_gen);
+        if skip {
             log(
                 "skip",
                 &format!(
-                    "generation {} is not newer than the running generation {}: nothing to do",
-                    new.generation, self.running_gen
+                    "generation {generation} is not newer than the running generation {}: nothing to do",
+                    self.running_gen
                 ),
             );
             self.outcome = Outcome::Skipped;
-            return Ok(());
         }
+        skip
+    }
 
-        self.step = "maps";
-        let maps = MapFiles::named_by(&text, new.generation);
-        let staged = self.stage_maps(&text, new.generation, &maps)?;
-
-        self.step = "addresses";
-        self.ensure_addresses(&text).await;
-
-        let staged_config = files::temp_path(&self.dir, ".autoproxy-new");
-        self.temps.push(staged_config.clone());
-        files::write_synced(&staged_config, text.as_bytes(), 0o644)
-            .or_else(|err| fail(format!("cannot write {}: {err}", staged_config.display())))?;
-
-        self.pause("check").await;
-        let checked = self.check(&staged.check, new.generation).await;
-        self.rejected = checked.is_err();
-        checked?;
-
-        self.step = "keep";
-        self.keep()?;
-
-        // Decided before anything is installed: what HAProxy runs now, against the new text.
-        let reload_because = self.needs_reload(&text, &maps);
-        self.step = "install";
-        self.install_maps(&staged)?;
-        if let Some(why) = &reload_because {
-            log("install", &format!("reloading: {why}"));
-        } else {
-            self.pause("update").await;
-            self.step = "update";
-            match self.update_runtime(&staged, &maps, new.generation) {
-                Ok(()) => {
-                    log(
-                        "update",
-                        &format!(
-                            "the running HAProxy holds the new route tables and generation {}: no reload",
-                            new.generation
-                        ),
-                    );
-                    self.step = "swap";
-                    self.swap(&staged_config, new.generation)?;
-                    return self.done(new.generation, "without a reload");
-                }
-                Err(err) => log(
+    /// The runtime update; whether HAProxy took it (else the caller reloads).
+    fn updated(&self, text: &str, staged: &maps::Staged, maps: &MapFiles, generation: u64) -> bool {
+        match self.update_runtime(text, staged, maps, generation) {
+            Ok(()) => {
+                log(
+                    "update",
+                    &format!(
+                        "the running HAProxy holds the new route tables and generation {generation}: no reload"
+                    ),
+                );
+                true
+            }
+            Err(err) => {
+                log(
                     "update",
                     &format!(
                         "the running HAProxy did not take the new routes ({err}): reloading instead"
                     ),
-                ),
+                );
+                false
             }
         }
+    }
 
-        self.step = "swap";
-        self.swap(&staged_config, new.generation)?;
-        self.pause("swap").await;
-
+    /// The reload (or start), then the wait for a new worker running `new`.
+    async fn reload_and_wait(&mut self, new: &NewConfig, was_running: bool) -> Result<(), Failure> {
         self.pause("reload").await;
         let starting = !was_running;
         let before = self.running().map(|r| r.pid);
@@ -456,19 +486,17 @@ impl Run {
             "reload",
             &format!("ran {}", self.reload_words(starting).join(" ")),
         );
-
         self.pause("verify").await;
         self.step = "running";
-        let socket = new.socket.clone();
-        if let Err(seen) = finish::wait_generation(&socket, new.generation, before).await {
+        if let Err(seen) = finish::wait_generation(&new.socket, new.generation, before).await {
             return fail(format!(
                 "HAProxy did not report generation {} from a new worker on {} within {} s (it reports: {seen})",
                 new.generation,
-                socket.display(),
+                new.socket.display(),
                 RUNNING_TIMEOUT.as_secs()
             ));
         }
-        self.done(new.generation, "after a reload")
+        Ok(())
     }
 
     /// The end of a run that installed `generation`: HAProxy runs it.

@@ -189,11 +189,14 @@ impl Run {
     }
 
     /// Replaces the running HAProxy's route tables with the staged ones and verifies them,
-    /// then sets its generation map: no reload. Each table switches atomically (`prepare
-    /// map`, `add map @ver` in chunks, `commit map @ver`); the generation is set last, once
-    /// both tables were read back equal to their files.
+    /// then sets its generation map: no reload. First the worker gets the address of every
+    /// route host it lacks, from the address map file (a route never points at a missing
+    /// address; the address service would push it too, but later). Each table switches
+    /// atomically (`prepare map`, `add map @ver` in chunks, `commit map @ver`); the generation
+    /// is set last, once both tables were read back equal to their files.
     pub(super) fn update_runtime(
         &self,
+        text: &str,
         staged: &Staged,
         maps: &MapFiles,
         generation: u64,
@@ -203,6 +206,13 @@ impl Run {
             .ok_or_else(|| "the installed config declares no usable stats socket".to_owned())?;
         let deadline = std::time::Instant::now() + UPDATE_BUDGET;
         let mut session = api.session().map_err(|err| err.to_string())?;
+        let pushed = push_addresses(&mut session, &self.dir, &maps.addresses, text)?;
+        if pushed > 0 {
+            log(
+                "update",
+                &format!("gave the running HAProxy {pushed} address(es) of new route hosts"),
+            );
+        }
         for (map, table) in &staged.tables {
             replace_map(&mut session, map, table, deadline)?;
             let mut held = session.show_map(map).map_err(|err| err.to_string())?;
@@ -228,6 +238,41 @@ impl Run {
             .map_err(|err| err.to_string())?;
         Ok(())
     }
+}
+
+/// Adds (or sets) in the worker's address map every route host of `text` that the address
+/// map file has and the worker lacks (or holds otherwise); how many it changed. Unversioned,
+/// as the address service writes that map.
+fn push_addresses(
+    session: &mut Session,
+    dir: &std::path::Path,
+    map: &str,
+    text: &str,
+) -> Result<usize, String> {
+    let file = std::fs::read_to_string(dir.join(map)).unwrap_or_default();
+    let known = crate::addresses::parse(&file).addresses;
+    let held: std::collections::HashMap<String, String> = session
+        .show_map(map)
+        .map_err(|err| err.to_string())?
+        .into_iter()
+        .collect();
+    let mut pushed = 0;
+    for host in artifact::route_hosts(text) {
+        let Some(address) = known.get(&host) else {
+            continue;
+        };
+        let address = address.to_string();
+        let verb = match held.get(&host) {
+            Some(now) if *now == address => continue,
+            Some(_) => "set",
+            None => "add",
+        };
+        session
+            .change(&format!("{verb} map {map} {host} {address}"))
+            .map_err(|err| err.to_string())?;
+        pushed += 1;
+    }
+    Ok(pushed)
 }
 
 /// One table's atomic replacement, given up at `deadline`.

@@ -1,8 +1,8 @@
 //! Pushes the address map to the running HAProxy worker over its stats socket: `add map`,
 //! `set map`, `del map` on the map `autoproxy/addresses.map`, so a change is live without a
-//! reload. After a reload (a new worker pid in `show info`) the worker's map is read again
-//! with `show map`: the new worker loaded the file, which may be older than what it should
-//! hold.
+//! reload. Before each change the worker's map is read again with `show map`: a new worker
+//! (after a reload) loaded the file, which may be older than what it should hold, and the
+//! apply gives a running worker the addresses of new route hosts itself.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -87,23 +87,24 @@ impl Pusher {
     ) -> Result<usize, RuntimeError> {
         let mut session = api.session()?;
         let pid = session.info()?.pid;
-        if self.pid != Some(pid) {
-            self.view.clear();
-            self.pushed = None;
-            for (key, value) in session.show_map(MAP)? {
-                if let Ok(address) = value.parse() {
-                    self.view.insert(key, address);
-                }
-            }
-            self.pid = Some(pid);
-        }
-        if self
-            .pushed
-            .as_ref()
-            .is_some_and(|pushed| Arc::ptr_eq(pushed, target))
+        if self.pid == Some(pid)
+            && self
+                .pushed
+                .as_ref()
+                .is_some_and(|pushed| Arc::ptr_eq(pushed, target))
         {
             return Ok(0);
         }
+        // What the worker holds, read again before every change: the apply also gives it the
+        // addresses of new route hosts, and a stale view would add an entry twice.
+        self.view.clear();
+        self.pushed = None;
+        for (key, value) in session.show_map(MAP)? {
+            if let Ok(address) = value.parse() {
+                self.view.insert(key, address);
+            }
+        }
+        self.pid = Some(pid);
         let mut pushed = 0;
         let gone: Vec<String> = self
             .view

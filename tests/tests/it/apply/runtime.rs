@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 
 use autoproxy::model::Route;
 use autoproxy::names::HostName;
-use autoproxy_tests::stream::{Held, Streamer};
+use autoproxy_tests::stream::{Held, streamer};
 
 use super::*;
 
@@ -81,7 +81,7 @@ fn assert_applied_without_reload(run: &Run, generation: u64) {
 #[test]
 fn route_changes_keep_the_worker_and_a_held_connection() {
     let f = Fixture::new(&["a"]);
-    let _streamer = Streamer::start(STREAMER, f.backends.port).unwrap();
+    let _streamer = streamer(STREAMER, f.backends.port).unwrap();
     f.install_first(&config(&f, 1, &[1]));
     let mut held = Held::open(f.haproxy.https, "proxy.api.hold.test").unwrap();
     let worker = f.haproxy.worker_pid();
@@ -117,6 +117,45 @@ fn route_changes_keep_the_worker_and_a_held_connection() {
         2,
         "one master and one worker: {:?}",
         f.haproxy.processes()
+    );
+}
+
+#[test]
+fn a_new_route_host_has_its_address_in_the_running_worker_before_its_route() {
+    // No address service runs here: the apply resolves the new host itself, and the running
+    // worker must get that address from the apply, or the route would not serve.
+    let f = Fixture::new(&["a"]);
+    let dns = DnsServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
+    let SocketAddr::V4(a) = f.backends.get("a").addr else {
+        unreachable!("IPv4 backends")
+    };
+    dns.set("api.named.test", &[*a.ip()]);
+    let config = |generation: u64, named: bool| {
+        let mut routes = vec![proxy::api_route("g1.test", f.backends.get("a"))];
+        if named {
+            let mut route = proxy::api_route("named.test", f.backends.get("a"));
+            route.backend = HostName::parse("api.named.test").unwrap();
+            routes.push(route);
+        }
+        proxy::render_with(generation, &routes, &short_stop(&f), &[dns.addr()])
+    };
+    f.install_first(&config(1, false));
+
+    let run = f.apply(&f.upload(&config(2, true)));
+    assert_applied_without_reload(&run, 2);
+    assert!(
+        run.step("addresses")[0].contains("1 new host(s): 1 resolved"),
+        "{run}"
+    );
+    assert!(
+        run.step("update")[0].contains("gave the running HAProxy 1 address(es)"),
+        "{run}"
+    );
+    f.assert_routes("named.test", "a");
+    let held = held_map(&f, &MapFiles::stable().addresses);
+    assert!(
+        held.contains(&format!("api.named.test {}", a.ip())),
+        "{held:?}"
     );
 }
 
