@@ -35,7 +35,9 @@ templates: tools
 ## Then the data-plane benchmark (about 3 min, as root: HAProxy runs in a private mount
 ## namespace with a counting DNS server): CPU per connection, DNS queries, check, start and
 ## reload times, idle CPU and failed connections across reloads, for 1,000 and 10,000 routes,
-## the per-route template against the map-based one; its section goes at the end of
+## the per-route template against the map-based one; then the apply document's 20 route-only
+## changes (no reload) with connections and a kubectl watch held through the proxy (kubectl
+## and openssl on PATH); its section goes at the end of
 ## docs/BENCHMARKS.md. Quicker: DATAPLANE_ARGS="--routes 1000 --before-reloads 0".
 bench: core-tools
 	. .ci/zig.sh && cargo lambda build --release -p autoproxy-generate -p autoproxy-configure

@@ -32,6 +32,7 @@ use autoproxy_tests::estate;
 use autoproxy_tests::moto::Moto;
 use autoproxy_tests::proxy::{Backends, Haproxy};
 use autoproxy_tests::resolver::{Knobs, Resolver};
+use autoproxy_tests::stream::{Held, KubectlWatch, streamer};
 
 /// Where a resolv.conf can point (port 53); the first free one is used.
 mod report;
@@ -376,37 +377,94 @@ fn prefill_addresses(proxy: &Proxy, routes: &[Route], env: &Env) {
     std::fs::write(proxy.addresses_map(), text).expect("write addresses.map");
 }
 
-/// The apply document's whole run on one config, as the first install and as the next one,
-/// and what the agent and the document cost.
+/// Route changes published one after another.
+const CHANGES: usize = 20;
+/// Connections held open through the proxy while they are applied.
+const HELD: usize = 10;
+/// Where the held connections' backend listens (the backends' port).
+const STREAMER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 60);
+/// Where the Kubernetes API stand-in that kubectl watches listens (the backends' port).
+const APISERVER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 61);
+
+/// The apply document's whole run on one config, as the first install, then [`CHANGES`]
+/// route-only generations and one that changes a setting, with connections held through
+/// the proxy; what the agent and the document cost.
 struct ApplyTimes {
     routes: usize,
     bytes: usize,
     first: Duration,
-    next: Duration,
-    /// From the next generation's return to its new route serving.
-    serving: Option<Duration>,
-    /// The agent's peak resident memory during the next generation's apply, as it logged it.
+    /// Each route-only generation's whole run.
+    changes: Vec<Duration>,
+    /// From each route-only generation's return to its new route serving (`None`: not
+    /// within 5 s).
+    serving: Vec<Option<Duration>>,
+    /// Reloads the route-only generations caused (reload lines in their logs, and worker
+    /// PIDs that changed).
+    reloads: usize,
+    worker_changes: usize,
+    /// HAProxy workers (old ones included) after the route-only generations.
+    workers: usize,
+    /// Held connections still flowing after them.
+    held_alive: usize,
+    /// How the kubectl watch through the proxy fared, as a phrase.
+    kubectl: String,
+    /// The generation that changes a setting: its whole run (a reload).
+    structural: Duration,
+    /// The agent's peak resident memory during the last route-only apply, as it logged it.
     peak_memory: String,
     agent_bytes: u64,
     document_bytes: usize,
 }
 
+fn median(times: &[Duration]) -> Duration {
+    let mut sorted = times.to_vec();
+    sorted.sort();
+    sorted.get(sorted.len() / 2).copied().unwrap_or_default()
+}
+
+fn ms(time: Duration) -> String {
+    format!("{:.0} ms", time.as_secs_f64() * 1000.0)
+}
+
 impl ApplyTimes {
     fn line(&self) -> String {
+        let served: Vec<Duration> = self.serving.iter().flatten().copied().collect();
+        let serving = if served.len() == self.serving.len() {
+            format!(
+                "median {}, at most {}",
+                ms(median(&served)),
+                ms(served.iter().max().copied().unwrap_or_default())
+            )
+        } else {
+            format!("{} of {} within 5 s", served.len(), self.serving.len())
+        };
         format!(
             "**Apply** ({} routes, a {:.1} MB config): the apply document's whole run took \
-             {:.2} s as the first install and {:.2} s for the next generation (one new route, \
-             whose host the apply resolved before the swap); that route served {} after the \
-             apply returned. autoproxy-agent: {:.1} MB binary, peak memory {} during the apply; \
-             the document's Content is {} bytes as JSON.",
+             {:.2} s as the first install. Then {} route-only generations, one after another \
+             (each adds a route whose host the apply resolves): whole run median {:.2} s, at \
+             most {:.2} s; the new route served {serving} after the apply returned; reloads \
+             {} (worker PIDs changed {} times); HAProxy workers afterwards {}; {} of {} \
+             connections held through the proxy still flowing; {}. A generation that changes \
+             a setting reloads: {:.2} s. autoproxy-agent: {:.1} MB binary, peak memory {} \
+             during the apply; the document's Content is {} bytes as JSON.",
             self.routes,
             self.bytes as f64 / 1e6,
             self.first.as_secs_f64(),
-            self.next.as_secs_f64(),
-            self.serving.map_or_else(
-                || "not within 5 s".to_owned(),
-                |d| format!("{:.0} ms", d.as_secs_f64() * 1000.0)
-            ),
+            self.changes.len(),
+            median(&self.changes).as_secs_f64(),
+            self.changes
+                .iter()
+                .max()
+                .copied()
+                .unwrap_or_default()
+                .as_secs_f64(),
+            self.reloads,
+            self.worker_changes,
+            self.workers,
+            self.held_alive,
+            HELD,
+            self.kubectl,
+            self.structural.as_secs_f64(),
             self.agent_bytes as f64 / 1e6,
             self.peak_memory,
             self.document_bytes,
@@ -414,95 +472,209 @@ impl ApplyTimes {
     }
 }
 
-/// Runs the apply document on a config of `routes` twice against moto as S3 and a real
-/// HAProxy on loopback: the first install of all routes but the first (their addresses known,
-/// as the resolver would have them), then the next generation, which adds the first route.
+/// One apply of a config through the document as the SSM agent runs it.
+struct Applier {
+    rt: tokio::runtime::Runtime,
+    moto: Moto,
+    sdk: aws_config::SdkConfig,
+    document: autoproxy_tests::ssm_agent::Document,
+}
+
+impl Applier {
+    const BUCKET: &'static str = "autoproxy-config";
+    const KEY: &'static str = "haproxy/haproxy.cfg";
+
+    fn run(&self, config: &str) -> autoproxy_tests::ssm_agent::Run {
+        let version = self
+            .rt
+            .block_on(estate::upload_config(
+                &self.sdk,
+                Self::BUCKET,
+                Self::KEY,
+                config,
+            ))
+            .expect("upload the config");
+        let run = self
+            .document
+            .run(
+                &[
+                    ("ConfigBucket", Self::BUCKET),
+                    ("ConfigKey", Self::KEY),
+                    ("ConfigVersion", version.as_str()),
+                ],
+                &self.moto.env(),
+                Duration::from_secs(120),
+            )
+            .expect("run the apply document");
+        assert!(run.success(), "the apply failed:\n{run}");
+        run
+    }
+}
+
+/// Runs the apply document against moto as S3 and a real HAProxy on loopback: the first
+/// install of all routes but [`CHANGES`] (their addresses known, as the resolver would have
+/// them) plus a route to a streaming backend, [`HELD`] connections opened through it, then
+/// one generation per withheld route, then one with another `maxconn`.
 fn apply_times(env: &Env, routes: &[Route]) -> ApplyTimes {
-    const BUCKET: &str = "autoproxy-config";
-    const KEY: &str = "haproxy/haproxy.cfg";
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a tokio runtime");
     let moto = Moto::start();
     let sdk = rt.block_on(moto.sdk_config());
-    rt.block_on(estate::versioned_bucket(&sdk, BUCKET))
+    rt.block_on(estate::versioned_bucket(&sdk, Applier::BUCKET))
         .expect("the config bucket");
-    let agent = rt.block_on(autoproxy_tests::agent::Published::publish(&sdk, BUCKET));
+    let agent = rt.block_on(autoproxy_tests::agent::Published::publish(
+        &sdk,
+        Applier::BUCKET,
+    ));
     let haproxy = Haproxy::new();
-    let document = haproxy.apply_document().expect("the apply document");
-    let options = haproxy.options(env.backends.port);
-    let (added, kept) = routes.split_first().expect("at least one route");
+    let applier = Applier {
+        document: haproxy.apply_document().expect("the apply document"),
+        rt,
+        moto,
+        sdk,
+    };
+    let mut options = haproxy.options(env.backends.port);
+    let _streamer = streamer(STREAMER, env.backends.port).expect("the streaming backend");
+    let literal_route = |sni: &str, ip: Ipv4Addr| {
+        let mut route = routes[0].clone();
+        route.sni = sni.to_owned();
+        route.backend = autoproxy::names::HostName::parse(&ip.to_string()).expect("an IP");
+        route
+    };
+    let hold = literal_route("proxy.api.hold.bench", STREAMER);
+    let kube = literal_route("proxy.api.kube.bench", APISERVER);
+    let (withheld, kept) = routes.split_at(CHANGES.min(routes.len() - 1));
     let mut known = String::new();
-    for (i, route) in routes.iter().enumerate().skip(1) {
+    for (i, route) in routes.iter().enumerate().skip(withheld.len()) {
         let backend = &env.backends.list[i % env.backends.list.len()];
         writeln!(known, "{} {}", route.backend.as_str(), backend.addr.ip()).unwrap();
     }
     let maps = haproxy.dir().join("autoproxy");
     std::fs::create_dir_all(&maps).expect("the maps directory");
     std::fs::write(maps.join("addresses.map"), known).expect("write addresses.map");
-    let mut times = Vec::new();
-    let mut bytes = 0;
-    let mut serving = None;
-    let mut peak_memory = String::new();
-    for generation in 1..=2_u64 {
-        let installed = if generation == 1 { kept } else { routes };
-        let config = dataplane::render(
-            Design::Maps,
-            installed,
-            &[env.agent_dns.addr()],
-            &options,
-            generation,
-        );
-        bytes = bytes.max(config.len());
-        let version = rt
-            .block_on(estate::upload_config(&sdk, BUCKET, KEY, &config))
-            .expect("upload the config");
-        let run = document
-            .run(
-                &[
-                    ("ConfigBucket", BUCKET),
-                    ("ConfigKey", KEY),
-                    ("ConfigVersion", version.as_str()),
-                ],
-                &moto.env(),
-                Duration::from_secs(120),
+    let render =
+        |installed: &[Route], generation: u64, options: &autoproxy::render::RenderOptions| {
+            let mut all = vec![hold.clone(), kube.clone()];
+            all.extend_from_slice(installed);
+            dataplane::render(
+                Design::Maps,
+                &all,
+                &[env.agent_dns.addr()],
+                options,
+                generation,
             )
-            .expect("run the apply document");
+        };
+
+    let config = render(kept, 1, &options);
+    let mut bytes = config.len();
+    let first = applier.run(&config).elapsed();
+    let mut held: Vec<Held> = (0..HELD)
+        .map(|_| Held::open(haproxy.https, &hold.sni).expect("a held connection"))
+        .collect();
+    // kubectl and openssl are not the project's tools: without them, the rest is measured.
+    let watch = KubectlWatch::start(APISERVER, env.backends.port, haproxy.https, &kube.sni);
+    let (mut changes, mut serving) = (Vec::new(), Vec::new());
+    let (mut reloads, mut worker_changes) = (0, 0);
+    let mut peak_memory = String::new();
+    let mut worker = haproxy.worker_pid();
+    for (index, added) in withheld.iter().rev().enumerate() {
+        let generation = 2 + index as u64;
+        let config = render(&routes[withheld.len() - 1 - index..], generation, &options);
+        bytes = bytes.max(config.len());
+        let run = applier.run(&config);
         let returned = Instant::now();
-        assert!(
-            run.success(),
-            "the apply of generation {generation} failed:\n{run}"
-        );
-        if generation == 2 {
-            let deadline = returned + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if haproxy.probe(&added.sni).is_ok() {
-                    serving = Some(returned.elapsed());
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            peak_memory = run
-                .step("done")
-                .first()
-                .and_then(|done| done.split("peak memory ").nth(1))
-                .map(|m| m.trim_end_matches(')').to_owned())
-                .unwrap_or_default();
-        }
+        serving.push(served_within(
+            &haproxy,
+            &added.sni,
+            returned,
+            Duration::from_secs(5),
+        ));
+        changes.push(run.elapsed());
+        reloads += run.step("reload").len();
+        let now = haproxy.worker_pid();
+        worker_changes += usize::from(now != worker);
+        worker = now;
+        peak_memory = run
+            .step("done")
+            .first()
+            .and_then(|done| done.split("peak memory ").nth(1))
+            .map(|m| m.trim_end_matches(')').to_owned())
+            .unwrap_or_default();
         println!("generation {generation}: {:?}", run.step("done"));
-        times.push(run.elapsed());
     }
+    std::thread::sleep(Duration::from_millis(500));
+    let workers = haproxy.processes().len().saturating_sub(1);
+    let held_alive = held
+        .iter_mut()
+        .map(|h| h.alive().is_ok())
+        .filter(|ok| *ok)
+        .count();
+    let kubectl = watch.map_or_else(
+        |why| format!("no kubectl watch measured ({why})"),
+        |watch| kubectl_phrase(&watch.end()),
+    );
+    println!("kubectl watch: {kubectl}");
+
+    options.maxconn -= 1;
+    let structural_config = render(routes, 2 + withheld.len() as u64, &options);
+    let run = applier.run(&structural_config);
+    assert_eq!(run.step("reload").len(), 1, "a setting reloads:\n{run}");
     ApplyTimes {
         routes: routes.len(),
         bytes,
-        first: times[0],
-        next: times[1],
+        first,
+        changes,
         serving,
+        reloads,
+        worker_changes,
+        workers,
+        held_alive,
+        kubectl,
+        structural: run.elapsed(),
         peak_memory,
         agent_bytes: std::fs::metadata(&agent.binary).map_or(0, |m| m.len()),
-        document_bytes: serde_json::to_string(&document.content).map_or(0, |s| s.len()),
+        document_bytes: serde_json::to_string(&applier.document.content).map_or(0, |s| s.len()),
     }
+}
+
+/// How the kubectl watch fared, as the report says it.
+fn kubectl_phrase(end: &autoproxy_tests::stream::WatchEnd) -> String {
+    if end.survived && end.status == Some(0) {
+        format!(
+            "kubectl watching through the proxy (`kubectl get --raw …?watch=true`, one event \
+             every 100 ms) still connected, then read {} events over {:.1} s and exited 0",
+            end.events,
+            end.watched.as_secs_f64()
+        )
+    } else {
+        format!(
+            "kubectl watching through the proxy was cut (still running: {}, exit {:?}, {} \
+             events over {:.1} s)",
+            end.survived,
+            end.status,
+            end.events,
+            end.watched.as_secs_f64()
+        )
+    }
+}
+
+/// How long after `returned` a ClientHello for `sni` first got a backend's answer, probed
+/// every 5 ms; `None` if not within `limit`.
+fn served_within(
+    haproxy: &Haproxy,
+    sni: &str,
+    returned: Instant,
+    limit: Duration,
+) -> Option<Duration> {
+    while returned.elapsed() < limit {
+        if haproxy.probe(sni).is_ok() {
+            return Some(returned.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    None
 }
 
 /// What the clients saw while the master reloaded.

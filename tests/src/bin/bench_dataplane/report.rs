@@ -149,15 +149,23 @@ How each figure is measured:
   through HAProxy; reload, from `kill -USR2` until `show info` answers from a new worker.
 * **Apply**: the apply document from template.yaml, run as the SSM agent runs it (the
   agent's download from moto as S3, then `sh`, parameters in the environment), with the
-  release build of autoproxy-agent the stack ships, on a map-based config of each
-  route count: from the launcher's start to its exit (sha256 of the cached agent, download,
-  verify, maps, addresses of new hosts, `haproxy -c`, swap, reload and the running-generation
-  check included). Once as the first install of all routes but one (HAProxy not running yet,
-  their addresses already known, as a running resolver has them), then for the next
-  generation, which adds that route while HAProxy runs; then the time until that route
-  serves through HAProxy, probed every 5 ms from the apply's return. Peak memory is the
-  agent's own `VmHWM`, as its last log line reports it; the document's size is its
-  `Content` as compact JSON, as CloudFormation sends it to SSM (whose cap is 64 KB).
+  release build of autoproxy-agent the stack ships, on a map-based config of each route
+  count, timed from the launcher's start to its exit. First the install of all routes but
+  20 (HAProxy not running yet, their addresses already known, as a running resolver has
+  them); then 20 generations, each adding one of those routes while HAProxy runs (the
+  apply resolves its host, gives the running worker its address and the new route tables
+  over the stats socket: no reload), each followed by probing the new route every 5 ms
+  from the apply's return until it serves; then one generation with another `maxconn`,
+  which reloads. Throughout the 20 changes, 10 connections are held through the proxy to
+  a backend that writes a line every 100 ms, and `kubectl get --raw
+  '/api/v1/namespaces/default/pods?watch=true'` watches a Kubernetes API stand-in
+  (`tests/data/watch-apiserver.py`, TLS, one event every 100 ms) through the proxy's SNI
+  route; after them, each held connection must still deliver, kubectl must still run,
+  and, once the stand-in ends its stream cleanly, exit 0. Reloads are the reload lines in
+  the apply's log, checked against the worker's PID; workers are the HAProxy processes
+  but the master. Peak memory is the agent's own `VmHWM`, as its last log line reports
+  it; the document's size is its `Content` as compact JSON, as CloudFormation sends it to
+  SSM (whose cap is 64 KB).
 * **Idle CPU**: the worker's CPU (and the resolver's) in the steady-state window, in % of
   one core.
 * **Failed connections**: at the largest route count, two clients open connections to the
