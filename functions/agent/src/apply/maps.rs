@@ -249,6 +249,10 @@ fn push_addresses(
     map: &str,
     text: &str,
 ) -> Result<usize, String> {
+    if !artifact::body(text).contains(map) {
+        // A template that routes without the address map (backends as IP literals).
+        return Ok(0);
+    }
     let file = std::fs::read_to_string(dir.join(map)).unwrap_or_default();
     let known = crate::addresses::parse(&file).addresses;
     let held: std::collections::HashMap<String, String> = session
