@@ -309,6 +309,20 @@ async fn a_retry_after_a_rollout_that_reached_no_instance_sends_again() {
 }
 
 /// `events/fleet-report.json`, as `cargo lambda invoke` sends it.
+/// The fleet report the function wrote beside the config (as JSON, its content type checked).
+async fn written_report<T: serde::de::DeserializeOwned>(deps: &Deps) -> T {
+    let written = deps
+        .s3
+        .get_object()
+        .bucket(BUCKET)
+        .key("haproxy/haproxy.fleet.json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(written.content_type(), Some("application/json"));
+    serde_json::from_slice(&written.body.collect().await.unwrap().into_bytes()).unwrap()
+}
+
 fn fleet_request() -> Value {
     serde_json::from_str(include_str!("../../../events/fleet-report.json")).unwrap()
 }
@@ -438,18 +452,7 @@ async fn the_fleet_report_compares_each_record_with_the_latest_config() {
     assert_eq!(report.max_behind_seconds, behind.behind_seconds);
 
     // The report is written beside the config, as returned.
-    let written = fx
-        .deps
-        .s3
-        .get_object()
-        .bucket(BUCKET)
-        .key("haproxy/haproxy.fleet.json")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(written.content_type(), Some("application/json"));
-    let written: Value =
-        serde_json::from_slice(&written.body.collect().await.unwrap().into_bytes()).unwrap();
+    let written: Value = written_report(&fx.deps).await;
     assert_eq!(written, serde_json::to_value(&reply).unwrap());
 
     // Outside the records' prefix: the next report does not take it for a record.

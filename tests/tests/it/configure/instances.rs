@@ -105,17 +105,7 @@ async fn report_with(records: &[(&str, u64, Option<&str>)], rules: &[&Rule]) -> 
         panic!("not a fleet report: {reply:?}");
     };
     // What the function wrote beside the config is what it returned.
-    let written = fx
-        .deps
-        .s3
-        .get_object()
-        .bucket(BUCKET)
-        .key("haproxy/haproxy.fleet.json")
-        .send()
-        .await
-        .unwrap();
-    let written: FleetReport =
-        serde_json::from_slice(&written.body.collect().await.unwrap().into_bytes()).unwrap();
+    let written: FleetReport = written_report(&fx.deps).await;
     assert_eq!(written, report);
     report
 }
