@@ -4,17 +4,19 @@
 //! Under an exclusive lock beside the config: download that version → verify its sha256 →
 //! skip unless its generation is newer than the one HAProxy runs → stage its maps beside the
 //! live ones → make sure every route's host has an address → `haproxy -c` on the config as it
-//! reads the staged maps → keep the current config and maps as last-known-good (only if they
-//! ran) → rename the maps into place → then one of two ways:
+//! reads the staged maps → keep the current config as last-known-good (only if it ran) →
+//! rename the route maps into place → then one of two ways:
 //! * only the route tables changed (the config's structure equals what runs): replace the
 //!   running worker's route maps over the runtime API, read them back, set its generation
-//!   map, rename the config into place. No reload; if HAProxy does not take the update, the
-//!   other way.
-//! * anything else: rename the config into place → reload (or start, when HAProxy is not
-//!   running) → wait for a new worker that reports the new generation.
+//!   map, rename the generation map and the config into place. No reload; if HAProxy does
+//!   not take the update, the other way.
+//! * anything else: rename the generation map and the config into place → reload (or start,
+//!   when HAProxy is not running) → wait for a new worker that reports the new generation.
 //!
-//! On any failure after the first rename: restore last-known-good's config and maps, reload,
-//! and exit non-zero with the reason. Every run ends with a fleet record whose generation is
+//! A failure with only the route maps renamed writes the installed config's own maps back:
+//! nothing changed. Once HAProxy was asked to take the routes, or the config is renamed:
+//! restore last-known-good's config and its maps (written from its route lines), reload, and
+//! exit non-zero with the reason. Every run ends with a fleet record whose generation is
 //! what HAProxy reported at the end, never what the run intended.
 //!
 //! A signal (SIGTERM, SIGINT, SIGHUP) at any step stops that step, kills whatever it had
@@ -125,7 +127,11 @@ impl Params {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
     Prepare,
-    /// The new file is in place: from here a failure rolls back.
+    /// The new route maps are in place, the config and HAProxy untouched: a failure puts the
+    /// installed config's own maps back, and nothing else changed.
+    MapsInstalled,
+    /// The new file is in place, or HAProxy was asked to take the new routes: from here a
+    /// failure rolls back.
     Installed,
 }
 
@@ -343,14 +349,18 @@ impl Run {
             None => {
                 self.pause("update").await;
                 self.step = "update";
+                // From the first command on, HAProxy may hold new routes: a failure rolls back.
+                self.stage = Stage::Installed;
                 if self.updated(&text, &staged, &maps, new.generation) {
                     self.step = "swap";
+                    self.install_generation_map(&staged)?;
                     self.swap(&staged_config, new.generation)?;
                     return self.done(new.generation, "without a reload");
                 }
             }
         }
         self.step = "swap";
+        self.install_generation_map(&staged)?;
         self.swap(&staged_config, new.generation)?;
         self.pause("swap").await;
         self.reload_and_wait(&new, was_running).await?;
@@ -531,13 +541,21 @@ impl Running {
     fn read(api: &RuntimeApi) -> Result<Running, crate::haproxy::RuntimeError> {
         let mut session = api.session()?;
         let info = session.info()?;
-        let from_map = MapFiles::stable().generation.and_then(|map| {
-            let entries = session.show_map(&map).ok()?;
-            entries
+        let map = MapFiles::stable().generation.unwrap_or_default();
+        // Only a worker without the map (a config without one) falls back to `description`:
+        // any other error is an error, not an older generation.
+        let from_map = match session.show_map(&map) {
+            Ok(entries) => entries
                 .iter()
                 .find(|(key, _)| key == autoproxy::artifact::GENERATION_KEY)
-                .and_then(|(_, value)| autoproxy::artifact::parse_generation(value))
-        });
+                .and_then(|(_, value)| autoproxy::artifact::parse_generation(value)),
+            Err(crate::haproxy::RuntimeError::Unexpected { answer, .. })
+                if answer.starts_with("Unknown map identifier") =>
+            {
+                None
+            }
+            Err(err) => return Err(err),
+        };
         Ok(Running {
             generation: from_map.or_else(|| info.generation()).unwrap_or(0),
             pid: info.pid,

@@ -21,6 +21,10 @@ impl Run {
                 }
                 (0, self.outcome, String::new())
             }
+            Err(Failure { reason }) if self.stage == Stage::MapsInstalled => {
+                let code = self.unstage_maps(&reason);
+                (code, Outcome::Failed, reason)
+            }
             Err(Failure { reason }) if self.stage == Stage::Installed => {
                 let (code, outcome, reason) = self.rollback(&reason).await;
                 (code, outcome, reason)
@@ -121,6 +125,35 @@ impl Run {
         let reason = format!("{why}; restored last-known-good generation {lg_gen}");
         failed(&reason);
         (2, Outcome::RolledBack, reason)
+    }
+
+    /// A failure with the new route maps in place but neither the config nor HAProxy
+    /// touched: the installed config's own maps go back (HAProxy never read the new ones), no
+    /// reload. Exit 1, or 3 when they cannot be written.
+    fn unstage_maps(&mut self, why: &str) -> u8 {
+        let running = self.running_generation();
+        let installed = std::fs::read_to_string(self.config()).unwrap_or_default();
+        if installed.is_empty() {
+            failed(&format!(
+                "{why}; nothing changed (no config installed, running generation {running})"
+            ));
+            return 1;
+        }
+        match self.restore_maps(&installed) {
+            Ok(_) => {
+                failed(&format!(
+                    "{why}; nothing changed (the installed config's maps written back, running generation {running})"
+                ));
+                1
+            }
+            Err(err) => {
+                failed(&format!(
+                    "{why}; could not write the installed config's maps back ({err}): the map files may not match {}",
+                    self.config().display()
+                ));
+                3
+            }
+        }
     }
 
     /// Writes the fleet record: the generation HAProxy reports now, and the file's sha256

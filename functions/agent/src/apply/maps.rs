@@ -18,8 +18,11 @@ const PAYLOAD_BYTES: usize = 8 * 1024;
 /// A config's maps written beside the live ones, and the config variant that reads them.
 #[derive(Debug)]
 pub(super) struct Staged {
-    /// Staged file → the path it is installed at.
+    /// Staged route map → the path it is installed at.
     files: Vec<(PathBuf, PathBuf)>,
+    /// The staged generation map and its path: installed with the config, never before it,
+    /// so that files on disk never claim a generation whose config is not there.
+    generation: Option<(PathBuf, PathBuf)>,
     /// The new config with its map paths pointing at the staged maps: what `haproxy -c`
     /// checks, so the live maps change only once the config passed.
     pub check: PathBuf,
@@ -83,8 +86,10 @@ impl Run {
             ),
         );
         wanted.truncate(2);
+        let generation = (staged.len() > 2).then(|| staged.remove(2));
         Ok(Staged {
             files: staged,
+            generation,
             check,
             tables: wanted,
         })
@@ -122,7 +127,9 @@ impl Run {
             let parent = to.parent().unwrap_or(&self.dir).to_path_buf();
             std::fs::create_dir_all(&parent)
                 .or_else(|err| fail(format!("cannot create {}: {err}", parent.display())))?;
-            self.stage = Stage::Installed;
+            if self.stage == Stage::Prepare {
+                self.stage = Stage::MapsInstalled;
+            }
             std::fs::rename(from, to)
                 .or_else(|err| fail(format!("cannot rename into {}: {err}", to.display())))?;
             if !dirs.contains(&parent) {
@@ -136,6 +143,19 @@ impl Run {
                     &format!("WARNING: could not flush {}: {err}", dir.display()),
                 );
             }
+        }
+        Ok(())
+    }
+
+    /// Renames the staged generation map into place, right before the config's rename (the
+    /// swap flushes the maps' directory before it).
+    pub(super) fn install_generation_map(&mut self, staged: &Staged) -> Result<(), Failure> {
+        if let Some((from, to)) = &staged.generation {
+            if self.stage == Stage::Prepare {
+                self.stage = Stage::MapsInstalled;
+            }
+            std::fs::rename(from, to)
+                .or_else(|err| fail(format!("cannot rename into {}: {err}", to.display())))?;
         }
         Ok(())
     }
@@ -213,8 +233,20 @@ impl Run {
                 &format!("gave the running HAProxy {pushed} address(es) of new route hosts"),
             );
         }
+        // Both tables filled first, then committed back to back: a route moving from one
+        // table to the other is never in neither for longer than between two commands.
+        let mut versions = Vec::new();
         for (map, table) in &staged.tables {
-            replace_map(&mut session, map, table, deadline)?;
+            versions.push(fill_map(&mut session, map, table, deadline)?);
+        }
+        for ((map, _), version) in staged.tables.iter().zip(versions) {
+            due(deadline)?;
+            session
+                .change(&format!("commit map @{version} {map}"))
+                .map_err(|err| err.to_string())?;
+        }
+        for (map, table) in &staged.tables {
+            due(deadline)?;
             let mut held = session.show_map(map).map_err(|err| err.to_string())?;
             let mut want = entries(table);
             held.sort();
@@ -227,6 +259,7 @@ impl Run {
                 ));
             }
         }
+        due(deadline)?;
         let Some(generation_map) = &maps.generation else {
             return Err("this layout has no generation map".to_owned());
         };
@@ -240,8 +273,8 @@ impl Run {
     }
 }
 
-/// Adds (or sets) in the worker's address map every route host of `text` that the address
-/// map file has and the worker lacks (or holds otherwise); how many it changed. Unversioned,
+/// Adds to the worker's address map every route host of `text` that the address map file
+/// has and the worker lacks; how many it added. Unversioned,
 /// as the address service writes that map.
 fn push_addresses(
     session: &mut Session,
@@ -266,26 +299,39 @@ fn push_addresses(
             continue;
         };
         let address = address.to_string();
-        let verb = match held.get(&host) {
-            Some(now) if *now == address => continue,
-            Some(_) => "set",
-            None => "add",
-        };
+        // Only what the worker lacks: an address it holds may be newer than the file read
+        // here (the address service keeps it current).
+        if held.contains_key(&host) {
+            continue;
+        }
         session
-            .change(&format!("{verb} map {map} {host} {address}"))
+            .change(&format!("add map {map} {host} {address}"))
             .map_err(|err| err.to_string())?;
         pushed += 1;
     }
     Ok(pushed)
 }
 
-/// One table's atomic replacement, given up at `deadline`.
-fn replace_map(
+/// Gives up once `deadline` has passed: checked before every command, so the update ends
+/// within its budget plus one socket time-out.
+fn due(deadline: std::time::Instant) -> Result<(), String> {
+    if std::time::Instant::now() >= deadline {
+        return Err(format!(
+            "the update did not finish within {} s",
+            UPDATE_BUDGET.as_secs()
+        ));
+    }
+    Ok(())
+}
+
+/// A new version of `map` holding `table`, not committed yet: its number.
+fn fill_map(
     session: &mut Session,
     map: &str,
     table: &str,
     deadline: std::time::Instant,
-) -> Result<(), String> {
+) -> Result<u32, String> {
+    due(deadline)?;
     let command = format!("prepare map {map}");
     let answer = session.ask(&command).map_err(|err| err.to_string())?;
     let version = answer
@@ -301,19 +347,12 @@ fn replace_map(
             .to_string()
         })?;
     for chunk in chunks(table, PAYLOAD_BYTES) {
-        if std::time::Instant::now() >= deadline {
-            return Err(format!(
-                "{map} was not updated within {} s",
-                UPDATE_BUDGET.as_secs()
-            ));
-        }
+        due(deadline)?;
         session
             .payload(&format!("add map @{version} {map}"), chunk)
             .map_err(|err| err.to_string())?;
     }
-    session
-        .change(&format!("commit map @{version} {map}"))
-        .map_err(|err| err.to_string())
+    Ok(version)
 }
 
 /// `table` cut at line ends into pieces of at most `limit` bytes (a longer line alone).

@@ -76,9 +76,11 @@ fn after_swap(point: &str) -> bool {
     matches!(point, "swap" | "reload" | "verify")
 }
 
-/// Whether the pause sits after the maps are installed: a failure there rolls back.
+/// Whether a failure at the pause rolls back. Before the runtime update the new route maps
+/// are in place but neither the config nor HAProxy was touched: the installed config's maps
+/// are written back, and nothing changed.
 fn installed(point: &str) -> bool {
-    after_swap(point) || point == "update"
+    after_swap(point)
 }
 
 /// Generation 1 runs; an apply of generation 2 is stopped by `signal` at `point`; then a
@@ -164,6 +166,9 @@ fn stopped_at(point: &str, signal: &str) {
             f.assert_routes("g1.test", "a");
             f.assert_no_route("g2.test");
             assert_eq!(f.installed(), first, "the file is what runs:\n{run}");
+            let (routes, _) = MapFiles::route_tables(&first);
+            let on_disk = std::fs::read_to_string(dir.join("autoproxy/routes.map")).unwrap();
+            assert_eq!(on_disk, routes, "the maps on disk are what runs:\n{run}");
             let record = f
                 .record()
                 .unwrap_or_else(|| panic!("the interrupted run wrote no fleet record:\n{run}"));
