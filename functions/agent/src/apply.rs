@@ -449,6 +449,7 @@ impl Run {
                 ),
             );
             self.outcome = Outcome::Skipped;
+            self.remove_leftovers();
         }
         skip
     }

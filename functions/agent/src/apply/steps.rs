@@ -357,6 +357,47 @@ impl Run {
                 let _ = std::fs::remove_dir_all(entry.path());
             }
         }
+        self.remove_leftovers();
+    }
+
+    /// Staging a killed run left behind (under the lock, no other run is staging): its
+    /// `autoproxy/.stage.*` directories and `.autoproxy-*` files beside the config.
+    pub(super) fn remove_leftovers(&self) {
+        for (dir, prefixes) in [
+            (
+                &self.maps_dir,
+                &[".stage.", ".autoproxy-addresses.", ".restore."][..],
+            ),
+            (
+                &self.dir,
+                &[
+                    ".autoproxy-new.",
+                    ".autoproxy-check.",
+                    ".autoproxy-last-good.",
+                    ".autoproxy-restore.",
+                    ".autoproxy-output.",
+                ][..],
+            ),
+        ] {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let leftover = entry
+                    .file_name()
+                    .to_str()
+                    .is_some_and(|n| prefixes.iter().any(|p| n.starts_with(p)));
+                if !leftover || self.temps.contains(&path) {
+                    continue;
+                }
+                let _ = if path.is_dir() {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+            }
+        }
     }
 }
 

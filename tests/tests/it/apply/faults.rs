@@ -234,6 +234,12 @@ fn stopped_at(point: &str, signal: &str) {
     f.assert_routes("g2.test", "b");
     assert_eq!(f.installed(), second);
     assert_eq!(record["generation"], 2, "{record}");
+    // What a killed run staged is gone after the next one.
+    let left: Vec<String> = debris(&dir)
+        .into_iter()
+        .chain(debris(&dir.join("autoproxy")))
+        .collect();
+    assert!(left.is_empty(), "staging left behind: {left:?}\n{again}");
     if signal == "KILL" && point == "verify" {
         // HAProxy already ran generation 2 from the same file.
         assert_eq!(record["result"], "skipped", "{record}\n{again}");
