@@ -440,11 +440,11 @@ fn every_file_is_on_disk_before_the_rename_that_installs_it() {
     let dir = f.haproxy.dir().to_owned();
     let maps = dir.join("autoproxy");
     let config = f.haproxy.config_path();
-    let apply = |text: &str| {
+    let apply_with = |document: &Document, text: &str| {
         let version = f.upload(text);
         let run = f
             .spawn(
-                &f.document,
+                document,
                 &[("ConfigVersion", &version)],
                 &[],
                 &strace.wrapper(),
@@ -455,6 +455,7 @@ fn every_file_is_on_disk_before_the_rename_that_installs_it() {
         assert_traced(&events, &run);
         (run, events)
     };
+    let apply = |text: &str| apply_with(&f.document, text);
     let len = |text: &str| u64::try_from(text.len()).unwrap();
 
     // The first install: the cached agent, the seeded address map, generation 1's maps, the
@@ -522,18 +523,7 @@ fn every_file_is_on_disk_before_the_rename_that_installs_it() {
         .apply_document_reloading_with(&f.haproxy.reload_command(&["fail-once"]))
         .unwrap();
     let third = config_with_both_maps(&f, 3, "g3.test", "a", true);
-    let version = f.upload(&third);
-    let run = f
-        .spawn(
-            &failing,
-            &[("ConfigVersion", &version)],
-            &[],
-            &strace.wrapper(),
-        )
-        .unwrap()
-        .wait(RUN_TIMEOUT);
-    let events = strace.take();
-    assert_traced(&events, &run);
+    let (run, events) = apply_with(&failing, &third);
     assert_eq!(run.status, Some(2), "{run}");
     assert_eq!(f.installed(), second);
     let new = staged_file(&events, &dir, ".autoproxy-new.", &config, len(&third));

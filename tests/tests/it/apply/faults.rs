@@ -458,23 +458,33 @@ fn processes_of_run(marker: &str) -> Vec<(u32, String)> {
 /// its own: the kill missed `timeout`, `reload.sh` and its `sleep`, which lived on for the rest
 /// of their 30 s and then reloaded HAProxy with whatever file was in place, after the apply
 /// (and its record) had ended.
-#[test]
-fn no_child_outlives_a_killed_apply() {
-    let f = Fixture::new(&["a", "b"]);
+/// Generation 1 runs; an apply of generation 2 (a setting changed: it reloads) starts in the
+/// background, its reload command sleeping `delay` seconds and its processes marked with the
+/// returned `AUTOPROXY_TEST_RUN=…`, with no fleet record before it. Returns generation 1's
+/// config, generation 2's version id, the marker and the run.
+fn slow_reload(f: &Fixture, delay: &str) -> (String, String, String, Background) {
     let first = f.config(1, &[("g1.test", "a")]);
     f.install_first(&first);
     let second = f.reloading_config(2, &[("g1.test", "b"), ("g2.test", "b")]);
     let version = f.upload(&second);
     let slow = f
         .haproxy
-        .apply_document_reloading_with(&f.haproxy.reload_command(&["30"]))
+        .apply_document_reloading_with(&f.haproxy.reload_command(&[delay]))
         .unwrap();
     let marker = format!(
         "AUTOPROXY_TEST_RUN={}",
         f.haproxy.dir().file_name().unwrap().to_string_lossy()
     );
     let (key, value) = marker.split_once('=').unwrap();
+    f.delete_record();
     let background = f.start_apply(&slow, &version, &env(&[(key, value)]));
+    (first, version, marker, background)
+}
+
+#[test]
+fn no_child_outlives_a_killed_apply() {
+    let f = Fixture::new(&["a", "b"]);
+    let (_, version, marker, background) = slow_reload(&f, "30");
 
     // Wait until the reload command runs (and has started its sleep).
     let deadline = std::time::Instant::now() + PAUSE_WAIT;
@@ -538,21 +548,7 @@ fn parent_of(pid: u32) -> Option<u32> {
 #[test]
 fn sigterm_during_the_reload_stops_it_and_the_record_tells_the_truth() {
     let f = Fixture::new(&["a", "b"]);
-    let first = f.config(1, &[("g1.test", "a")]);
-    f.install_first(&first);
-    let second = f.reloading_config(2, &[("g1.test", "b"), ("g2.test", "b")]);
-    let version = f.upload(&second);
-    let slow = f
-        .haproxy
-        .apply_document_reloading_with(&f.haproxy.reload_command(&["2"]))
-        .unwrap();
-    let marker = format!(
-        "AUTOPROXY_TEST_RUN={}",
-        f.haproxy.dir().file_name().unwrap().to_string_lossy()
-    );
-    let (key, value) = marker.split_once('=').unwrap();
-    f.delete_record();
-    let background = f.start_apply(&slow, &version, &env(&[(key, value)]));
+    let (first, _, marker, background) = slow_reload(&f, "2");
 
     let deadline = std::time::Instant::now() + PAUSE_WAIT;
     while !processes_of_run(&marker)
