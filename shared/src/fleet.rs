@@ -64,6 +64,25 @@ pub struct Record {
     /// runs. Empty in records of older apply documents.
     #[serde(default)]
     pub agent: String,
+    /// Names the apply that wrote the record (its log lines carry it too). Empty in records
+    /// of older agents.
+    #[serde(default)]
+    pub apply_id: String,
+    /// How the apply brought its generation to HAProxy: `runtime` (no reload) or `reload`;
+    /// empty when it brought none (skipped, rejected, failed before).
+    #[serde(default)]
+    pub path: String,
+    /// Why it took that path.
+    #[serde(default)]
+    pub path_reason: String,
+    /// Empty when HAProxy itself reported `generation` at the end of the apply; else why it
+    /// did not (a busy worker), and `generation` is what it reported last during the apply.
+    #[serde(default)]
+    pub unconfirmed: String,
+    /// Routes of the installed config whose host has no address yet: they do not serve
+    /// until the address service resolves their host.
+    #[serde(default)]
+    pub unresolved_routes: u64,
 }
 
 /// Where the records live: `haproxy/haproxy.cfg` → `haproxy/haproxy.fleet/`.

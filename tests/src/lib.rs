@@ -9,6 +9,7 @@ pub mod check;
 pub mod dataplane;
 pub mod dns;
 pub mod estate;
+pub mod freeze;
 pub mod golden;
 pub mod iam;
 pub mod local;
@@ -20,6 +21,7 @@ pub mod resolver;
 pub mod response_url;
 pub mod ssm_agent;
 pub mod stream;
+pub mod systemctl;
 
 use std::path::{Path, PathBuf};
 

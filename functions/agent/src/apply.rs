@@ -35,6 +35,7 @@ mod files;
 mod finish;
 mod maps;
 mod record;
+mod running;
 mod steps;
 
 use std::io::Write;
@@ -48,6 +49,7 @@ use autoproxy::artifact::MapFiles;
 
 use crate::haproxy::RuntimeApi;
 pub use record::Outcome;
+use running::{Answer, Running, SILENT_BUDGET, SOCKET_TIMEOUT, Service};
 
 // Every step that holds the lock is bounded; a child past its limit is killed at once.
 pub const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -62,14 +64,12 @@ pub const RECORD_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long the runtime update of the route tables may take before the apply reloads instead
 /// (each command on the socket waits at most `SOCKET_TIMEOUT` more).
 pub const UPDATE_BUDGET: Duration = Duration::from_secs(10);
-/// Longer than another apply can hold the lock (download, addresses, check, runtime update,
-/// reload and its check, a rollback's reload and check, and the record: 60 + 20 + 30 + 12 +
-/// 2 × (60 + 15) + 20 = 292 s), and short enough that a wait plus a whole apply fits the
-/// document's 600 s.
+/// Longer than another apply can hold the lock (see [`LOCKED_STEPS`]), and short enough that
+/// a wait plus a whole apply fits the document's 600 s.
 pub const LOCK_WAIT: Duration = Duration::from_secs(300);
-const SOCKET_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Names the apply can stop at before a step, for the fault tests (`AUTOPROXY_AGENT_PAUSE`).
+/// Names the apply can stop at before a step, for the fault tests (`AUTOPROXY_AGENT_PAUSE`),
+/// for `AUTOPROXY_AGENT_PAUSE_SECONDS` (120).
 const PAUSE_VARIABLE: &str = "AUTOPROXY_AGENT_PAUSE";
 
 /// One log line on stdout.
@@ -135,6 +135,34 @@ enum Stage {
     Installed,
 }
 
+/// Whether HAProxy ran when this apply took the lock, and what it answered then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Before {
+    /// No HAProxy runs: the apply starts it.
+    Stopped,
+    /// HAProxy runs (the service says so, or its socket answered); what its worker answered on
+    /// the installed config's stats socket, `None` when that config declares none or nothing
+    /// listens there (a hand-written config): it runs no generation of ours.
+    Runs(Option<Running>),
+}
+
+impl Before {
+    fn running(self) -> Option<Running> {
+        match self {
+            Before::Runs(running) => running,
+            Before::Stopped => None,
+        }
+    }
+}
+
+/// Which way this run brought its generation to HAProxy, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathTaken {
+    /// `runtime` (no reload) or `reload`.
+    pub path: &'static str,
+    pub why: String,
+}
+
 /// Why a step failed, and whether HAProxy rejected the config (`check`).
 #[derive(Debug)]
 struct Failure {
@@ -167,8 +195,19 @@ struct Run {
     temps: Vec<PathBuf>,
     s3: Option<aws_sdk_s3::Client>,
     _lock: Option<std::fs::File>,
-    /// `haproxy -c` refused the new generation (not: the run stopped while it ran).
+    /// `haproxy -c` judged the new generation and refused it (not: it could not run, or the
+    /// run stopped while it ran).
     rejected: bool,
+    /// How this instance says whether HAProxy runs.
+    service: Service,
+    /// What ran when the run took the lock.
+    before: Before,
+    /// The last generation HAProxy itself reported during this run, and at which step: what
+    /// the fleet record says when HAProxy does not answer at the end.
+    seen: Option<(u64, &'static str)>,
+    path_taken: Option<PathTaken>,
+    /// Names this run in its log lines and its fleet record.
+    apply_id: String,
     /// When this run's reload command returned: a rollback's reload waits a moment after it.
     reloaded_at: Option<Instant>,
 }
@@ -201,7 +240,9 @@ pub async fn apply(params: Params) -> u8 {
         .config
         .parent()
         .map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
+    let service = Service::of(&params.reload, &params.config);
     let mut run = Run {
+        service,
         last_good: PathBuf::from(format!("{}.last-good", params.config.display())),
         maps_dir: dir.join("autoproxy"),
         dir,
@@ -219,6 +260,10 @@ pub async fn apply(params: Params) -> u8 {
         _lock: None,
         rejected: false,
         reloaded_at: None,
+        before: Before::Stopped,
+        seen: None,
+        path_taken: None,
+        apply_id: record::apply_id(),
     };
     let signals = Signals::new();
     let result = {
@@ -280,30 +325,36 @@ impl Run {
 
     /// The stats socket of the installed config, if it declares a usable one.
     fn socket(&self) -> Option<RuntimeApi> {
-        config::socket_of(self.config()).map(|path| RuntimeApi::new(path, SOCKET_TIMEOUT))
+        crate::haproxy::socket_of(self.config()).map(|path| RuntimeApi::new(path, SOCKET_TIMEOUT))
     }
 
-    /// What the HAProxy on the installed config's socket runs; `None` when nothing answers.
-    fn running(&self) -> Option<Running> {
-        self.socket().and_then(|api| Running::read(&api).ok())
+    /// What HAProxy answers on the installed config's socket now, asked again while it is
+    /// silent for at most `budget`; a generation it reports is remembered for the record.
+    async fn ask(&mut self, budget: Duration) -> Answer {
+        let answer = Running::ask(self.config(), budget).await;
+        if let Answer::Runs(running) = &answer {
+            self.seen = Some((running.generation, self.step));
+        }
+        answer
     }
 
-    /// The generation HAProxy runs (see [`Running`]); 0 when nothing answers there or what
-    /// runs is not an autoproxy config.
-    fn running_generation(&self) -> u64 {
-        self.running().map_or(0, |running| running.generation)
-    }
-
-    /// Whether an HAProxy answers on the installed config's socket at all.
-    fn haproxy_answers(&self) -> bool {
-        self.socket().is_some_and(|api| api.info().is_ok())
+    /// Whether HAProxy runs now: its socket answers, or the service says so.
+    async fn haproxy_runs(&mut self) -> bool {
+        match self.ask(SOCKET_TIMEOUT).await {
+            Answer::Runs(_) | Answer::Silent(_) => true,
+            Answer::NoSocket | Answer::NothingListens => self.service.runs().await.unwrap_or(false),
+        }
     }
 
     async fn pause(&mut self, step: &'static str) {
         self.step = step;
         if std::env::var(PAUSE_VARIABLE).is_ok_and(|v| v == step) {
+            let seconds = std::env::var(format!("{PAUSE_VARIABLE}_SECONDS"))
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(120);
             log("pause", &format!("before {step}"));
-            tokio::time::sleep(Duration::from_secs(120)).await;
+            tokio::time::sleep(Duration::from_secs(seconds)).await;
         }
     }
 
@@ -312,7 +363,7 @@ impl Run {
         self.take_lock().await?;
         // Asked before the swap, on the socket of the config HAProxy was started with: the new
         // config may name another socket.
-        let was_running = self.read_state();
+        self.read_state().await?;
 
         self.pause("download").await;
         let (text, version) = self.download().await?;
@@ -326,7 +377,7 @@ impl Run {
 
         self.step = "maps";
         let maps = MapFiles::named_by(&text, new.generation);
-        let staged = self.stage_maps(&text, new.generation, &maps)?;
+        let staged = self.stage_maps(&text, new.generation, &maps).await?;
         self.step = "addresses";
         self.ensure_addresses(&text).await;
         let staged_config = files::temp_path(&self.dir, ".autoproxy-new");
@@ -334,9 +385,7 @@ impl Run {
         files::write_synced(&staged_config, text.as_bytes(), 0o644)
             .or_else(|err| fail(format!("cannot write {}: {err}", staged_config.display())))?;
         self.pause("check").await;
-        let checked = self.check(&staged.check, new.generation).await;
-        self.rejected = checked.is_err();
-        checked?;
+        self.check(&staged.check, new.generation).await?;
         self.step = "keep";
         self.keep()?;
 
@@ -344,26 +393,33 @@ impl Run {
         let reload_because = self.needs_reload(&text, &maps);
         self.step = "install";
         self.install_maps(&staged)?;
-        match reload_because {
-            Some(why) => log("install", &format!("reloading: {why}")),
+        let why = match reload_because {
+            Some(why) => why,
             None => {
-                self.pause("update").await;
                 self.step = "update";
                 // From the first command on, HAProxy may hold new routes: a failure rolls back.
                 self.stage = Stage::Installed;
-                if self.updated(&text, &staged, &maps, new.generation) {
-                    self.step = "swap";
-                    self.install_generation_map(&staged)?;
-                    self.swap(&staged_config, new.generation)?;
-                    return self.done(new.generation, "without a reload");
+                match self
+                    .update_runtime(&text, &staged, &maps, new.generation)
+                    .await
+                {
+                    Ok(()) => {
+                        self.taken("runtime", "only the route tables changed");
+                        self.step = "swap";
+                        self.install_generation_map(&staged)?;
+                        self.swap(&staged_config, new.generation)?;
+                        return self.done(new.generation, "without a reload");
+                    }
+                    Err(err) => format!("the running HAProxy did not take the new routes ({err})"),
                 }
             }
-        }
+        };
+        self.taken("reload", &why);
         self.step = "swap";
         self.install_generation_map(&staged)?;
         self.swap(&staged_config, new.generation)?;
         self.pause("swap").await;
-        self.reload_and_wait(&new, was_running).await?;
+        self.reload_and_wait(&new).await?;
         self.done(new.generation, "after a reload")
     }
 
@@ -414,12 +470,40 @@ impl Run {
         Ok(())
     }
 
-    /// The installed and running generations; whether HAProxy answers at all.
-    fn read_state(&mut self) -> bool {
+    /// What runs before anything changes: the installed and running generations, and whether
+    /// HAProxy runs at all. A socket that stays silent leaves the running generation unknown:
+    /// the run stops here rather than decide from a guess.
+    async fn read_state(&mut self) -> Result<(), Failure> {
+        self.step = "state";
         self.installed_gen = config::generation_of(self.config());
-        self.running_gen = self.running_generation();
-        let was_running = self.haproxy_answers();
-        if self.installed_gen != self.running_gen {
+        self.before = match self.ask(SILENT_BUDGET).await {
+            Answer::Runs(running) => Before::Runs(Some(running)),
+            Answer::Silent(why) => {
+                return fail(format!(
+                    "HAProxy did not answer on its stats socket within {} s ({why}): the generation it runs is unknown",
+                    SILENT_BUDGET.as_secs()
+                ));
+            }
+            Answer::NoSocket | Answer::NothingListens => match self.service.runs().await {
+                Ok(true) => {
+                    log(
+                        "state",
+                        &format!(
+                            "HAProxy runs but not on a stats socket {} declares (a config without one?): it runs no autoproxy generation, and will be reloaded",
+                            self.config().display()
+                        ),
+                    );
+                    Before::Runs(None)
+                }
+                Ok(false) => Before::Stopped,
+                Err(why) => return fail(format!("whether HAProxy runs is unknown: {why}")),
+            },
+        };
+        self.running_gen = self
+            .before
+            .running()
+            .map_or(0, |running| running.generation);
+        if self.installed_gen != self.running_gen && self.before != Before::Stopped {
             log(
                 "state",
                 &format!(
@@ -430,7 +514,7 @@ impl Run {
                 ),
             );
         }
-        was_running
+        Ok(())
     }
 
     /// Whether `generation` is skipped: not newer than what runs. Decided by what HAProxy
@@ -454,35 +538,30 @@ impl Run {
         skip
     }
 
-    /// The runtime update; whether HAProxy took it (else the caller reloads).
-    fn updated(&self, text: &str, staged: &maps::Staged, maps: &MapFiles, generation: u64) -> bool {
-        match self.update_runtime(text, staged, maps, generation) {
-            Ok(()) => {
-                log(
-                    "update",
-                    &format!(
-                        "the running HAProxy holds the new route tables and generation {generation}: no reload"
-                    ),
-                );
-                true
-            }
-            Err(err) => {
-                log(
-                    "update",
-                    &format!(
-                        "the running HAProxy did not take the new routes ({err}): reloading instead"
-                    ),
-                );
-                false
-            }
-        }
+    fn taken(&mut self, path: &'static str, why: &str) {
+        log(
+            "path",
+            &format!(
+                "{}: {why}",
+                if path == "runtime" {
+                    "no reload"
+                } else {
+                    "reloading"
+                }
+            ),
+        );
+        self.path_taken = Some(PathTaken {
+            path,
+            why: why.to_owned(),
+        });
     }
 
-    /// The reload (or start), then the wait for a new worker running `new`.
-    async fn reload_and_wait(&mut self, new: &NewConfig, was_running: bool) -> Result<(), Failure> {
+    /// The reload (or start, when no HAProxy ran), then the wait for a new worker running
+    /// `new`.
+    async fn reload_and_wait(&mut self, new: &NewConfig) -> Result<(), Failure> {
         self.pause("reload").await;
-        let starting = !was_running;
-        let before = self.running().map(|r| r.pid);
+        let starting = self.before == Before::Stopped;
+        let replaced = self.before.running().map(|r| r.pid);
         let finished = self.reload(starting).await?;
         self.reloaded_at = Some(Instant::now());
         if !finished.success() {
@@ -499,15 +578,19 @@ impl Run {
         );
         self.pause("verify").await;
         self.step = "running";
-        if let Err(seen) = finish::wait_generation(&new.socket, new.generation, before).await {
-            return fail(format!(
+        let waited = finish::wait_generation(&new.socket, new.generation, replaced).await;
+        match waited {
+            Ok(running) => {
+                self.seen = Some((running.generation, "running"));
+                Ok(())
+            }
+            Err(seen) => fail(format!(
                 "HAProxy did not report generation {} from a new worker on {} within {} s (it reports: {seen})",
                 new.generation,
                 new.socket.display(),
                 RUNNING_TIMEOUT.as_secs()
-            ));
+            )),
         }
-        Ok(())
     }
 
     /// The end of a run that installed `generation`: HAProxy runs it.
@@ -524,44 +607,6 @@ impl Run {
             ),
         );
         Ok(())
-    }
-}
-
-/// What one HAProxy worker runs, asked on one connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Running {
-    /// The generation of its generation map; without one, of its `description` (0 when that
-    /// is not an autoproxy generation).
-    generation: u64,
-    pid: u32,
-    /// The generation came from the generation map.
-    by_map: bool,
-}
-
-impl Running {
-    fn read(api: &RuntimeApi) -> Result<Running, crate::haproxy::RuntimeError> {
-        let mut session = api.session()?;
-        let info = session.info()?;
-        let map = MapFiles::stable().generation.unwrap_or_default();
-        // Only a worker without the map (a config without one) falls back to `description`:
-        // any other error is an error, not an older generation.
-        let from_map = match session.show_map(&map) {
-            Ok(entries) => entries
-                .iter()
-                .find(|(key, _)| key == autoproxy::artifact::GENERATION_KEY)
-                .and_then(|(_, value)| autoproxy::artifact::parse_generation(value)),
-            Err(crate::haproxy::RuntimeError::Unexpected { answer, .. })
-                if answer.starts_with("Unknown map identifier") =>
-            {
-                None
-            }
-            Err(err) => return Err(err),
-        };
-        Ok(Running {
-            generation: from_map.or_else(|| info.generation()).unwrap_or(0),
-            pid: info.pid,
-            by_map: from_map.is_some(),
-        })
     }
 }
 

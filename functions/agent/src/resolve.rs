@@ -188,28 +188,9 @@ pub fn read_installed(text: &str) -> Installed {
     let nameservers = autoproxy::artifact::nameservers(text);
     installed.nameservers = nameservers.valid;
     installed.ignored_nameservers = nameservers.ignored;
-    let mut section = "";
-    for line in text.lines() {
-        let mut words = line.split_whitespace();
-        let Some(first) = words.next() else {
-            continue;
-        };
-        if first.starts_with('#') {
-            continue;
-        }
-        if !line.starts_with(char::is_whitespace) {
-            section = first;
-        } else if section == "global"
-            && first == "stats"
-            && words.next() == Some("socket")
-            && installed.stats_socket.is_none()
-        {
-            let target = words.next().unwrap_or_default();
-            let target = target.strip_prefix("unix@").unwrap_or(target);
-            if target.starts_with('/') {
-                installed.stats_socket = Some(PathBuf::from(target));
-            }
-        }
+    // The one parser of the stats socket: a path that is not only a path is never used.
+    if let crate::haproxy::DeclaredSocket::Path(socket) = crate::haproxy::declared_socket(text) {
+        installed.stats_socket = Some(socket);
     }
     installed
 }
@@ -497,8 +478,8 @@ async fn run(config: &Path, knobs: Knobs) -> Result<(), RunError> {
             && let Some(mut p) = pusher.take()
         {
             let target = Arc::clone(&output.written);
-            pushing = Some(tokio::task::spawn_blocking(move || {
-                let ok = p.sync(&target);
+            pushing = Some(tokio::spawn(async move {
+                let ok = p.sync(&target).await;
                 (p, ok)
             }));
             push_due = now + Duration::from_secs(60);

@@ -12,6 +12,11 @@ fn record(instance_id: &str, generation: u64) -> Record {
         version_id: "v1".to_owned(),
         at: "2026-11-23T03:14:02Z".to_owned(),
         agent: String::new(),
+        apply_id: String::new(),
+        path: String::new(),
+        path_reason: String::new(),
+        unconfirmed: String::new(),
+        unresolved_routes: 0,
     }
 }
 

@@ -25,6 +25,7 @@ mod faults;
 mod install;
 mod launcher;
 mod repair;
+mod running;
 mod runtime;
 
 const BUCKET: &str = "autoproxy-config";

@@ -9,8 +9,8 @@ use autoproxy_tests::proxy::{self, Backends, Haproxy, HaproxyFiles};
 
 const ADDRESSES: &str = "autoproxy/addresses.map";
 
-#[test]
-fn the_client_reads_and_changes_a_running_haproxy() {
+#[tokio::test]
+async fn the_client_reads_and_changes_a_running_haproxy() {
     let backends = Backends::start(&["a"]);
     let haproxy = Haproxy::new();
     let options = haproxy.options(backends.port);
@@ -22,58 +22,95 @@ fn the_client_reads_and_changes_a_running_haproxy() {
     haproxy.start(&config);
     let api = RuntimeApi::new(haproxy.stats_socket(), Duration::from_secs(2));
 
-    let info = api.info().unwrap();
+    let info = api.info().await.unwrap();
     assert_eq!(info.generation(), Some(7), "{info:?}");
     assert_eq!(Some(info.pid), haproxy.worker_pid(), "{info:?}");
 
-    let mut session = api.session().unwrap();
+    let mut session = api.session().await.unwrap();
     assert_eq!(
-        session.info().unwrap(),
+        session.info().await.unwrap(),
         info,
         "prompt mode answers the same"
     );
     session
         .change(&format!("add map {ADDRESSES} api.one.test 127.0.0.9"))
+        .await
         .unwrap();
     session
         .change(&format!("set map {ADDRESSES} api.one.test 127.0.0.10"))
+        .await
         .unwrap();
     session
         .change(&format!("add map {ADDRESSES} api.two.test 127.0.0.11"))
+        .await
         .unwrap();
     session
         .change(&format!("del map {ADDRESSES} api.two.test"))
+        .await
         .unwrap();
-    let entries = session.show_map(ADDRESSES).unwrap();
+    let entries = session.show_map(ADDRESSES).await.unwrap();
     assert_eq!(
         entries,
         vec![("api.one.test".to_owned(), "127.0.0.10".to_owned())]
     );
 
     // HAProxy's own refusals come back as errors naming the command, and the session goes on.
-    let refused = session.change("add map autoproxy/no-such.map a b");
+    let refused = session.change("add map autoproxy/no-such.map a b").await;
     assert!(
         matches!(&refused, Err(RuntimeError::Refused { command, .. }) if command.contains("no-such")),
         "{refused:?}"
     );
-    let unknown = session.show_map("autoproxy/no-such.map");
+    let unknown = session.show_map("autoproxy/no-such.map").await;
     assert!(
         matches!(unknown, Err(RuntimeError::Unexpected { .. })),
         "{unknown:?}"
     );
-    assert_eq!(session.info().unwrap().pid, info.pid);
+    assert_eq!(session.info().await.unwrap().pid, info.pid);
 
     // Never sent: HAProxy would run the second command.
-    let two = session.change(&format!(
-        "del map {ADDRESSES} api.one.test;shutdown sessions"
-    ));
+    let two = session
+        .change(&format!(
+            "del map {ADDRESSES} api.one.test;shutdown sessions"
+        ))
+        .await;
     assert!(matches!(two, Err(RuntimeError::Unsafe { .. })), "{two:?}");
-    assert_eq!(session.show_map(ADDRESSES).unwrap().len(), 1);
+    assert_eq!(session.show_map(ADDRESSES).await.unwrap().len(), 1);
 }
 
-#[test]
-fn nothing_listening_is_a_connect_error() {
+#[tokio::test]
+async fn nothing_listening_is_a_connect_error() {
     let dir = tempfile::tempdir().unwrap();
     let api = RuntimeApi::new(dir.path().join("none.sock"), Duration::from_secs(1));
-    assert!(matches!(api.info(), Err(RuntimeError::Connect { .. })));
+    assert!(
+        matches!(api.info().await, Err(ref err @ RuntimeError::Connect { .. }) if err.nothing_listens())
+    );
+}
+
+/// A worker that is busy (here: stopped with SIGSTOP) leaves its socket silent: the client
+/// gives up at its deadline with a time-out, which is not "nothing listens".
+#[tokio::test]
+async fn a_frozen_worker_is_a_time_out_not_a_stopped_haproxy() {
+    let backends = Backends::start(&["a"]);
+    let haproxy = Haproxy::new();
+    let options = haproxy.options(backends.port);
+    let config = proxy::render(
+        3,
+        &[proxy::api_route("one.test", backends.get("a"))],
+        &options,
+    );
+    haproxy.start(&config);
+    let worker = haproxy.worker_pid().unwrap();
+    let api = RuntimeApi::new(haproxy.stats_socket(), Duration::from_millis(500));
+    let _frozen = autoproxy_tests::freeze::Frozen::stop(worker);
+    let started = std::time::Instant::now();
+    let answer = api.info().await;
+    assert!(
+        matches!(&answer, Err(err @ RuntimeError::Timeout { .. }) if !err.nothing_listens()),
+        "{answer:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "one deadline for the whole command: {:?}",
+        started.elapsed()
+    );
 }

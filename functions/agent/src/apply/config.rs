@@ -1,48 +1,8 @@
-//! What the apply reads from a config's text besides its header: the `global` section's
-//! `description` (the generation it runs as) and `stats socket` (where to ask).
+//! What the apply reads from a config's text besides what HAProxy's runtime API needs
+//! (`crate::haproxy` parses the stats socket): the header's generation and sha256, and the
+//! structure that decides between a runtime update and a reload.
 
-use std::path::{Path, PathBuf};
-
-/// The arguments of the first `keyword` line in the `global` section, joined by one space.
-pub fn global_value(text: &str, keyword: &str) -> Option<String> {
-    let mut in_global = false;
-    for line in text.lines() {
-        let mut words = line.split_whitespace();
-        let Some(first) = words.next() else { continue };
-        if !line.starts_with([' ', '\t']) {
-            if !first.starts_with('#') {
-                in_global = first == "global";
-            }
-            continue;
-        }
-        if in_global && first == keyword {
-            return Some(words.collect::<Vec<_>>().join(" "));
-        }
-    }
-    None
-}
-
-/// The path of the first `stats socket` in `global` (plain or `unix@`), if it is absolute.
-pub fn stats_socket(text: &str) -> Option<String> {
-    let value = global_value(text, "stats")?;
-    let mut words = value.split_whitespace();
-    if words.next() != Some("socket") {
-        return None;
-    }
-    let path = words.next()?;
-    let path = path.strip_prefix("unix@").unwrap_or(path);
-    path.starts_with('/').then(|| path.to_owned())
-}
-
-/// A socket path that is only a path: letters, digits and `. _ / -`, absolute, no `..`.
-pub fn safe_socket_path(path: &str) -> bool {
-    path.starts_with('/')
-        && (2..=201).contains(&path.len())
-        && !path.contains("..")
-        && path
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._/-".contains(&b))
-}
+use std::path::Path;
 
 /// The generation in a config file's header; 0 for a missing file or one without a header.
 pub fn generation_of(path: &Path) -> u64 {
@@ -93,14 +53,6 @@ pub fn structure(text: &str) -> String {
     kept
 }
 
-/// The stats socket a config file declares, if it is there and declares a usable one.
-pub fn socket_of(path: &Path) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(path).ok()?;
-    stats_socket(&text)
-        .filter(|p| safe_socket_path(p))
-        .map(PathBuf::from)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,24 +60,9 @@ mod tests {
     const CONFIG: &str = "# generation: 7\n# sha256: abc\nglobal\n    master-worker\n    description autoproxy generation 7\n    stats socket unix@/run/haproxy/admin.sock mode 660 level admin\n\ndefaults\n    description not-this\n    stats socket /elsewhere\n";
 
     #[test]
-    fn global_keywords_are_read_from_global_only() {
-        assert_eq!(
-            global_value(CONFIG, "description").as_deref(),
-            Some("autoproxy generation 7")
-        );
-        assert_eq!(
-            stats_socket(CONFIG).as_deref(),
-            Some("/run/haproxy/admin.sock")
-        );
-        assert_eq!(
-            global_value("defaults\n    description x\n", "description"),
-            None
-        );
-        assert_eq!(
-            stats_socket("global\n    stats socket ipv4@127.0.0.1:9\n"),
-            None
-        );
+    fn the_header_gives_the_generation() {
         assert_eq!(header_generation(CONFIG), Some(7));
+        assert_eq!(header_sha256(CONFIG).as_deref(), Some("abc"));
         assert_eq!(header_generation("global\n"), None);
     }
 
@@ -149,18 +86,5 @@ mod tests {
         assert_ne!(base, structure(&config(7, "", 200)), "a setting changed");
         assert!(base.contains("#@nameserver"), "nameservers are settings");
         assert!(!base.contains("# sha256"), "the header is not structure");
-    }
-
-    #[test]
-    fn a_socket_path_must_be_only_a_path() {
-        for (path, ok) in [
-            ("/run/haproxy/admin.sock", true),
-            ("/tmp/x,ignoreeof", false),
-            ("/run/../etc/x", false),
-            ("run/haproxy.sock", false),
-            ("/a b", false),
-        ] {
-            assert_eq!(safe_socket_path(path), ok, "{path}");
-        }
     }
 }

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::{
-    Failure, Outcome, RUNNING_TIMEOUT, Run, Running, SOCKET_TIMEOUT, Stage, config, failed, files,
-    log, oneline, record,
+    Answer, Before, Failure, Outcome, RUNNING_TIMEOUT, Run, Running, SILENT_BUDGET, SOCKET_TIMEOUT,
+    Stage, config, failed, files, log, oneline, record,
 };
 use crate::haproxy::RuntimeApi;
 
@@ -30,9 +30,9 @@ impl Run {
                 (code, outcome, reason)
             }
             Err(Failure { reason }) => {
-                let running = self.running_generation();
                 failed(&format!(
-                    "{reason}; nothing changed (running generation {running})"
+                    "{reason}; nothing changed ({})",
+                    self.before_text()
                 ));
                 let outcome = if self.rejected {
                     Outcome::Rejected
@@ -42,6 +42,7 @@ impl Run {
                 (1, outcome, reason)
             }
         };
+        self.pause("record").await;
         self.report(outcome, &reason).await;
         code
     }
@@ -49,14 +50,19 @@ impl Run {
     pub(super) async fn rollback(&mut self, why: &str) -> (u8, Outcome, String) {
         let config = self.config().to_path_buf();
         if !self.last_good.is_file() {
-            let _ = std::fs::remove_file(&config);
-            let reason = format!(
-                "{why}; no last-known-good to restore (first install): removed the new config"
-            );
-            failed(&reason);
-            return (2, Outcome::RolledBack, reason);
+            return self.first_install_failed(why).await;
         }
         let lg_gen = config::generation_of(&self.last_good);
+        if let Some(ran) = self.before.running()
+            && lg_gen < ran.generation
+        {
+            let reason = format!(
+                "{why}; last-known-good holds generation {lg_gen}, older than generation {} that ran before this apply: not restored (a person must look)",
+                ran.generation
+            );
+            failed(&reason);
+            return (3, Outcome::Failed, reason);
+        }
         let temp = files::temp_path(&self.dir, ".autoproxy-restore");
         // The maps first, from the config's own route lines: the restored config finds its
         // routes when it is read.
@@ -95,8 +101,11 @@ impl Run {
             let settle = Duration::from_secs(1).saturating_sub(reloaded.elapsed());
             tokio::time::sleep(settle).await;
         }
-        let starting = !self.haproxy_answers();
-        let before = self.running().map(|r| r.pid);
+        let starting = !self.haproxy_runs().await;
+        let before = match self.ask(SOCKET_TIMEOUT).await {
+            Answer::Runs(running) => Some(running.pid),
+            _ => None,
+        };
         let reloaded = match self.reload(starting).await {
             Ok(finished) if finished.success() => Ok(()),
             Ok(finished) => Err(format!(
@@ -113,7 +122,7 @@ impl Run {
             failed(&reason);
             return (3, Outcome::Failed, reason);
         }
-        if let (true, Some(socket)) = (lg_gen > 0, config::socket_of(&config))
+        if let (true, Some(socket)) = (lg_gen > 0, crate::haproxy::socket_of(&config))
             && let Err(seen) = wait_generation(&socket, lg_gen, before).await
         {
             let reason = format!(
@@ -131,18 +140,18 @@ impl Run {
     /// touched: the installed config's own maps go back (HAProxy never read the new ones), no
     /// reload. Exit 1, or 3 when they cannot be written.
     fn unstage_maps(&mut self, why: &str) -> u8 {
-        let running = self.running_generation();
+        let running = self.before_text();
         let installed = std::fs::read_to_string(self.config()).unwrap_or_default();
         if installed.is_empty() {
             failed(&format!(
-                "{why}; nothing changed (no config installed, running generation {running})"
+                "{why}; nothing changed (no config installed, {running})"
             ));
             return 1;
         }
         match self.restore_maps(&installed) {
             Ok(_) => {
                 failed(&format!(
-                    "{why}; nothing changed (the installed config's maps written back, running generation {running})"
+                    "{why}; nothing changed (the installed config's maps written back, {running})"
                 ));
                 1
             }
@@ -156,10 +165,78 @@ impl Run {
         }
     }
 
+    /// A failed first install (no last-known-good): when HAProxy runs the new generation
+    /// after all, the config stays (removing it would leave HAProxy running a file that is
+    /// gone); else it goes.
+    async fn first_install_failed(&mut self, why: &str) -> (u8, Outcome, String) {
+        let runs_new = matches!(self.ask(SILENT_BUDGET).await,
+            Answer::Runs(running) if running.generation == self.generation && self.generation > 0);
+        let reason = if runs_new {
+            format!(
+                "{why}; no last-known-good to restore (first install), and HAProxy runs generation {} from it: it stays installed",
+                self.generation
+            )
+        } else {
+            let _ = std::fs::remove_file(self.config());
+            format!("{why}; no last-known-good to restore (first install): removed the new config")
+        };
+        failed(&reason);
+        let outcome = if runs_new {
+            Outcome::Failed
+        } else {
+            Outcome::RolledBack
+        };
+        (2, outcome, reason)
+    }
+
+    /// What ran when the run took the lock, as a failure line says it.
+    fn before_text(&self) -> String {
+        match self.before {
+            Before::Stopped => "HAProxy was not running".to_owned(),
+            Before::Runs(None) => "HAProxy runs no autoproxy generation".to_owned(),
+            Before::Runs(Some(running)) => format!("running generation {}", running.generation),
+        }
+    }
+
+    /// What HAProxy runs at the end, for the record: what it reports now; when it stays
+    /// silent, what it reported last in this run, and why that is not confirmed.
+    async fn at_the_end(&mut self) -> (u64, String) {
+        match self.ask(SILENT_BUDGET).await {
+            Answer::Runs(running) => (running.generation, String::new()),
+            Answer::Silent(why) => match self.seen {
+                Some((generation, step)) => (
+                    generation,
+                    format!(
+                        "HAProxy did not answer at the end ({why}): generation {generation} is what it reported last, at step {step}"
+                    ),
+                ),
+                None => (
+                    0,
+                    format!(
+                        "HAProxy did not answer during this run ({why}): the generation it runs is unknown"
+                    ),
+                ),
+            },
+            Answer::NoSocket | Answer::NothingListens => {
+                if self.service.runs().await.unwrap_or(false) {
+                    (
+                        0,
+                        format!(
+                            "HAProxy runs, but not on the stats socket {} declares",
+                            self.config().display()
+                        ),
+                    )
+                } else {
+                    (0, String::new())
+                }
+            }
+        }
+    }
+
     /// Writes the fleet record: the generation HAProxy reports now, and the file's sha256
     /// when the file is what runs.
     pub(super) async fn report(&mut self, outcome: Outcome, reason: &str) {
-        let generation = self.running_generation();
+        let (generation, unconfirmed) = self.at_the_end().await;
         let installed = std::fs::read_to_string(self.config()).unwrap_or_default();
         let sha256 = if generation != 0 && config::header_generation(&installed) == Some(generation)
         {
@@ -167,6 +244,8 @@ impl Run {
         } else {
             String::new()
         };
+        let addresses =
+            std::fs::read_to_string(self.dir.join(crate::addresses::MAP)).unwrap_or_default();
         let instance_id = record::instance_id();
         let record = record::Record {
             instance_id: instance_id.clone(),
@@ -181,6 +260,19 @@ impl Run {
             },
             at: record::now_utc(),
             agent: std::env::var("AUTOPROXY_AGENT_SHA256").unwrap_or_default(),
+            apply_id: self.apply_id.clone(),
+            path: self
+                .path_taken
+                .as_ref()
+                .map(|p| p.path.to_owned())
+                .unwrap_or_default(),
+            path_reason: self
+                .path_taken
+                .as_ref()
+                .map(|p| p.why.clone())
+                .unwrap_or_default(),
+            unconfirmed,
+            unresolved_routes: record::unresolved_routes(&installed, &addresses),
         };
         let key = record::key(&self.params.key, &instance_id);
         let s3 = self.s3().await;
@@ -188,9 +280,10 @@ impl Run {
             Ok(()) => log(
                 "fleet",
                 &format!(
-                    "{}: reported generation {generation} running to s3://{}/{key}",
+                    "{}: reported generation {generation} running to s3://{}/{key} (apply {})",
                     outcome.as_str(),
-                    self.params.bucket
+                    self.params.bucket,
+                    self.apply_id
                 ),
             ),
             Err(err) => log(
@@ -221,13 +314,13 @@ pub(super) async fn wait_generation(
     socket: &Path,
     generation: u64,
     replaced: Option<u32>,
-) -> Result<(), String> {
+) -> Result<Running, String> {
     let api = RuntimeApi::new(socket, SOCKET_TIMEOUT);
     let deadline = Instant::now() + RUNNING_TIMEOUT;
     loop {
-        let seen = match Running::read(&api) {
+        let seen = match Running::read(&api).await {
             Ok(running) if running.generation == generation && Some(running.pid) != replaced => {
-                return Ok(());
+                return Ok(running);
             }
             Ok(running) if Some(running.pid) == replaced => format!(
                 "generation {} from worker {}, the one the reload was to replace",

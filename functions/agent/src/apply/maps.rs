@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use autoproxy::artifact::{self, MapFiles};
 
-use super::{Failure, Run, Stage, UPDATE_BUDGET, config, fail, files, log};
+use super::{Before, Failure, Run, Stage, UPDATE_BUDGET, config, fail, files, log};
 use crate::haproxy::{RuntimeError, Session};
 
 /// The largest `add map` payload sent at once: well under HAProxy's default `tune.bufsize`
@@ -34,7 +34,7 @@ impl Run {
     /// Writes the maps of this generation to a staging directory, and the config variant
     /// that names them; starts the address map from what a running HAProxy resolved, the
     /// first time there is none.
-    pub(super) fn stage_maps(
+    pub(super) async fn stage_maps(
         &mut self,
         text: &str,
         generation: u64,
@@ -43,7 +43,7 @@ impl Run {
         let maps_dir = self.maps_dir.clone();
         std::fs::create_dir_all(&maps_dir)
             .or_else(|err| fail(format!("cannot create {}: {err}", maps_dir.display())))?;
-        self.seed_address_map(maps)?;
+        self.seed_address_map(maps).await?;
         let stage = files::temp_path(&maps_dir, ".stage");
         self.temps.push(stage.clone());
         std::fs::create_dir(&stage)
@@ -98,12 +98,12 @@ impl Run {
     /// The address map, started from `show servers state` of the running HAProxy when there
     /// is none or it is empty (a per-route config names one server per host), so the first
     /// switch to the map layout drops no route.
-    fn seed_address_map(&mut self, maps: &MapFiles) -> Result<(), Failure> {
+    async fn seed_address_map(&mut self, maps: &MapFiles) -> Result<(), Failure> {
         let addresses = self.dir.join(&maps.addresses);
         if std::fs::metadata(&addresses).is_ok_and(|m| m.len() > 0) {
             return Ok(());
         }
-        let seeded = self.seed_addresses();
+        let seeded = self.seed_addresses().await;
         let temp = files::temp_path(&self.maps_dir, ".autoproxy-addresses");
         self.temps.push(temp.clone());
         files::write_synced(&temp, seeded.as_bytes(), 0o644)
@@ -186,14 +186,21 @@ impl Run {
     }
 
     /// Why this generation must be reloaded rather than applied at run time; `None` when
-    /// only its route tables differ from the config HAProxy runs.
+    /// only its route tables differ from the config HAProxy runs. Decided from what ran when
+    /// the run took the lock (nothing else reloads HAProxy under it).
     pub(super) fn needs_reload(&self, text: &str, maps: &MapFiles) -> Option<String> {
         if maps.generation.is_none() {
             return Some("its maps are in a directory of their generation".to_owned());
         }
-        let running = self.running();
-        let Some(running) = running else {
-            return Some("HAProxy is not running".to_owned());
+        let running = match self.before {
+            Before::Stopped => return Some("HAProxy is not running".to_owned()),
+            Before::Runs(None) => {
+                return Some(
+                    "the running HAProxy does not answer on the installed config's stats socket"
+                        .to_owned(),
+                );
+            }
+            Before::Runs(Some(running)) => running,
         };
         if !running.by_map {
             return Some("the running HAProxy holds no generation map".to_owned());
@@ -214,8 +221,8 @@ impl Run {
     /// address; the address service would push it too, but later). Each table switches
     /// atomically (`prepare map`, `add map @ver` in chunks, `commit map @ver`); the generation
     /// is set last, once both tables were read back equal to their files.
-    pub(super) fn update_runtime(
-        &self,
+    pub(super) async fn update_runtime(
+        &mut self,
         text: &str,
         staged: &Staged,
         maps: &MapFiles,
@@ -225,8 +232,8 @@ impl Run {
             .socket()
             .ok_or_else(|| "the installed config declares no usable stats socket".to_owned())?;
         let deadline = std::time::Instant::now() + UPDATE_BUDGET;
-        let mut session = api.session().map_err(|err| err.to_string())?;
-        let pushed = push_addresses(&mut session, &self.dir, &maps.addresses, text)?;
+        let mut session = api.session().await.map_err(|err| err.to_string())?;
+        let pushed = push_addresses(&mut session, &self.dir, &maps.addresses, text).await?;
         if pushed > 0 {
             log(
                 "update",
@@ -237,17 +244,22 @@ impl Run {
         // table to the other is never in neither for longer than between two commands.
         let mut versions = Vec::new();
         for (map, table) in &staged.tables {
-            versions.push(fill_map(&mut session, map, table, deadline)?);
+            versions.push(fill_map(&mut session, map, table, deadline).await?);
         }
-        for ((map, _), version) in staged.tables.iter().zip(versions) {
+        for (index, ((map, _), version)) in staged.tables.iter().zip(versions).enumerate() {
+            if index == 1 {
+                // The fault tests stop here: one table committed, the other not yet.
+                self.pause("update").await;
+            }
             due(deadline)?;
             session
                 .change(&format!("commit map @{version} {map}"))
+                .await
                 .map_err(|err| err.to_string())?;
         }
         for (map, table) in &staged.tables {
             due(deadline)?;
-            let mut held = session.show_map(map).map_err(|err| err.to_string())?;
+            let mut held = session.show_map(map).await.map_err(|err| err.to_string())?;
             let mut want = entries(table);
             held.sort();
             want.sort();
@@ -268,7 +280,9 @@ impl Run {
                 "set map {generation_map} {} {generation}",
                 artifact::GENERATION_KEY
             ))
+            .await
             .map_err(|err| err.to_string())?;
+        self.seen = Some((generation, "update"));
         Ok(())
     }
 }
@@ -276,7 +290,7 @@ impl Run {
 /// Adds to the worker's address map every route host of `text` that the address map file
 /// has and the worker lacks; how many it added. Unversioned,
 /// as the address service writes that map.
-fn push_addresses(
+async fn push_addresses(
     session: &mut Session,
     dir: &std::path::Path,
     map: &str,
@@ -290,6 +304,7 @@ fn push_addresses(
     let known = crate::addresses::parse(&file).addresses;
     let held: std::collections::HashMap<String, String> = session
         .show_map(map)
+        .await
         .map_err(|err| err.to_string())?
         .into_iter()
         .collect();
@@ -306,6 +321,7 @@ fn push_addresses(
         }
         session
             .change(&format!("add map {map} {host} {address}"))
+            .await
             .map_err(|err| err.to_string())?;
         pushed += 1;
     }
@@ -325,7 +341,7 @@ fn due(deadline: std::time::Instant) -> Result<(), String> {
 }
 
 /// A new version of `map` holding `table`, not committed yet: its number.
-fn fill_map(
+async fn fill_map(
     session: &mut Session,
     map: &str,
     table: &str,
@@ -333,7 +349,7 @@ fn fill_map(
 ) -> Result<u32, String> {
     due(deadline)?;
     let command = format!("prepare map {map}");
-    let answer = session.ask(&command).map_err(|err| err.to_string())?;
+    let answer = session.ask(&command).await.map_err(|err| err.to_string())?;
     let version = answer
         .trim()
         .strip_prefix("New version created: ")
@@ -350,6 +366,7 @@ fn fill_map(
         due(deadline)?;
         session
             .payload(&format!("add map @{version} {map}"), chunk)
+            .await
             .map_err(|err| err.to_string())?;
     }
     Ok(version)

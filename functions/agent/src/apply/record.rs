@@ -78,6 +78,32 @@ pub async fn put(
     }
 }
 
+/// A name for this apply, unique on the instance and sortable by time: its start in
+/// milliseconds since the epoch and the process id, in hex.
+pub fn apply_id() -> String {
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    format!("{millis:x}-{:x}", std::process::id())
+}
+
+/// How many route lines of `config` name a host that is neither an IP literal nor in the
+/// address map's text `addresses`: routes that cannot serve yet.
+pub fn unresolved_routes(config: &str, addresses: &str) -> u64 {
+    let known = crate::addresses::parse(addresses).addresses;
+    let (routes, suffixes) = autoproxy::artifact::MapFiles::route_tables(config);
+    let unresolved = routes
+        .lines()
+        .chain(suffixes.lines())
+        .filter_map(|line| line.split_once(' '))
+        .filter(|(_, target)| {
+            let host = target.rsplit_once(':').map_or(*target, |(host, _)| host);
+            host.parse::<std::net::IpAddr>().is_err() && !known.contains_key(host)
+        })
+        .count();
+    u64::try_from(unresolved).unwrap_or(u64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,5 +114,17 @@ mod tests {
         assert_eq!(civil_from_days(20_781), (2026, 11, 24));
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
         assert_eq!(now_utc().len(), 20);
+    }
+
+    #[test]
+    fn routes_without_an_address_are_counted() {
+        let config = "# generation: 3\nglobal\n#@route a.example api.a.example:443 api 1 Z1\n#@route b.example api.b.example:443 api 1 Z1\n#@suffix int.c.example 10.0.0.9:443 ingress 1 Z2\n#@route d.example api.a.example:443 api 1 Z1\n";
+        assert_eq!(unresolved_routes(config, ""), 3);
+        assert_eq!(unresolved_routes(config, "api.a.example 10.0.0.1\n"), 1);
+        assert_eq!(
+            unresolved_routes(config, "api.a.example 10.0.0.1\napi.b.example 10.0.0.2\n"),
+            0
+        );
+        assert_eq!(unresolved_routes("global\n", ""), 0);
     }
 }

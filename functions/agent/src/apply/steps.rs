@@ -1,14 +1,15 @@
 //! The steps of an apply, in the order `Run::steps` takes them.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use autoproxy::artifact;
 
 use super::{
-    ADDRESS_BUDGET, CHECK_TIMEOUT, DOWNLOAD_TIMEOUT, Failure, NewConfig, RELOAD_TIMEOUT, Run,
-    Stage, child, config, fail, files, log, oneline,
+    ADDRESS_BUDGET, Before, CHECK_TIMEOUT, DOWNLOAD_TIMEOUT, Failure, NewConfig, RELOAD_TIMEOUT,
+    Run, Stage, child, config, fail, files, log, oneline,
 };
+use crate::haproxy::{self, DeclaredSocket};
 
 impl Run {
     pub(super) async fn s3(&mut self) -> aws_sdk_s3::Client {
@@ -91,23 +92,26 @@ impl Run {
             })
         })?;
         let generation = header.generation;
-        let description = config::global_value(text, "description").unwrap_or_default();
+        let description = haproxy::global_value(text, "description").unwrap_or_default();
         let want = format!("autoproxy generation {generation}");
         if description != want {
             return fail(format!(
                 "generation {generation} declares 'description {description}' in global, expected '{want}': its running generation could not be checked"
             ));
         }
-        let Some(socket) = config::stats_socket(text) else {
-            return fail(format!(
-                "generation {generation} declares no 'stats socket <path>' in global: its running generation could not be checked"
-            ));
+        let socket = match haproxy::declared_socket(text) {
+            DeclaredSocket::Path(socket) => socket,
+            DeclaredSocket::None => {
+                return fail(format!(
+                    "generation {generation} declares no 'stats socket <path>' in global: its running generation could not be checked"
+                ));
+            }
+            DeclaredSocket::Unsafe(socket) => {
+                return fail(format!(
+                    "generation {generation} declares stats socket '{socket}': expected an absolute path of letters, digits and . _ / - only"
+                ));
+            }
         };
-        if !config::safe_socket_path(&socket) {
-            return fail(format!(
-                "generation {generation} declares stats socket '{socket}': expected an absolute path of letters, digits and . _ / - only"
-            ));
-        }
         log(
             "verify",
             &format!(
@@ -115,19 +119,16 @@ impl Run {
                 header.sha256
             ),
         );
-        Ok(NewConfig {
-            generation,
-            socket: PathBuf::from(socket),
-        })
+        Ok(NewConfig { generation, socket })
     }
 
     /// `name address` lines from `show servers state` of the running HAProxy (a per-route
     /// config names one server per host), so the first switch to the map layout drops no route.
-    pub(super) fn seed_addresses(&self) -> String {
-        let Some(answer) = self
-            .socket()
-            .and_then(|api| api.command("show servers state").ok())
-        else {
+    pub(super) async fn seed_addresses(&self) -> String {
+        let Some(api) = self.socket() else {
+            return String::new();
+        };
+        let Ok(answer) = api.command("show servers state").await else {
             return String::new();
         };
         let mut seen = std::collections::BTreeSet::new();
@@ -188,7 +189,9 @@ impl Run {
         );
     }
 
-    pub(super) async fn check(&self, staged: &Path, generation: u64) -> Result<(), Failure> {
+    /// `haproxy -c` on the staged config. Only an exit status from HAProxy is its verdict
+    /// (`rejected`); a check that could not run or was killed judged nothing.
+    pub(super) async fn check(&mut self, staged: &Path, generation: u64) -> Result<(), Failure> {
         let args = vec![
             "-c".to_owned(),
             "-f".to_owned(),
@@ -200,7 +203,14 @@ impl Run {
         for line in finished.output.lines().filter(|l| !l.trim().is_empty()) {
             log("check", line);
         }
+        if finished.code.is_none() {
+            return fail(format!(
+                "haproxy -c did not judge generation {generation}: {}",
+                finished.status()
+            ));
+        }
         if !finished.success() {
+            self.rejected = true;
             let alert = finished
                 .output
                 .lines()
@@ -217,7 +227,15 @@ impl Run {
 
     pub(super) fn keep(&mut self) -> Result<(), Failure> {
         let config = self.config().to_path_buf();
-        if config.is_file() && self.installed_gen != self.running_gen {
+        if config.is_file() && self.before == Before::Stopped {
+            log(
+                "keep",
+                &format!(
+                    "HAProxy does not run {}: last-known-good stays as it is",
+                    config.display()
+                ),
+            );
+        } else if config.is_file() && self.installed_gen != self.running_gen {
             // Never verified running: keeping it would make a rollback restore a config that
             // may not work.
             let kept = if self.last_good.is_file() {

@@ -15,7 +15,7 @@ use crate::haproxy::{RuntimeApi, RuntimeError};
 
 use super::log;
 
-/// Every read and write on the stats socket waits at most this long.
+/// Every command on the stats socket waits at most this long.
 const SOCKET_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the running worker holds, as far as we know.
@@ -41,11 +41,11 @@ impl Pusher {
     }
 
     /// Makes the worker's map equal `target`; whether it is (false: try again later).
-    pub fn sync(&mut self, target: &Arc<BTreeMap<Arc<str>, IpAddr>>) -> bool {
+    pub async fn sync(&mut self, target: &Arc<BTreeMap<Arc<str>, IpAddr>>) -> bool {
         let Some(api) = self.api.clone() else {
             return false;
         };
-        match self.push(&api, target) {
+        match self.push(&api, target).await {
             Ok(pushed) => {
                 if self.down {
                     log(format_args!(
@@ -80,13 +80,13 @@ impl Pusher {
         }
     }
 
-    fn push(
+    async fn push(
         &mut self,
         api: &RuntimeApi,
         target: &Arc<BTreeMap<Arc<str>, IpAddr>>,
     ) -> Result<usize, RuntimeError> {
-        let mut session = api.session()?;
-        let pid = session.info()?.pid;
+        let mut session = api.session().await?;
+        let pid = session.info().await?.pid;
         if self.pid == Some(pid)
             && self
                 .pushed
@@ -99,7 +99,7 @@ impl Pusher {
         // addresses of new route hosts, and a stale view would add an entry twice.
         self.view.clear();
         self.pushed = None;
-        for (key, value) in session.show_map(MAP)? {
+        for (key, value) in session.show_map(MAP).await? {
             if let Ok(address) = value.parse() {
                 self.view.insert(key, address);
             }
@@ -113,7 +113,7 @@ impl Pusher {
             .cloned()
             .collect();
         for key in gone {
-            session.change(&format!("del map {MAP} {key}"))?;
+            session.change(&format!("del map {MAP} {key}")).await?;
             self.view.remove(&key);
             pushed += 1;
         }
@@ -123,7 +123,9 @@ impl Pusher {
                 Some(_) => "set",
                 None => "add",
             };
-            session.change(&format!("{verb} map {MAP} {name} {address}"))?;
+            session
+                .change(&format!("{verb} map {MAP} {name} {address}"))
+                .await?;
             self.view.insert(name.to_string(), *address);
             pushed += 1;
         }
