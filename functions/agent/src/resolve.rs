@@ -19,7 +19,7 @@
 //! second, atomically) and pushes each change over the stats socket (what the running worker
 //! uses). SIGTERM and SIGINT stop it, after a last write of the map if it changed. It answers
 //! the apply's "resolve these names now" on `<config dir>/autoproxy/resolver.sock` (the
-//! protocol is in [`crate::addresses`]).
+//! protocol is in [`control`]).
 //!
 //! The rules, each a pure function of `schedule` with its table test:
 //! * **Which address.** Every A record at the end of the CNAME chain counts (the chain is
@@ -49,13 +49,19 @@
 //! are, sleeps until the next name is due, the 1-s config check or the 2-s HAProxy check.
 //! `tests/src/bin/bench_resolver.rs` measures it at 10,000 names.
 
+pub mod control;
 pub mod dns;
+pub mod knobs;
+pub mod once;
 pub mod schedule;
 pub mod service;
 
-mod control;
 mod engine;
+mod log;
 mod push;
+
+pub use knobs::{KnobError, Knobs};
+pub(crate) use log::log;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
@@ -67,96 +73,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::addresses::{self, MapFile, Stamp};
+use crate::address_map::{self, MapFile, Stamp};
 use engine::{Engine, Transport};
 use push::Pusher;
-
-/// The prefix of every log line.
-const PREFIX: &str = "autoproxy-resolver: ";
-
-pub(crate) fn log(message: std::fmt::Arguments<'_>) {
-    use std::io::Write;
-    let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "{PREFIX}{message}");
-}
-
-/// The service's knobs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Knobs {
-    /// Every name is asked at least once per this period (`AUTOPROXY_REFRESH_SECONDS`).
-    pub refresh: Duration,
-    /// The most queries in any second (`AUTOPROXY_MAX_QPS`).
-    pub max_qps: u32,
-    /// A query unanswered this long failed (`AUTOPROXY_QUERY_TIMEOUT`).
-    pub timeout: Duration,
-    /// An address no answer confirmed for this long is dropped
-    /// (`AUTOPROXY_MAX_STALE_SECONDS`).
-    pub max_stale: Duration,
-}
-
-impl Default for Knobs {
-    fn default() -> Knobs {
-        Knobs {
-            refresh: Duration::from_secs(50),
-            max_qps: 200,
-            timeout: Duration::from_secs(1),
-            max_stale: Duration::from_secs(900),
-        }
-    }
-}
-
-/// A knob that is not a positive number.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{variable}: expected a positive number, got {got:?}")]
-pub struct KnobError {
-    pub variable: &'static str,
-    pub got: String,
-}
-
-impl Knobs {
-    /// Reads the knobs through `get` (the environment in `main`).
-    pub fn read(get: impl Fn(&str) -> Option<String>) -> Result<Knobs, KnobError> {
-        let defaults = Knobs::default();
-        let seconds = |variable: &'static str, default: Duration| -> Result<Duration, KnobError> {
-            match get(variable) {
-                None => Ok(default),
-                Some(text) => text
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|v| *v > 0.0 && *v < 1e9)
-                    .map(Duration::from_secs_f64)
-                    .ok_or(KnobError {
-                        variable,
-                        got: text,
-                    }),
-            }
-        };
-        let max_qps = match get("AUTOPROXY_MAX_QPS") {
-            None => defaults.max_qps,
-            Some(text) => text
-                .trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|v| *v >= 1.0 && *v < 1e6)
-                .map(|v| v as u32)
-                .ok_or(KnobError {
-                    variable: "AUTOPROXY_MAX_QPS",
-                    got: text,
-                })?,
-        };
-        Ok(Knobs {
-            refresh: seconds("AUTOPROXY_REFRESH_SECONDS", defaults.refresh)?,
-            max_qps,
-            timeout: seconds("AUTOPROXY_QUERY_TIMEOUT", defaults.timeout)?,
-            max_stale: seconds("AUTOPROXY_MAX_STALE_SECONDS", defaults.max_stale)?,
-        })
-    }
-
-    pub fn from_env() -> Result<Knobs, KnobError> {
-        Knobs::read(|name| std::env::var(name).ok())
-    }
-}
 
 /// What the resolver reads from the installed config.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -331,7 +250,7 @@ impl Output {
             }
         }
         let snapshot = engine.snapshot();
-        let text = addresses::format(snapshot.iter().map(|(n, a)| (n.as_ref(), *a)));
+        let text = address_map::format(snapshot.iter().map(|(n, a)| (n.as_ref(), *a)));
         match self.file.write(&lock, &text) {
             Ok(stamp) => {
                 self.stamp = stamp;
@@ -375,7 +294,7 @@ async fn run(config: &Path, knobs: Knobs) -> Result<(), RunError> {
     };
     let mut transport = Transport::new();
     let (want_tx, mut want_rx) = mpsc::channel::<control::Want>(16);
-    let socket_path = config_dir.join(addresses::SOCKET);
+    let socket_path = config_dir.join(control::SOCKET);
     let listener = listen(&socket_path);
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(RunError::Signals)?;
@@ -621,58 +540,6 @@ async fn join<T>(
     }
 }
 
-/// Resolves `names` once through `nameservers`, paced as the service paces (the knobs from
-/// the environment), until each has an answer or `deadline`: the fallback of
-/// [`crate::addresses::ensure`] when no service answers. Each name with its address, or why
-/// it has none.
-pub async fn resolve_once(
-    names: &[String],
-    nameservers: &[SocketAddr],
-    deadline: Instant,
-) -> Vec<(String, Result<IpAddr, String>)> {
-    let knobs = Knobs::from_env().unwrap_or_default();
-    let missing = |why: &str| -> Vec<(String, Result<IpAddr, String>)> {
-        names
-            .iter()
-            .map(|name| (name.clone(), Err(why.to_owned())))
-            .collect()
-    };
-    if nameservers.is_empty() {
-        return missing("no #@nameserver in the config");
-    }
-    let mut transport = Transport::new();
-    let failed = transport.set_nameservers(nameservers);
-    if failed.len() == nameservers.len()
-        && let Some((server, why)) = failed.first()
-    {
-        return missing(&format!(
-            "cannot open a socket to nameserver {server}: {why}"
-        ));
-    }
-    let mut engine = Engine::new(knobs);
-    engine.verbose = false;
-    engine.set_nameservers(nameservers.to_vec());
-    engine.want(names, Instant::now());
-    loop {
-        let now = Instant::now();
-        transport.drain(&mut engine, now);
-        engine.expire(now);
-        engine.send_due(now, &transport);
-        if names.iter().all(|n| engine.settled(n)) || now >= deadline {
-            break;
-        }
-        let wake = engine.next_wake(now).unwrap_or(deadline).min(deadline);
-        tokio::select! {
-            () = tokio::time::sleep_until(wake.into()) => {}
-            Some(done) = transport.tcp_rx.recv() => engine.on_tcp(done, Instant::now()),
-        }
-    }
-    names
-        .iter()
-        .map(|name| (name.clone(), engine.answer(name)))
-        .collect()
-}
-
 /// Keeps the address service installed and running for `config`, run from `agent`; one log
 /// line per thing it did or could not do. The apply calls this after every successful apply
 /// or skip; [`service::ensure`] is the typed form.
@@ -701,48 +568,6 @@ pub fn ensure_service(agent: &Path, config: &Path) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn knobs_come_from_the_environment_or_their_defaults() {
-        let read = |pairs: &[(&str, &str)]| {
-            let pairs: Vec<(String, String)> = pairs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect();
-            Knobs::read(|name| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| k == name)
-                    .map(|(_, v)| v.clone())
-            })
-        };
-        assert_eq!(read(&[]), Ok(Knobs::default()));
-        let quick = read(&[
-            ("AUTOPROXY_REFRESH_SECONDS", "2"),
-            ("AUTOPROXY_MAX_QPS", "50"),
-            ("AUTOPROXY_QUERY_TIMEOUT", "0.3"),
-            ("AUTOPROXY_MAX_STALE_SECONDS", "4"),
-        ])
-        .expect("valid");
-        assert_eq!(quick.refresh, Duration::from_secs(2));
-        assert_eq!(quick.max_qps, 50);
-        assert_eq!(quick.timeout, Duration::from_millis(300));
-        assert_eq!(quick.max_stale, Duration::from_secs(4));
-        for (variable, bad) in [
-            ("AUTOPROXY_REFRESH_SECONDS", "0"),
-            ("AUTOPROXY_MAX_QPS", "0.5"),
-            ("AUTOPROXY_QUERY_TIMEOUT", "soon"),
-            ("AUTOPROXY_MAX_STALE_SECONDS", "-1"),
-        ] {
-            assert_eq!(
-                read(&[(variable, bad)]),
-                Err(KnobError {
-                    variable,
-                    got: bad.to_owned()
-                })
-            );
-        }
-    }
 
     #[test]
     fn the_installed_config_gives_names_nameservers_and_the_stats_socket() {

@@ -1,5 +1,19 @@
-//! The resolver's end of the control socket (the protocol is in `addresses`' module doc):
-//! reads one request per connection, hands it to the daemon's loop, writes the answer.
+//! The control socket `<config dir>/autoproxy/resolver.sock` (a Unix stream, root only), on
+//! which the address service answers an apply's "resolve these names now"
+//! ([`crate::addresses::ensure`] is the client). One request per connection:
+//!
+//! ```text
+//! client:  want <name>          one line per name (at most MAX_WANTED)
+//!          go <milliseconds>    how long the client waits for the answers
+//! server:  ok <name> <address>  one line per name, in the order asked, once the map file
+//!          missing <name> <why>   holds the addresses (resolved first, at the cap)
+//!          done
+//!          error <why>          instead, for a request it cannot read
+//! ```
+//!
+//! The service keeps such wanted names (and refreshes them) for [`WANTED_KEEP`] even though
+//! the installed config does not name them yet. This is the service's end: it reads the
+//! request, hands it to the service's loop, writes the answer.
 
 use std::time::Duration;
 
@@ -7,8 +21,12 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::addresses::MAX_WANTED;
-
+/// The control socket, relative to the config's directory.
+pub const SOCKET: &str = "autoproxy/resolver.sock";
+/// How long the service keeps a name it was asked for that its config does not name.
+pub const WANTED_KEEP: Duration = Duration::from_secs(600);
+/// The most names one request may want.
+pub const MAX_WANTED: usize = 100_000;
 /// How long a client may take to send its request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest wait a client may ask for.

@@ -17,9 +17,10 @@ use std::time::{Duration, Instant};
 use hickory_proto::rr::{Name, RecordType};
 use tokio::sync::mpsc;
 
-use super::Knobs;
+use super::control::WANTED_KEEP;
 use super::dns::{self, Ids, Reply};
-use super::log;
+use super::knobs::Knobs;
+use super::log::log;
 use super::schedule::{self, NameState, Outcome, Pacer, Rules};
 
 /// Tries per turn for a name that gets no answer: the first query and two retries.
@@ -334,7 +335,7 @@ impl Engine {
     }
 
     /// Addresses read from the map file at start: asked again over the first refresh
-    /// period, evenly, and kept [`crate::addresses::WANTED_KEEP`] even if no config names
+    /// period, evenly, and kept [`WANTED_KEEP`] even if no config names
     /// them (an apply may have put them there for the config it is about to install).
     pub fn load(&mut self, addresses: &std::collections::BTreeMap<String, IpAddr>, now: Instant) {
         let n = addresses.len().max(1) as u32;
@@ -343,7 +344,7 @@ impl Engine {
             if self.add(name, Some(*address), now, now + offset)
                 && let Some(entry) = self.names.get_mut(name.as_str())
             {
-                entry.wanted_until = Some(now + crate::addresses::WANTED_KEEP);
+                entry.wanted_until = Some(now + WANTED_KEEP);
             }
         }
     }
@@ -363,7 +364,7 @@ impl Engine {
                     if self.add(name, Some(*address), now, now + self.rules.refresh)
                         && let Some(entry) = self.names.get_mut(name.as_str())
                     {
-                        entry.wanted_until = Some(now + crate::addresses::WANTED_KEEP);
+                        entry.wanted_until = Some(now + WANTED_KEEP);
                     }
                 }
             }
@@ -401,9 +402,9 @@ impl Engine {
     }
 
     /// Names wanted now (by an apply): resolved first, at the cap, unless they have an
-    /// address; kept for [`crate::addresses::WANTED_KEEP`] whatever the config says.
+    /// address; kept for [`WANTED_KEEP`] whatever the config says.
     pub fn want(&mut self, names: &[String], now: Instant) {
-        let until = now + crate::addresses::WANTED_KEEP;
+        let until = now + WANTED_KEEP;
         for name in names {
             match self.names.get_mut(name.as_str()) {
                 Some(entry) => {
