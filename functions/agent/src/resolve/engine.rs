@@ -477,6 +477,14 @@ impl Engine {
         Some(self.epoch + TICK * ticks)
     }
 
+    /// One tick: takes in the replies waiting, ends the queries out of time, sends what the
+    /// pacer allows.
+    pub fn step(&mut self, now: Instant, transport: &mut Transport) {
+        transport.drain(self, now);
+        self.expire(now);
+        self.send_due(now, transport);
+    }
+
     /// Sends what the pacer allows at `now`.
     pub fn send_due(&mut self, now: Instant, transport: &Transport) {
         if self.nameservers.is_empty() {

@@ -42,9 +42,7 @@ pub async fn resolve_once(
     engine.want(names, Instant::now());
     loop {
         let now = Instant::now();
-        transport.drain(&mut engine, now);
-        engine.expire(now);
-        engine.send_due(now, &transport);
+        engine.step(now, &mut transport);
         if names.iter().all(|n| engine.settled(n)) || now >= deadline {
             break;
         }
