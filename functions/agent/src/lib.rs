@@ -8,6 +8,7 @@
 //!
 //! Both parse the artifact with [`autoproxy::artifact`], the module the generator writes it with.
 
+pub mod address_map;
 pub mod addresses;
 pub mod apply;
 pub mod haproxy;

@@ -19,7 +19,7 @@
 //! second, atomically) and pushes each change over the stats socket (what the running worker
 //! uses). SIGTERM and SIGINT stop it, after a last write of the map if it changed. It answers
 //! the apply's "resolve these names now" on `<config dir>/autoproxy/resolver.sock` (the
-//! protocol is in [`crate::addresses`]).
+//! protocol is in [`control`]).
 //!
 //! The rules, each a pure function of `schedule` with its table test:
 //! * **Which address.** Every A record at the end of the CNAME chain counts (the chain is
@@ -49,151 +49,37 @@
 //! are, sleeps until the next name is due, the 1-s config check or the 2-s HAProxy check.
 //! `tests/src/bin/bench_resolver.rs` measures it at 10,000 names.
 
+pub mod control;
 pub mod dns;
+pub mod knobs;
+pub mod once;
 pub mod schedule;
 pub mod service;
 
-mod control;
+mod config;
 mod engine;
+mod log;
+mod output;
 mod push;
+mod pushing;
+mod wants;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, SocketAddr};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+pub use knobs::{KnobError, Knobs};
+pub(crate) use log::log;
+
+use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::addresses::{self, MapFile, Stamp};
+use crate::address_map::MapFile;
+use config::{Installed, Watched};
+use control::Control;
 use engine::{Engine, Transport};
-use push::Pusher;
-
-/// The prefix of every log line.
-const PREFIX: &str = "autoproxy-resolver: ";
-
-pub(crate) fn log(message: std::fmt::Arguments<'_>) {
-    use std::io::Write;
-    let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "{PREFIX}{message}");
-}
-
-/// The service's knobs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Knobs {
-    /// Every name is asked at least once per this period (`AUTOPROXY_REFRESH_SECONDS`).
-    pub refresh: Duration,
-    /// The most queries in any second (`AUTOPROXY_MAX_QPS`).
-    pub max_qps: u32,
-    /// A query unanswered this long failed (`AUTOPROXY_QUERY_TIMEOUT`).
-    pub timeout: Duration,
-    /// An address no answer confirmed for this long is dropped
-    /// (`AUTOPROXY_MAX_STALE_SECONDS`).
-    pub max_stale: Duration,
-}
-
-impl Default for Knobs {
-    fn default() -> Knobs {
-        Knobs {
-            refresh: Duration::from_secs(50),
-            max_qps: 200,
-            timeout: Duration::from_secs(1),
-            max_stale: Duration::from_secs(900),
-        }
-    }
-}
-
-/// A knob that is not a positive number.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{variable}: expected a positive number, got {got:?}")]
-pub struct KnobError {
-    pub variable: &'static str,
-    pub got: String,
-}
-
-impl Knobs {
-    /// Reads the knobs through `get` (the environment in `main`).
-    pub fn read(get: impl Fn(&str) -> Option<String>) -> Result<Knobs, KnobError> {
-        let defaults = Knobs::default();
-        let seconds = |variable: &'static str, default: Duration| -> Result<Duration, KnobError> {
-            match get(variable) {
-                None => Ok(default),
-                Some(text) => text
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|v| *v > 0.0 && *v < 1e9)
-                    .map(Duration::from_secs_f64)
-                    .ok_or(KnobError {
-                        variable,
-                        got: text,
-                    }),
-            }
-        };
-        let max_qps = match get("AUTOPROXY_MAX_QPS") {
-            None => defaults.max_qps,
-            Some(text) => text
-                .trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|v| *v >= 1.0 && *v < 1e6)
-                .map(|v| v as u32)
-                .ok_or(KnobError {
-                    variable: "AUTOPROXY_MAX_QPS",
-                    got: text,
-                })?,
-        };
-        Ok(Knobs {
-            refresh: seconds("AUTOPROXY_REFRESH_SECONDS", defaults.refresh)?,
-            max_qps,
-            timeout: seconds("AUTOPROXY_QUERY_TIMEOUT", defaults.timeout)?,
-            max_stale: seconds("AUTOPROXY_MAX_STALE_SECONDS", defaults.max_stale)?,
-        })
-    }
-
-    pub fn from_env() -> Result<Knobs, KnobError> {
-        Knobs::read(|name| std::env::var(name).ok())
-    }
-}
-
-/// What the resolver reads from the installed config.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Installed {
-    /// The host names to resolve (IP literals are not).
-    pub names: BTreeSet<String>,
-    /// Hosts that are neither a name nor an IP literal.
-    pub ignored: Vec<String>,
-    pub nameservers: Vec<SocketAddr>,
-    pub ignored_nameservers: Vec<String>,
-    /// The `stats socket` of `global`, when it is a path.
-    pub stats_socket: Option<PathBuf>,
-}
-
-/// Reads what the resolver needs from a config's text.
-pub fn read_installed(text: &str) -> Installed {
-    let mut installed = Installed::default();
-    for host in autoproxy::artifact::route_hosts(text) {
-        if host.parse::<IpAddr>().is_ok() {
-            continue;
-        }
-        match autoproxy::names::HostName::parse(&host) {
-            Ok(name) => {
-                installed.names.insert(name.as_str().to_owned());
-            }
-            Err(_) => installed.ignored.push(host),
-        }
-    }
-    let nameservers = autoproxy::artifact::nameservers(text);
-    installed.nameservers = nameservers.valid;
-    installed.ignored_nameservers = nameservers.ignored;
-    // The one parser of the stats socket: a path that is not only a path is never used.
-    if let crate::haproxy::DeclaredSocket::Path(socket) = crate::haproxy::declared_socket(text) {
-        installed.stats_socket = Some(socket);
-    }
-    installed
-}
+use output::Output;
+use pushing::Pushing;
+use wants::Wants;
 
 /// Runs the address service on the installed config at `config`.
 pub fn main(config: &Path) -> ExitCode {
@@ -231,283 +117,48 @@ pub enum RunError {
     Signals(#[source] std::io::Error),
 }
 
-/// The config file as last read.
-#[derive(Debug)]
-struct Watched {
-    path: PathBuf,
-    id: Option<(u64, u64, i64, i64)>,
-    next_check: Instant,
-}
-
-impl Watched {
-    /// The config's text when it changed since the last look.
-    fn changed(&mut self, now: Instant) -> Option<String> {
-        self.next_check = now + Duration::from_secs(1);
-        let id = std::fs::metadata(&self.path)
-            .map(|m| (m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
-            .map_err(|err| {
-                if self.id.is_some() {
-                    log(format_args!("cannot read {}: {err}", self.path.display()));
-                }
-                self.id = None;
-            })
-            .ok()?;
-        if Some(id) == self.id {
-            return None;
-        }
-        match std::fs::read_to_string(&self.path) {
-            Ok(text) => {
-                self.id = Some(id);
-                Some(text)
-            }
-            Err(err) => {
-                log(format_args!("cannot read {}: {err}", self.path.display()));
-                self.id = None;
-                None
-            }
-        }
-    }
-}
-
-/// One request on the control socket, waiting for its names.
-#[derive(Debug)]
-struct Waiter {
-    names: Vec<String>,
-    deadline: Instant,
-    reply: oneshot::Sender<Vec<String>>,
-}
-
-/// The map file as the service writes it.
-#[derive(Debug)]
-struct Output {
-    file: MapFile,
-    /// What the file held after our last write (another writer changes it).
-    stamp: Option<Stamp>,
-    /// The last write's content: what HAProxy is brought to.
-    written: Arc<BTreeMap<Arc<str>, IpAddr>>,
-    next_write: Instant,
-}
-
-impl Output {
-    /// Writes the engine's map under the lock, taking in what another writer added first.
-    fn write(&mut self, engine: &mut Engine, now: Instant) {
-        self.next_write = now + Duration::from_secs(1);
-        let lock = match self.file.lock() {
-            Ok(lock) => lock,
-            Err(err) => {
-                log(format_args!(
-                    "cannot lock {}: {err}",
-                    self.file.path().display()
-                ));
-                return;
-            }
-        };
-        if self.file.stamp() != self.stamp {
-            match self.file.read() {
-                Ok(entries) => engine.adopt(&entries.addresses, now),
-                Err(err) => log(format_args!(
-                    "cannot read {}: {err}",
-                    self.file.path().display()
-                )),
-            }
-        }
-        let snapshot = engine.snapshot();
-        let text = addresses::format(snapshot.iter().map(|(n, a)| (n.as_ref(), *a)));
-        match self.file.write(&lock, &text) {
-            Ok(stamp) => {
-                self.stamp = stamp;
-                self.written = Arc::new(snapshot);
-                engine.dirty = false;
-            }
-            Err(err) => log(format_args!(
-                "cannot write {}: {err}",
-                self.file.path().display()
-            )),
-        }
-    }
-}
+/// How often wanted names whose time is up are forgotten.
+const WANTED_CHECK: Duration = Duration::from_secs(5);
 
 async fn run(config: &Path, knobs: Knobs) -> Result<(), RunError> {
     let config_dir = config.parent().unwrap_or(Path::new(".")).to_path_buf();
-    let file = MapFile::in_dir(&config_dir);
-    let mut engine = Engine::new(knobs);
     let start = Instant::now();
-    let loaded = match file.read() {
-        Ok(entries) => {
-            for (line, text) in &entries.malformed {
-                log(format_args!(
-                    "{}:{line}: skipped malformed line {text:?}",
-                    file.path().display()
-                ));
-            }
-            entries.addresses
-        }
-        Err(err) => {
-            log(format_args!("cannot read {}: {err}", file.path().display()));
-            BTreeMap::new()
-        }
-    };
-    engine.load(&loaded, start);
-    let mut output = Output {
-        stamp: file.stamp(),
-        written: Arc::new(engine.snapshot()),
-        file,
-        next_write: start,
-    };
+    let mut engine = Engine::new(knobs);
+    let (mut output, known) = Output::open(MapFile::in_dir(&config_dir), &mut engine, start);
     let mut transport = Transport::new();
-    let (want_tx, mut want_rx) = mpsc::channel::<control::Want>(16);
-    let socket_path = config_dir.join(addresses::SOCKET);
-    let listener = listen(&socket_path);
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(RunError::Signals)?;
-    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .map_err(RunError::Signals)?;
-    log(format_args!(
-        "start: config {}, map {}, refresh {}s, max {} queries/s, timeout {}s, max stale {}s, {} addresses known",
-        config.display(),
-        output.file.path().display(),
-        knobs.refresh.as_secs_f64(),
-        knobs.max_qps,
-        knobs.timeout.as_secs_f64(),
-        knobs.max_stale.as_secs_f64(),
-        loaded.len()
-    ));
-
-    let mut watched = Watched {
-        path: config.to_path_buf(),
-        id: None,
-        next_check: start,
-    };
-    let mut stats_socket: Option<PathBuf> = None;
-    let mut pusher = Some(Pusher::new(None));
-    let mut pushing: Option<tokio::task::JoinHandle<(Pusher, bool)>> = None;
-    let mut push_due = start;
-    let mut waiters: Vec<Waiter> = Vec::new();
-    let mut cycle_start = start;
-    let mut next_wanted_check = start + Duration::from_secs(5);
-
+    let mut control = Control::listen(&config_dir.join(control::SOCKET));
+    let mut stop = Stop::listen()?;
+    log_start(config, output.path(), &knobs, known);
+    let mut watched = Watched::new(config, start);
+    let mut wants = Wants::default();
+    let mut pushing = Pushing::new(start);
+    let mut cycle = Cycle::new(start);
+    let mut next_wanted_check = start + WANTED_CHECK;
     loop {
         let now = Instant::now();
-        if now >= watched.next_check
-            && let Some(text) = watched.changed(now)
-        {
-            let installed = read_installed(&text);
-            for host in &installed.ignored {
-                log(format_args!("ignored host name {host:?}"));
-            }
-            for ns in &installed.ignored_nameservers {
-                log(format_args!("ignored nameserver {ns:?}"));
-            }
-            for (server, why) in transport.set_nameservers(&installed.nameservers) {
-                log(format_args!(
-                    "cannot open a socket to nameserver {server}: {why}"
-                ));
-            }
-            engine.set_nameservers(installed.nameservers.clone());
-            engine.set_config_names(&installed.names, now);
-            let without = installed
-                .names
-                .iter()
-                .filter(|n| engine.answer(n).is_err())
-                .count();
-            if stats_socket != installed.stats_socket {
-                stats_socket.clone_from(&installed.stats_socket);
-                if let Some(task) = pushing.take() {
-                    let _ = task.await;
-                }
-                pusher = Some(Pusher::new(stats_socket.clone()));
-                push_due = now;
-            }
-            log(format_args!(
-                "read {}: {} names ({without} without an address), nameservers {}, stats socket {}",
-                config.display(),
-                installed.names.len(),
-                if installed.nameservers.is_empty() {
-                    "none".to_owned()
-                } else {
-                    installed
-                        .nameservers
-                        .iter()
-                        .map(SocketAddr::to_string)
-                        .collect::<Vec<_>>()
-                        .join(",")
-                },
-                installed
-                    .stats_socket
-                    .as_deref()
-                    .map_or_else(|| "none".to_owned(), |p| p.display().to_string())
-            ));
+        if let Some(installed) = watched.poll(now) {
+            follow(config, &installed, &mut engine, &mut transport, now);
+            pushing.set_stats_socket(installed.stats_socket, now).await;
         }
-        transport.drain(&mut engine, now);
-        engine.expire(now);
-        engine.send_due(now, &transport);
+        engine.step(now, &mut transport);
         if now >= next_wanted_check {
-            next_wanted_check = now + Duration::from_secs(5);
+            next_wanted_check = now + WANTED_CHECK;
             engine.expire_wanted(now);
         }
-
-        // Requests whose names all ended their turn (or whose time is up) get their answer,
-        // after the file holds what it says.
-        let (done, waiting): (Vec<Waiter>, Vec<Waiter>) = waiters
-            .into_iter()
-            .partition(|w| now >= w.deadline || w.names.iter().all(|n| engine.settled(n)));
-        waiters = waiting;
-        if !done.is_empty() {
-            if engine.dirty {
-                output.write(&mut engine, now);
-            }
-            for waiter in done {
-                let lines = waiter
-                    .names
-                    .iter()
-                    .map(|name| match engine.answer(name) {
-                        Ok(address) => format!("ok {name} {address}"),
-                        Err(why) => format!("missing {name} {why}"),
-                    })
-                    .collect();
-                let _ = waiter.reply.send(lines);
-            }
-            push_due = now;
+        let answered = wants.answer(&mut engine, &mut output, now);
+        let wrote = output.write_due(&mut engine, now);
+        if answered || wrote {
+            pushing.due_now(now);
         }
-        if engine.dirty && now >= output.next_write {
-            output.write(&mut engine, now);
-            push_due = now;
-        }
-        if now >= push_due
-            && !engine.dirty
-            && let Some(mut p) = pusher.take()
-        {
-            let target = Arc::clone(&output.written);
-            pushing = Some(tokio::spawn(async move {
-                let ok = p.sync(&target).await;
-                (p, ok)
-            }));
-            push_due = now + Duration::from_secs(60);
-        }
-        if now.saturating_duration_since(cycle_start) >= knobs.refresh {
-            let stats = std::mem::take(&mut engine.stats);
-            if stats.queries > 0 {
-                log(format_args!(
-                    "cycle: names={} queries={} answered={} changed={} failed={} seconds={:.1}",
-                    engine.len(),
-                    stats.queries,
-                    stats.answered,
-                    stats.changed,
-                    stats.failed,
-                    now.saturating_duration_since(cycle_start).as_secs_f64()
-                ));
-            }
-            cycle_start = now;
-        }
-
+        pushing.start(output.written(), !engine.dirty, now);
+        cycle.report(&mut engine, knobs.refresh, now);
         let wake = [
             engine.next_wake(now),
-            Some(watched.next_check),
-            // A push waits for the file (written at most once a second) and for the last push.
-            (!engine.dirty && pusher.is_some()).then_some(push_due),
-            engine.dirty.then_some(output.next_write),
-            waiters.iter().map(|w| w.deadline).min(),
-            Some(cycle_start + knobs.refresh),
+            Some(watched.next_check()),
+            pushing.next_wake(!engine.dirty),
+            output.next_write(&engine),
+            wants.next_deadline(),
+            Some(cycle.start + knobs.refresh),
         ]
         .into_iter()
         .flatten()
@@ -516,142 +167,131 @@ async fn run(config: &Path, knobs: Knobs) -> Result<(), RunError> {
         tokio::select! {
             () = tokio::time::sleep_until(wake.into()) => {}
             Some(done) = transport.tcp_rx.recv() => engine.on_tcp(done, Instant::now()),
-            Some(want) = want_rx.recv() => {
-                let now = Instant::now();
-                engine.want(&want.names, now);
-                waiters.push(Waiter {
-                    names: want.names,
-                    deadline: now + want.wait,
-                    reply: want.reply,
-                });
-            }
-            accepted = accept(listener.as_ref()) => {
-                if let Ok((stream, _)) = accepted {
-                    tokio::spawn(control::serve(stream, want_tx.clone()));
-                }
-            }
-            finished = join(&mut pushing) => {
-                pushing = None;
-                if let Ok((p, ok)) = finished {
-                    if pusher.is_none() {
-                        pusher = Some(p);
-                    }
-                    // Also every few seconds when nothing changed: a reload shows as a new pid.
-                    push_due = Instant::now() + Duration::from_secs(if ok { 2 } else { 3 });
-                } else {
-                    // The push panicked: start over with a fresh view of HAProxy.
-                    pusher = Some(Pusher::new(stats_socket.clone()));
-                }
-            }
-            _ = sigterm.recv() => break,
-            _ = sigint.recv() => break,
+            want = control.next() => wants.add(want, &mut engine, Instant::now()),
+            pushed = pushing.finished() => pushing.ended(pushed, Instant::now()),
+            () = stop.signalled() => break,
         }
     }
     if engine.dirty {
         output.write(&mut engine, Instant::now());
     }
-    if listener.is_some() {
-        let _ = std::fs::remove_file(&socket_path);
-    }
+    control.close();
     log(format_args!("stopped"));
     Ok(())
 }
 
-/// Listens on the control socket (only root may connect); none when it cannot.
-fn listen(path: &Path) -> Option<tokio::net::UnixListener> {
-    if let Some(dir) = path.parent() {
-        let _ = std::fs::create_dir_all(dir);
+fn log_start(config: &Path, map: &Path, knobs: &Knobs, known: usize) {
+    log(format_args!(
+        "start: config {}, map {}, refresh {}s, max {} queries/s, timeout {}s, max stale {}s, {known} addresses known",
+        config.display(),
+        map.display(),
+        knobs.refresh.as_secs_f64(),
+        knobs.max_qps,
+        knobs.timeout.as_secs_f64(),
+        knobs.max_stale.as_secs_f64(),
+    ));
+}
+
+/// Takes in what the config at `config` holds now: its nameservers and names.
+fn follow(
+    config: &Path,
+    installed: &Installed,
+    engine: &mut Engine,
+    transport: &mut Transport,
+    now: Instant,
+) {
+    for host in &installed.ignored {
+        log(format_args!("ignored host name {host:?}"));
     }
-    // A socket file left by a stopped resolver refuses connections; an answering one
-    // means another resolver runs for this config.
-    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+    for ns in &installed.ignored_nameservers {
+        log(format_args!("ignored nameserver {ns:?}"));
+    }
+    for (server, why) in transport.set_nameservers(&installed.nameservers) {
         log(format_args!(
-            "another resolver answers on {}; not listening",
-            path.display()
-        ));
-        return None;
-    }
-    let _ = std::fs::remove_file(path);
-    match tokio::net::UnixListener::bind(path) {
-        Ok(listener) => {
-            let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
-            Some(listener)
-        }
-        Err(err) => {
-            log(format_args!("cannot listen on {}: {err}", path.display()));
-            None
-        }
-    }
-}
-
-async fn accept(
-    listener: Option<&tokio::net::UnixListener>,
-) -> std::io::Result<(tokio::net::UnixStream, tokio::net::unix::SocketAddr)> {
-    match listener {
-        Some(listener) => listener.accept().await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn join<T>(
-    task: &mut Option<tokio::task::JoinHandle<T>>,
-) -> Result<T, tokio::task::JoinError> {
-    match task.as_mut() {
-        Some(task) => task.await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Resolves `names` once through `nameservers`, paced as the service paces (the knobs from
-/// the environment), until each has an answer or `deadline`: the fallback of
-/// [`crate::addresses::ensure`] when no service answers. Each name with its address, or why
-/// it has none.
-pub async fn resolve_once(
-    names: &[String],
-    nameservers: &[SocketAddr],
-    deadline: Instant,
-) -> Vec<(String, Result<IpAddr, String>)> {
-    let knobs = Knobs::from_env().unwrap_or_default();
-    let missing = |why: &str| -> Vec<(String, Result<IpAddr, String>)> {
-        names
-            .iter()
-            .map(|name| (name.clone(), Err(why.to_owned())))
-            .collect()
-    };
-    if nameservers.is_empty() {
-        return missing("no #@nameserver in the config");
-    }
-    let mut transport = Transport::new();
-    let failed = transport.set_nameservers(nameservers);
-    if failed.len() == nameservers.len()
-        && let Some((server, why)) = failed.first()
-    {
-        return missing(&format!(
             "cannot open a socket to nameserver {server}: {why}"
         ));
     }
-    let mut engine = Engine::new(knobs);
-    engine.verbose = false;
-    engine.set_nameservers(nameservers.to_vec());
-    engine.want(names, Instant::now());
-    loop {
-        let now = Instant::now();
-        transport.drain(&mut engine, now);
-        engine.expire(now);
-        engine.send_due(now, &transport);
-        if names.iter().all(|n| engine.settled(n)) || now >= deadline {
-            break;
-        }
-        let wake = engine.next_wake(now).unwrap_or(deadline).min(deadline);
+    engine.set_nameservers(installed.nameservers.clone());
+    engine.set_config_names(&installed.names, now);
+    let without = installed
+        .names
+        .iter()
+        .filter(|n| engine.answer(n).is_err())
+        .count();
+    let nameservers = if installed.nameservers.is_empty() {
+        "none".to_owned()
+    } else {
+        let shown: Vec<String> = installed
+            .nameservers
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        shown.join(",")
+    };
+    log(format_args!(
+        "read {}: {} names ({without} without an address), nameservers {nameservers}, stats socket {}",
+        config.display(),
+        installed.names.len(),
+        installed
+            .stats_socket
+            .as_deref()
+            .map_or_else(|| "none".to_owned(), |p| p.display().to_string())
+    ));
+}
+
+/// SIGTERM and SIGINT, which stop the service.
+struct Stop {
+    term: Signal,
+    int: Signal,
+}
+
+impl Stop {
+    fn listen() -> Result<Stop, RunError> {
+        Ok(Stop {
+            term: signal(SignalKind::terminate()).map_err(RunError::Signals)?,
+            int: signal(SignalKind::interrupt()).map_err(RunError::Signals)?,
+        })
+    }
+
+    /// Once either came.
+    async fn signalled(&mut self) {
         tokio::select! {
-            () = tokio::time::sleep_until(wake.into()) => {}
-            Some(done) = transport.tcp_rx.recv() => engine.on_tcp(done, Instant::now()),
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
         }
     }
-    names
-        .iter()
-        .map(|name| (name.clone(), engine.answer(name)))
-        .collect()
+}
+
+/// One refresh period's counters, logged as one line at its end.
+struct Cycle {
+    start: Instant,
+}
+
+impl Cycle {
+    fn new(start: Instant) -> Cycle {
+        Cycle { start }
+    }
+
+    /// Logs and starts over the engine's counters once a period of `refresh` is over.
+    fn report(&mut self, engine: &mut Engine, refresh: Duration, now: Instant) {
+        let seconds = now.saturating_duration_since(self.start);
+        if seconds < refresh {
+            return;
+        }
+        let stats = std::mem::take(&mut engine.stats);
+        if stats.queries > 0 {
+            log(format_args!(
+                "cycle: names={} queries={} answered={} changed={} failed={} seconds={:.1}",
+                engine.len(),
+                stats.queries,
+                stats.answered,
+                stats.changed,
+                stats.failed,
+                seconds.as_secs_f64()
+            ));
+        }
+        self.start = now;
+    }
 }
 
 /// Keeps the address service installed and running for `config`, run from `agent`; one log
@@ -677,77 +317,4 @@ pub fn ensure_service(agent: &Path, config: &Path) -> Vec<String> {
         Err(err) => format!("WARNING: {err}"),
     };
     vec![line]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn knobs_come_from_the_environment_or_their_defaults() {
-        let read = |pairs: &[(&str, &str)]| {
-            let pairs: Vec<(String, String)> = pairs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect();
-            Knobs::read(|name| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| k == name)
-                    .map(|(_, v)| v.clone())
-            })
-        };
-        assert_eq!(read(&[]), Ok(Knobs::default()));
-        let quick = read(&[
-            ("AUTOPROXY_REFRESH_SECONDS", "2"),
-            ("AUTOPROXY_MAX_QPS", "50"),
-            ("AUTOPROXY_QUERY_TIMEOUT", "0.3"),
-            ("AUTOPROXY_MAX_STALE_SECONDS", "4"),
-        ])
-        .expect("valid");
-        assert_eq!(quick.refresh, Duration::from_secs(2));
-        assert_eq!(quick.max_qps, 50);
-        assert_eq!(quick.timeout, Duration::from_millis(300));
-        assert_eq!(quick.max_stale, Duration::from_secs(4));
-        for (variable, bad) in [
-            ("AUTOPROXY_REFRESH_SECONDS", "0"),
-            ("AUTOPROXY_MAX_QPS", "0.5"),
-            ("AUTOPROXY_QUERY_TIMEOUT", "soon"),
-            ("AUTOPROXY_MAX_STALE_SECONDS", "-1"),
-        ] {
-            assert_eq!(
-                read(&[(variable, bad)]),
-                Err(KnobError {
-                    variable,
-                    got: bad.to_owned()
-                })
-            );
-        }
-    }
-
-    #[test]
-    fn the_installed_config_gives_names_nameservers_and_the_stats_socket() {
-        let text = "# generation: 1\nglobal\n    stats socket unix@/run/haproxy/admin.sock mode 660\n\
-                    \x20   stats socket /other.sock\n\
-                    defaults\n    stats socket /not-global.sock\n\
-                    #@route a.example API.x.example.:443 api 1 Z\n\
-                    #@route b.example 10.0.0.1:443 api 1 Z\n\
-                    #@suffix c.example bad$name.example:443 ingress-int 1 Z\n\
-                    #@nameserver 10.0.0.2:53\n#@nameserver nope\n";
-        let installed = read_installed(text);
-        assert_eq!(
-            installed.names.iter().collect::<Vec<_>>(),
-            ["api.x.example"]
-        );
-        assert_eq!(installed.ignored, ["bad$name.example"]);
-        assert_eq!(
-            installed.nameservers,
-            ["10.0.0.2:53".parse::<SocketAddr>().expect("addr")]
-        );
-        assert_eq!(installed.ignored_nameservers, ["nope"]);
-        assert_eq!(
-            installed.stats_socket.as_deref(),
-            Some(Path::new("/run/haproxy/admin.sock"))
-        );
-    }
 }

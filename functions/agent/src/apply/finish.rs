@@ -245,7 +245,7 @@ impl Run {
             String::new()
         };
         let addresses =
-            std::fs::read_to_string(self.dir.join(crate::addresses::MAP)).unwrap_or_default();
+            std::fs::read_to_string(self.dir.join(crate::address_map::MAP)).unwrap_or_default();
         let instance_id = record::instance_id();
         let record = record::Record {
             instance_id: instance_id.clone(),

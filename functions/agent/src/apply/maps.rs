@@ -301,7 +301,7 @@ async fn push_addresses(
         return Ok(0);
     }
     let file = std::fs::read_to_string(dir.join(map)).unwrap_or_default();
-    let known = crate::addresses::parse(&file).addresses;
+    let known = crate::address_map::parse(&file).addresses;
     let held: std::collections::HashMap<String, String> = session
         .show_map(map)
         .await

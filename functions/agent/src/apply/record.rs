@@ -25,32 +25,17 @@ pub fn instance_id() -> String {
 
 /// UTC now as `2026-11-24T03:14:02Z`.
 pub fn now_utc() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    let (year, month, day) = civil_from_days(i64::try_from(days).unwrap_or(0));
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
+    utc(std::time::SystemTime::now())
 }
 
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (Howard Hinnant's
-/// algorithm).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = u32::try_from(doy - (153 * mp + 2) / 5 + 1).unwrap_or(1);
-    let month = u32::try_from(if mp < 10 { mp + 3 } else { mp - 9 }).unwrap_or(1);
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
+/// `time` in RFC 3339, UTC, to the second: the SDK's formatter writes a fraction whenever
+/// there is one, so the time is cut to whole seconds first. Empty for a time outside the
+/// years 1 to 9999, which the record's reader then shows as unparsable rather than wrong.
+fn utc(time: std::time::SystemTime) -> String {
+    use aws_sdk_s3::primitives::{DateTime, DateTimeFormat};
+    DateTime::from_secs(DateTime::from(time).secs())
+        .fmt(DateTimeFormat::DateTime)
+        .unwrap_or_default()
 }
 
 /// Puts the record; a failure is logged by the caller and never fails the apply.
@@ -90,7 +75,7 @@ pub fn apply_id() -> String {
 /// How many route lines of `config` name a host that is neither an IP literal nor in the
 /// address map's text `addresses`: routes that cannot serve yet.
 pub fn unresolved_routes(config: &str, addresses: &str) -> u64 {
-    let known = crate::addresses::parse(addresses).addresses;
+    let known = crate::address_map::parse(addresses).addresses;
     let (routes, suffixes) = autoproxy::artifact::MapFiles::route_tables(config);
     let unresolved = routes
         .lines()
@@ -109,10 +94,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dates_and_keys() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_781), (2026, 11, 24));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    fn times_are_rfc3339_utc_to_the_second() {
+        use std::time::{Duration, UNIX_EPOCH};
+        let check = |secs: u64, nanos: u32, expected: &str| {
+            let time = UNIX_EPOCH + Duration::new(secs, nanos);
+            assert_eq!(utc(time), expected, "{secs}.{nanos:09}");
+        };
+        check(0, 0, "1970-01-01T00:00:00Z");
+        check(1_795_490_042, 0, "2026-11-24T03:14:02Z");
+        check(1_795_490_042, 999_999_999, "2026-11-24T03:14:02Z");
+        check(951_782_400, 500_000_000, "2000-02-29T00:00:00Z");
+        check(4_102_444_799, 1, "2099-12-31T23:59:59Z");
         assert_eq!(now_utc().len(), 20);
     }
 

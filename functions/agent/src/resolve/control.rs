@@ -1,14 +1,36 @@
-//! The resolver's end of the control socket (the protocol is in `addresses`' module doc):
-//! reads one request per connection, hands it to the daemon's loop, writes the answer.
+//! The control socket `<config dir>/autoproxy/resolver.sock` (a Unix stream, root only), on
+//! which the address service answers an apply's "resolve these names now"
+//! ([`crate::addresses::ensure`] is the client). One request per connection:
+//!
+//! ```text
+//! client:  want <name>          one line per name (at most MAX_WANTED)
+//!          go <milliseconds>    how long the client waits for the answers
+//! server:  ok <name> <address>  one line per name, in the order asked, once the map file
+//!          missing <name> <why>   holds the addresses (resolved first, at the cap)
+//!          done
+//!          error <why>          instead, for a request it cannot read
+//! ```
+//!
+//! The service keeps such wanted names (and refreshes them) for [`WANTED_KEEP`] even though
+//! the installed config does not name them yet. This is the service's end: it reads the
+//! request, hands it to the service's loop, writes the answer.
 
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::UnixStream;
+use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::addresses::MAX_WANTED;
+use super::log::log;
 
+/// The control socket, relative to the config's directory.
+pub const SOCKET: &str = "autoproxy/resolver.sock";
+/// How long the service keeps a name it was asked for that its config does not name.
+pub const WANTED_KEEP: Duration = Duration::from_secs(600);
+/// The most names one request may want.
+pub const MAX_WANTED: usize = 100_000;
 /// How long a client may take to send its request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest wait a client may ask for.
@@ -27,8 +49,89 @@ pub struct Want {
     pub reply: oneshot::Sender<Vec<String>>,
 }
 
+/// The service's listening end: the socket, and the requests its connections hand over.
+#[derive(Debug)]
+pub struct Control {
+    path: PathBuf,
+    /// None when another service answers there, or the socket cannot be made.
+    listener: Option<UnixListener>,
+    want_tx: mpsc::Sender<Want>,
+    want_rx: mpsc::Receiver<Want>,
+}
+
+impl Control {
+    /// Listens on `path` (only root may connect); not at all when it cannot, or when
+    /// another service answers there (each case logged).
+    pub fn listen(path: &Path) -> Control {
+        let (want_tx, want_rx) = mpsc::channel(16);
+        Control {
+            path: path.to_path_buf(),
+            listener: bind(path),
+            want_tx,
+            want_rx,
+        }
+    }
+
+    /// The next request; serves each connection in a task of its own meanwhile. Never
+    /// returns when not listening. Cancel-safe: a request is taken only when returned.
+    pub async fn next(&mut self) -> Want {
+        loop {
+            tokio::select! {
+                Some(want) = self.want_rx.recv() => return want,
+                accepted = accept(self.listener.as_ref()) => {
+                    if let Ok((stream, _)) = accepted {
+                        tokio::spawn(serve(stream, self.want_tx.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Removes the socket file, when it is ours.
+    pub fn close(self) {
+        if self.listener.is_some() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+fn bind(path: &Path) -> Option<UnixListener> {
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    // A socket file left by a stopped resolver refuses connections; an answering one
+    // means another resolver runs for this config.
+    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        log(format_args!(
+            "another resolver answers on {}; not listening",
+            path.display()
+        ));
+        return None;
+    }
+    let _ = std::fs::remove_file(path);
+    match UnixListener::bind(path) {
+        Ok(listener) => {
+            let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+            Some(listener)
+        }
+        Err(err) => {
+            log(format_args!("cannot listen on {}: {err}", path.display()));
+            None
+        }
+    }
+}
+
+async fn accept(
+    listener: Option<&UnixListener>,
+) -> std::io::Result<(UnixStream, tokio::net::unix::SocketAddr)> {
+    match listener {
+        Some(listener) => listener.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Serves one connection.
-pub async fn serve(stream: UnixStream, wants: mpsc::Sender<Want>) {
+async fn serve(stream: UnixStream, wants: mpsc::Sender<Want>) {
     let (read, mut write) = stream.into_split();
     let request = tokio::time::timeout(REQUEST_TIMEOUT, read_request(BufReader::new(read))).await;
     let lines = match request {

@@ -1,167 +1,58 @@
-//! The resolving engine: every name's state, the lookups in flight, the pacer and the
-//! sockets. The daemon (`resolve::run`) and `addresses::ensure`'s fallback drive the same
-//! engine, so both hold the same pacing and the same rules.
+//! The resolving engine: every name's state ([`names`]), the lookups in flight ([`lookup`]),
+//! the pacer ([`Pacer`]) and the sockets ([`transport`]). The service (`resolve::run`) and
+//! the one-shot resolution of an apply drive the same engine, so both hold the same pacing
+//! and the same rules.
 //!
-//! A lookup is one name's turn: its first query, then as needed a retry (next nameserver,
-//! up to [`ATTEMPTS`] tries), a TCP query for a truncated answer, a query for a CNAME target
-//! the answer did not follow, an AAAA query when there is no A record. Each of those is one
-//! query through the pacer; the follow-ups are urgent (they go at the cap, before any name
-//! merely due), as are names without an address.
+//! The engine does no I/O itself: [`Engine::poll_send`] hands out the next query the pacer
+//! lets leave, and replies come back through [`Engine::on_udp`] and [`Engine::on_tcp`]; the
+//! [`Transport`] moves the bytes. A turn's follow-up queries (retries, TCP, CNAME targets,
+//! AAAA) are urgent: they go at the cap, before any name merely due, as do names without an
+//! address.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+mod lookup;
+mod names;
+#[cfg(test)]
+mod tests;
+mod transport;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hickory_proto::rr::{Name, RecordType};
-use tokio::sync::mpsc;
+use super::control::WANTED_KEEP;
+use super::dns::{self, Reply};
+use super::knobs::Knobs;
+use super::schedule::{Outcome, Pacer, Rules};
+use lookup::{InFlight, Lookup, Next, Pending};
+use names::Names;
+pub use transport::{TcpDone, Transport};
 
-use super::Knobs;
-use super::dns::{self, Ids, Reply};
-use super::log;
-use super::schedule::{self, NameState, Outcome, Pacer, Rules};
-
-/// Tries per turn for a name that gets no answer: the first query and two retries.
-pub const ATTEMPTS: u8 = 3;
-/// The most CNAME targets asked for in one turn (each one more query).
-pub const MAX_CHASE: u8 = 8;
 /// The engine's clock: sends, replies and time-outs are handled on ticks this far apart
 /// while queries are in flight (a few queries each at the cap), not on a wake-up each.
 pub const TICK: Duration = Duration::from_millis(25);
 /// The steady rate's margin over the names' demand.
 const DEMAND_HEADROOM: f64 = 1.05;
 
-/// One name.
+/// A query to send.
 #[derive(Debug)]
-struct Entry {
-    qname: Name,
-    state: NameState,
-    due: Instant,
-    /// The re-ask period its last answer set (its share of the steady rate).
-    period: Duration,
-    busy: bool,
-    in_config: bool,
-    wanted_until: Option<Instant>,
-    /// The last failure, for the logs (one line per change of kind) and for `ensure`.
-    why: Option<String>,
+pub struct Outgoing {
+    pub server: SocketAddr,
+    pub bytes: Vec<u8>,
+    pub via: Via,
 }
 
-/// One name's turn in flight.
-#[derive(Debug)]
-struct Lookup {
-    name: Arc<str>,
-    target: Name,
-    qtype: RecordType,
-    chased: u8,
-    attempt: u8,
-    ns: usize,
-    tcp: bool,
-    /// The smallest TTL of the CNAMEs followed so far.
-    ttl: u32,
-}
-
-#[derive(Debug)]
-struct Pending {
-    lookup: Lookup,
-    server: SocketAddr,
-    deadline: Instant,
-}
-
-/// The answer of a TCP exchange, back from its task.
-#[derive(Debug)]
-pub struct TcpDone {
-    lookup: Lookup,
-    id: u16,
-    server: SocketAddr,
-    result: std::io::Result<Vec<u8>>,
-}
-
-/// The sockets: one connected, non-blocking UDP socket per nameserver, long-lived (no
-/// socket per query), read by [`Transport::drain`] on the engine's ticks rather than
-/// through the event loop: a wake-up per datagram is what costs CPU at 200 queries a
-/// second, not the work. Connected, a socket takes datagrams from its nameserver only, and
-/// learns at once when nothing listens there (a retry goes to the next nameserver instead of
-/// waiting out a time-out). TCP goes per exchange, in a task.
-#[derive(Debug)]
-pub struct Transport {
-    sockets: HashMap<SocketAddr, std::net::UdpSocket>,
-    buf: Vec<u8>,
-    tcp_tx: mpsc::UnboundedSender<TcpDone>,
-    pub tcp_rx: mpsc::UnboundedReceiver<TcpDone>,
-}
-
-impl Default for Transport {
-    fn default() -> Transport {
-        Transport::new()
-    }
-}
-
-impl Transport {
-    pub fn new() -> Transport {
-        let (tcp_tx, tcp_rx) = mpsc::unbounded_channel();
-        Transport {
-            sockets: HashMap::new(),
-            buf: vec![0u8; 65_536],
-            tcp_tx,
-            tcp_rx,
-        }
-    }
-
-    /// Opens a socket for each new nameserver and closes those no longer named; the
-    /// nameservers it could not open a socket for, with why.
-    pub fn set_nameservers(&mut self, nameservers: &[SocketAddr]) -> Vec<(SocketAddr, String)> {
-        self.sockets
-            .retain(|server, _| nameservers.contains(server));
-        let mut failed = Vec::new();
-        for server in nameservers {
-            if self.sockets.contains_key(server) {
-                continue;
-            }
-            match connect(*server) {
-                Ok(socket) => {
-                    self.sockets.insert(*server, socket);
-                }
-                Err(err) => failed.push((*server, err.to_string())),
-            }
-        }
-        failed
-    }
-
-    fn send(&self, server: SocketAddr, query: &[u8]) -> std::io::Result<()> {
-        match self.sockets.get(&server) {
-            Some(socket) => socket.send(query).map(|_| ()),
-            None => Err(std::io::Error::other("no socket for it")),
-        }
-    }
-
-    /// Hands every datagram waiting on the sockets to `engine`.
-    pub fn drain(&mut self, engine: &mut Engine, now: Instant) {
-        for (server, socket) in &self.sockets {
-            loop {
-                match socket.recv(&mut self.buf) {
-                    Ok(len) => engine.on_udp(&self.buf[..len], *server, now),
-                    Err(err) if err.kind() == std::io::ErrorKind::ConnectionRefused => {
-                        engine.on_refused(*server, now);
-                    }
-                    // WouldBlock: nothing more; anything else is no one query's business.
-                    Err(_) => break,
-                }
-            }
-        }
-    }
-}
-
-fn connect(server: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
-    let local: SocketAddr = if server.is_ipv4() {
-        SocketAddr::from(([0, 0, 0, 0], 0))
-    } else {
-        SocketAddr::from(([0u16; 8], 0))
-    };
-    let socket = std::net::UdpSocket::bind(local)?;
-    socket.connect(server)?;
-    socket.set_nonblocking(true)?;
-    Ok(socket)
+/// How a query goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    Udp {
+        id: u16,
+    },
+    /// An exchange that answers with `token`, given up after `timeout`.
+    Tcp {
+        token: u64,
+        timeout: Duration,
+    },
 }
 
 /// Counters of one refresh period, for the cycle line.
@@ -179,21 +70,16 @@ pub struct Engine {
     knobs: Knobs,
     rules: Rules,
     nameservers: Vec<SocketAddr>,
-    names: HashMap<Arc<str>, Entry>,
-    due: BinaryHeap<Reverse<(Instant, Arc<str>)>>,
+    names: Names,
+    /// Turns to send before any name merely due: follow-ups at the front, new ones behind.
     urgent: VecDeque<Lookup>,
-    /// Σ 1/period over the names: the steady rate, in queries per second.
-    demand: f64,
     pacer: Pacer,
-    outstanding: HashMap<u16, Pending>,
-    deadlines: VecDeque<(Instant, u16)>,
-    tcp_in_flight: usize,
-    ids: Ids,
+    flight: InFlight,
     rotation: usize,
     /// The map changed since it was last written.
     pub dirty: bool,
     pub stats: Stats,
-    /// Whether to log each change and failure (the daemon does; `ensure` reports instead).
+    /// Whether to log each change and failure (the service does; `ensure` reports instead).
     pub verbose: bool,
     /// Where the tick grid starts.
     epoch: Instant,
@@ -208,15 +94,10 @@ impl Engine {
                 max_stale: knobs.max_stale,
             },
             nameservers: Vec::new(),
-            names: HashMap::new(),
-            due: BinaryHeap::new(),
+            names: Names::default(),
             urgent: VecDeque::new(),
-            demand: 0.0,
             pacer: Pacer::new(knobs.max_qps),
-            outstanding: HashMap::new(),
-            deadlines: VecDeque::new(),
-            tcp_in_flight: 0,
-            ids: Ids::default(),
+            flight: InFlight::default(),
             rotation: 0,
             dirty: false,
             stats: Stats::default(),
@@ -235,22 +116,7 @@ impl Engine {
 
     /// The address of `name`, or why it has none.
     pub fn answer(&self, name: &str) -> Result<IpAddr, String> {
-        match self.names.get(name) {
-            Some(Entry {
-                state:
-                    NameState {
-                        address: Some(address),
-                        ..
-                    },
-                ..
-            }) => Ok(*address),
-            Some(entry) if entry.busy => Err("still resolving".to_owned()),
-            Some(entry) => Err(entry
-                .why
-                .clone()
-                .unwrap_or_else(|| "not asked yet".to_owned())),
-            None => Err("not known".to_owned()),
-        }
+        self.names.answer(name)
     }
 
     /// Whether `name` is known and not in the middle of a turn.
@@ -259,54 +125,34 @@ impl Engine {
     }
 
     /// The map as it should be: every name with an address, sorted.
-    pub fn snapshot(&self) -> std::collections::BTreeMap<Arc<str>, IpAddr> {
-        self.names
-            .iter()
-            .filter_map(|(name, e)| e.state.address.map(|a| (Arc::clone(name), a)))
-            .collect()
+    pub fn snapshot(&self) -> BTreeMap<Arc<str>, IpAddr> {
+        self.names.snapshot()
     }
 
-    fn add(&mut self, name: &str, address: Option<IpAddr>, now: Instant, due: Instant) -> bool {
-        let Ok(qname) = dns::fqdn(name) else {
-            log(format_args!("ignored host name {name:?}"));
-            return false;
-        };
-        let name: Arc<str> = Arc::from(name);
-        let period = self.rules.refresh;
-        self.demand += 1.0 / period.as_secs_f64();
-        let entry = Entry {
-            qname,
-            state: NameState {
-                address,
-                confirmed: address.map(|_| now),
-                ..NameState::default()
-            },
-            due,
-            period,
-            busy: false,
-            in_config: false,
-            wanted_until: None,
-            why: None,
-        };
-        self.names.insert(Arc::clone(&name), entry);
-        if address.is_some() {
-            self.due.push(Reverse((due, name)));
-        } else {
+    /// Adds `name`; one without an address starts its turn at once, at the cap. Its key.
+    fn add(
+        &mut self,
+        name: &str,
+        address: Option<IpAddr>,
+        now: Instant,
+        due: Instant,
+    ) -> Option<Arc<str>> {
+        let name = self
+            .names
+            .insert(name, address, self.rules.refresh, now, due)?;
+        if address.is_none() {
             self.start(&name, true);
         }
-        true
+        Some(name)
     }
 
     fn remove(&mut self, name: &str) {
-        if let Some(entry) = self.names.remove(name) {
-            self.demand -= 1.0 / entry.period.as_secs_f64();
-            if entry.state.address.is_some() {
-                self.dirty = true;
-            }
+        if self.names.remove(name) {
+            self.dirty = true;
         }
     }
 
-    /// Starts a turn for `name` now (at the cap when `urgent`).
+    /// Starts a turn for `name` now: behind the urgent ones when `urgent`, else first.
     fn start(&mut self, name: &Arc<str>, urgent: bool) {
         let Some(entry) = self.names.get_mut(name) else {
             return;
@@ -315,16 +161,7 @@ impl Engine {
             return;
         }
         entry.busy = true;
-        let lookup = Lookup {
-            name: Arc::clone(name),
-            target: entry.qname.clone(),
-            qtype: RecordType::A,
-            chased: 0,
-            attempt: 0,
-            ns: self.rotation,
-            tcp: false,
-            ttl: u32::MAX,
-        };
+        let lookup = Lookup::new(Arc::clone(name), entry.qname.clone(), self.rotation);
         self.rotation = self.rotation.wrapping_add(1);
         if urgent {
             self.urgent.push_back(lookup);
@@ -333,26 +170,31 @@ impl Engine {
         }
     }
 
+    /// Keeps `name` for [`WANTED_KEEP`] from `now` whatever the config says.
+    fn keep(&mut self, name: &str, now: Instant) {
+        if let Some(entry) = self.names.get_mut(name) {
+            entry.wanted_until = Some(now + WANTED_KEEP);
+        }
+    }
+
     /// Addresses read from the map file at start: asked again over the first refresh
-    /// period, evenly, and kept [`crate::addresses::WANTED_KEEP`] even if no config names
-    /// them (an apply may have put them there for the config it is about to install).
-    pub fn load(&mut self, addresses: &std::collections::BTreeMap<String, IpAddr>, now: Instant) {
+    /// period, evenly, and kept [`WANTED_KEEP`] even if no config names them (an apply may
+    /// have put them there for the config it is about to install).
+    pub fn load(&mut self, addresses: &BTreeMap<String, IpAddr>, now: Instant) {
         let n = addresses.len().max(1) as u32;
         for (i, (name, address)) in addresses.iter().enumerate() {
             let offset = self.rules.refresh / n * i as u32;
-            if self.add(name, Some(*address), now, now + offset)
-                && let Some(entry) = self.names.get_mut(name.as_str())
-            {
-                entry.wanted_until = Some(now + crate::addresses::WANTED_KEEP);
+            if self.add(name, Some(*address), now, now + offset).is_some() {
+                self.keep(name, now);
             }
         }
     }
 
     /// Takes in entries another writer (an `ensure` that found no resolver) put in the file:
     /// unknown names are kept as wanted, known names without an address take it.
-    pub fn adopt(&mut self, addresses: &std::collections::BTreeMap<String, IpAddr>, now: Instant) {
+    pub fn adopt(&mut self, addresses: &BTreeMap<String, IpAddr>, now: Instant) {
         for (name, address) in addresses {
-            match self.names.get_mut(name.as_str()) {
+            match self.names.get_mut(name) {
                 Some(entry) if entry.state.address.is_none() => {
                     entry.state.address = Some(*address);
                     entry.state.confirmed = Some(now);
@@ -360,64 +202,46 @@ impl Engine {
                 }
                 Some(_) => {}
                 None => {
-                    if self.add(name, Some(*address), now, now + self.rules.refresh)
-                        && let Some(entry) = self.names.get_mut(name.as_str())
-                    {
-                        entry.wanted_until = Some(now + crate::addresses::WANTED_KEEP);
+                    let due = now + self.rules.refresh;
+                    if self.add(name, Some(*address), now, due).is_some() {
+                        self.keep(name, now);
                     }
                 }
             }
         }
     }
 
-    /// The names the installed config routes to; the number of them without an address.
-    pub fn set_config_names(&mut self, names: &std::collections::BTreeSet<String>, now: Instant) {
-        let gone: Vec<Arc<str>> = self
-            .names
-            .iter_mut()
-            .filter_map(|(name, entry)| {
-                entry.in_config = names.contains(name.as_ref());
-                let wanted = entry.wanted_until.is_some_and(|t| t > now);
-                (!entry.in_config && !wanted).then(|| Arc::clone(name))
-            })
-            .collect();
-        for name in gone {
+    /// The names the installed config routes to.
+    pub fn set_config_names(&mut self, names: &BTreeSet<String>, now: Instant) {
+        for name in self.names.mark_config(names, now) {
             self.remove(&name);
         }
         for name in names {
-            if !self.names.contains_key(name.as_str())
-                && self.add(name, None, now, now)
-                && let Some(entry) = self.names.get_mut(name.as_str())
+            if self.names.get(name).is_none()
+                && self.add(name, None, now, now).is_some()
+                && let Some(entry) = self.names.get_mut(name)
             {
                 entry.in_config = true;
             }
         }
-        // Start from an exact sum again: additions and removals drift in floating point.
-        self.demand = self
-            .names
-            .values()
-            .map(|e| 1.0 / e.period.as_secs_f64())
-            .sum();
+        self.names.resum_demand();
     }
 
     /// Names wanted now (by an apply): resolved first, at the cap, unless they have an
-    /// address; kept for [`crate::addresses::WANTED_KEEP`] whatever the config says.
+    /// address; kept for [`WANTED_KEEP`] whatever the config says.
     pub fn want(&mut self, names: &[String], now: Instant) {
-        let until = now + crate::addresses::WANTED_KEEP;
         for name in names {
-            match self.names.get_mut(name.as_str()) {
+            match self.names.get(name) {
                 Some(entry) => {
-                    entry.wanted_until = Some(until);
-                    if entry.state.address.is_none() && !entry.busy {
-                        let name: Arc<str> = Arc::from(name.as_str());
-                        self.start(&name, true);
+                    let idle = entry.state.address.is_none() && !entry.busy;
+                    self.keep(name, now);
+                    if idle {
+                        self.start(&Arc::from(name.as_str()), true);
                     }
                 }
                 None => {
-                    if self.add(name, None, now, now)
-                        && let Some(entry) = self.names.get_mut(name.as_str())
-                    {
-                        entry.wanted_until = Some(until);
+                    if self.add(name, None, now, now).is_some() {
+                        self.keep(name, now);
                     }
                 }
             }
@@ -426,33 +250,9 @@ impl Engine {
 
     /// Forgets wanted names whose time is up and that the config does not name.
     pub fn expire_wanted(&mut self, now: Instant) {
-        let gone: Vec<Arc<str>> = self
-            .names
-            .iter_mut()
-            .filter_map(|(name, entry)| {
-                let expired = entry.wanted_until.is_some_and(|t| t <= now);
-                if expired {
-                    entry.wanted_until = None;
-                }
-                (expired && !entry.in_config && !entry.busy).then(|| Arc::clone(name))
-            })
-            .collect();
-        for name in gone {
+        for name in self.names.expire_wanted(now) {
             self.remove(&name);
         }
-    }
-
-    /// The earliest valid due time, dropping stale heap entries on the way.
-    fn peek_due(&mut self) -> Option<Instant> {
-        while let Some(Reverse((due, name))) = self.due.peek() {
-            match self.names.get(name) {
-                Some(entry) if !entry.busy && entry.due == *due => return Some(*due),
-                _ => {
-                    self.due.pop();
-                }
-            }
-        }
-        None
     }
 
     /// When something must happen next: a query may leave, or one times out.
@@ -462,12 +262,14 @@ impl Engine {
         } else if !self.urgent.is_empty() {
             Some(self.pacer.earliest(true).unwrap_or(now))
         } else {
-            self.peek_due()
-                .map(|due| due.max(self.pacer.earliest(false).unwrap_or(due)))
+            let pacer = &self.pacer;
+            self.names
+                .peek_due()
+                .map(|due| due.max(pacer.earliest(false).unwrap_or(due)))
         };
-        let expiry = self.deadlines.front().map(|(t, _)| *t);
+        let expiry = self.flight.next_deadline();
         // Replies are read on the ticks: while any query is in flight, the next one.
-        let replies = (!self.outstanding.is_empty()).then_some(now + TICK);
+        let replies = self.flight.awaits_udp().then_some(now + TICK);
         let next = [send, expiry, replies].into_iter().flatten().min()?;
         // On the grid: a wake-up serves every send, reply and time-out that came due since.
         let since = next.saturating_duration_since(self.epoch).as_nanos();
@@ -476,292 +278,195 @@ impl Engine {
         Some(self.epoch + TICK * ticks)
     }
 
-    /// Sends what the pacer allows at `now`.
-    pub fn send_due(&mut self, now: Instant, transport: &Transport) {
-        if self.nameservers.is_empty() {
-            return;
-        }
-        loop {
-            if !self.urgent.is_empty() {
-                if !self.pacer.ready(true, now) {
-                    return;
-                }
-                if let Some(lookup) = self.urgent.pop_front() {
-                    self.dispatch(lookup, now, transport, None);
-                }
-                continue;
-            }
-            match self.peek_due() {
-                Some(due) if due <= now && self.pacer.ready(false, now) => {}
-                _ => return,
-            }
-            let Some(Reverse((_, name))) = self.due.pop() else {
-                return;
-            };
-            // A little faster than the demand, so that a name comes late only when names
-            // came due together, never by a backlog that grows with every jitter.
-            let steady = self.pacer.steady(self.demand * DEMAND_HEADROOM);
-            self.start(&name, false);
-            if let Some(lookup) = self.urgent.pop_front() {
-                self.dispatch(lookup, now, transport, Some(steady));
+    /// One tick: takes in the replies waiting, ends the queries out of time, sends what the
+    /// pacer allows.
+    pub fn step(&mut self, now: Instant, transport: &mut Transport) {
+        transport.drain(self, now);
+        self.expire(now);
+        while let Some(query) = self.poll_send(now) {
+            let (server, via) = (query.server, query.via);
+            if let Err(err) = transport.send(query) {
+                self.send_failed(server, via, &err, now);
             }
         }
     }
 
+    /// The next query the pacer lets leave at `now`, recorded as sent; none until a later
+    /// time. Urgent turns first, at the cap; then names due, oldest first, at the steady
+    /// spacing.
+    pub fn poll_send(&mut self, now: Instant) -> Option<Outgoing> {
+        if self.nameservers.is_empty() {
+            return None;
+        }
+        loop {
+            let steady = if self.urgent.is_empty() {
+                if !self.pacer.ready(false, now) {
+                    return None;
+                }
+                let name = self.names.pop_due(now)?;
+                // A little faster than the demand, so that a name comes late only when names
+                // came due together, never by a backlog that grows with every jitter.
+                let steady = self.pacer.steady(self.names.demand() * DEMAND_HEADROOM);
+                self.start(&name, false);
+                Some(steady)
+            } else if self.pacer.ready(true, now) {
+                None
+            } else {
+                return None;
+            };
+            let lookup = self.urgent.pop_front()?;
+            if let Some(query) = self.dispatch(lookup, now, steady) {
+                return Some(query);
+            }
+        }
+    }
+
+    /// The query of `lookup`, recorded as in flight; none when it cannot be written.
     fn dispatch(
         &mut self,
         lookup: Lookup,
         now: Instant,
-        transport: &Transport,
         steady: Option<Duration>,
-    ) {
-        let Some(server) = self
+    ) -> Option<Outgoing> {
+        let server = *self
             .nameservers
-            .get(lookup.ns % self.nameservers.len().max(1))
-            .copied()
-        else {
-            return;
-        };
-        let mut id = self.ids.draw();
-        while self.outstanding.contains_key(&id) {
-            id = self.ids.draw();
-        }
-        let query = match dns::query(id, &lookup.target, lookup.qtype) {
-            Ok(query) => query,
+            .get(lookup.ns % self.nameservers.len().max(1))?;
+        let id = self.flight.fresh_id();
+        let bytes = match dns::query(id, &lookup.target, lookup.qtype) {
+            Ok(bytes) => bytes,
             Err(why) => {
-                self.finish(&lookup.name, &Outcome::Unanswered, Some(why), now);
-                return;
+                let name = Arc::clone(&lookup.name);
+                self.finish(&name, &Outcome::Unanswered, Some(why), now);
+                return None;
             }
         };
         self.pacer.sent(now, steady);
         self.stats.queries += 1;
-        if lookup.tcp {
-            let tx = transport.tcp_tx.clone();
+        let tcp = lookup.tcp;
+        let pending = Pending {
+            lookup,
+            server,
+            deadline: now + self.knobs.timeout,
+            id,
+        };
+        let via = if tcp {
             let timeout = self.knobs.timeout.max(Duration::from_secs(1)) * 2;
-            self.tcp_in_flight += 1;
-            tokio::spawn(async move {
-                let result = dns::tcp_exchange(server, &query, timeout).await;
-                let _ = tx.send(TcpDone {
-                    lookup,
-                    id,
-                    server,
-                    result,
-                });
-            });
-            return;
-        }
-        match transport.send(server, &query) {
-            Ok(()) => {
-                let deadline = now + self.knobs.timeout;
-                self.outstanding.insert(
-                    id,
-                    Pending {
-                        lookup,
-                        server,
-                        deadline,
-                    },
-                );
-                self.deadlines.push_back((deadline, id));
-            }
-            Err(err) => self.retry(lookup, format!("send to {server} failed: {err}"), now),
+            let token = self.flight.add_tcp(pending);
+            Via::Tcp { token, timeout }
+        } else {
+            self.flight.add_udp(pending);
+            Via::Udp { id }
+        };
+        Some(Outgoing { server, bytes, via })
+    }
+
+    /// A query handed out by [`Engine::poll_send`] could not be sent.
+    pub fn send_failed(
+        &mut self,
+        server: SocketAddr,
+        via: Via,
+        err: &std::io::Error,
+        now: Instant,
+    ) {
+        let pending = match via {
+            Via::Udp { id } => self.flight.take_udp(id),
+            Via::Tcp { token, .. } => self.flight.take_tcp(token),
+        };
+        if let Some(pending) = pending {
+            self.retry(
+                pending.lookup,
+                format!("send to {server} failed: {err}"),
+                now,
+            );
         }
     }
 
     /// Nothing listens at `server`: its queries in flight failed.
     pub fn on_refused(&mut self, server: SocketAddr, now: Instant) {
-        let refused: Vec<u16> = self
-            .outstanding
-            .iter()
-            .filter(|(_, p)| p.server == server)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in refused {
-            if let Some(pending) = self.outstanding.remove(&id) {
-                let why = format!("connection refused by {server}");
-                self.retry(pending.lookup, why, now);
-            }
+        for pending in self.flight.take_server(server) {
+            self.retry(
+                pending.lookup,
+                format!("connection refused by {server}"),
+                now,
+            );
         }
     }
 
-    /// A datagram arrived.
+    /// A datagram arrived from `from`.
     pub fn on_udp(&mut self, bytes: &[u8], from: SocketAddr, now: Instant) {
-        let Some(id) = bytes.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]])) else {
-            return;
-        };
-        let reply = match self.outstanding.get(&id) {
-            Some(pending) if pending.server == from => {
-                match dns::interpret(bytes, id, &pending.lookup.target, pending.lookup.qtype) {
-                    Ok(reply) => reply,
-                    Err(_) => return, // not the answer to it: it may still come
-                }
-            }
-            _ => return,
-        };
-        if let Some(pending) = self.outstanding.remove(&id) {
-            self.on_reply(pending.lookup, pending.server, reply, now);
+        if let Some((pending, reply)) = self.flight.take_reply(bytes, from) {
+            let name = Arc::clone(&pending.lookup.name);
+            let next = lookup::after(pending.lookup, reply, pending.server);
+            self.then(&name, next, now);
         }
     }
 
     /// A TCP exchange ended.
     pub fn on_tcp(&mut self, done: TcpDone, now: Instant) {
-        self.tcp_in_flight = self.tcp_in_flight.saturating_sub(1);
-        let server = done.server;
-        match done.result {
-            Ok(bytes) => {
-                match dns::interpret(&bytes, done.id, &done.lookup.target, done.lookup.qtype) {
-                    Ok(Reply::Truncated) => {
-                        self.retry(
-                            done.lookup,
-                            format!("truncated over TCP from {server}"),
-                            now,
-                        );
-                    }
-                    Ok(reply) => self.on_reply(done.lookup, server, reply, now),
-                    Err(err) => self.retry(done.lookup, format!("TCP from {server}: {err}"), now),
-                }
+        let Some(Pending {
+            lookup, server, id, ..
+        }) = self.flight.take_tcp(done.token)
+        else {
+            return;
+        };
+        let bytes = match done.result {
+            Ok(bytes) => bytes,
+            Err(err) => return self.retry(lookup, format!("TCP to {server}: {err}"), now),
+        };
+        match dns::interpret(&bytes, id, &lookup.target, lookup.qtype) {
+            Ok(Reply::Truncated) => {
+                self.retry(lookup, format!("truncated over TCP from {server}"), now);
             }
-            Err(err) => self.retry(done.lookup, format!("TCP to {server}: {err}"), now),
-        }
-    }
-
-    fn on_reply(&mut self, mut lookup: Lookup, server: SocketAddr, reply: Reply, now: Instant) {
-        match reply {
-            Reply::Addresses { addrs, ttl } => {
-                let ttl = Duration::from_secs(u64::from(ttl.min(lookup.ttl)));
-                self.finish(&lookup.name, &Outcome::Addresses { addrs, ttl }, None, now);
+            Ok(reply) => {
+                let name = Arc::clone(&lookup.name);
+                let next = lookup::after(lookup, reply, server);
+                self.then(&name, next, now);
             }
-            Reply::Chase { target, ttl } if lookup.chased < MAX_CHASE => {
-                lookup.target = target;
-                lookup.ttl = lookup.ttl.min(ttl);
-                lookup.chased += 1;
-                lookup.attempt = 0;
-                lookup.tcp = false;
-                self.urgent.push_front(lookup);
-            }
-            Reply::Chase { .. } => {
-                let why = format!("CNAME chain longer than {MAX_CHASE} queries");
-                self.finish(&lookup.name, &Outcome::Unanswered, Some(why), now);
-            }
-            Reply::NoData if lookup.qtype == RecordType::A => {
-                lookup.qtype = RecordType::AAAA;
-                lookup.attempt = 0;
-                lookup.tcp = false;
-                self.urgent.push_front(lookup);
-            }
-            Reply::NoData => {
-                let why = "no A or AAAA record".to_owned();
-                self.finish(&lookup.name, &Outcome::Negative, Some(why), now);
-            }
-            Reply::NxDomain => {
-                self.finish(
-                    &lookup.name,
-                    &Outcome::Negative,
-                    Some("NXDOMAIN".to_owned()),
-                    now,
-                );
-            }
-            Reply::Truncated => {
-                lookup.tcp = true;
-                self.urgent.push_front(lookup);
-            }
-            Reply::Failure(code) => {
-                self.retry(lookup, format!("rcode {code:?} from {server}"), now);
-            }
-        }
-    }
-
-    /// A query of `lookup` got no usable answer: the next nameserver, or the turn ends.
-    fn retry(&mut self, mut lookup: Lookup, why: String, now: Instant) {
-        lookup.attempt += 1;
-        if lookup.attempt < ATTEMPTS {
-            lookup.ns = lookup.ns.wrapping_add(1);
-            self.urgent.push_back(lookup);
-        } else {
-            self.finish(&lookup.name, &Outcome::Unanswered, Some(why), now);
+            Err(err) => self.retry(lookup, format!("TCP from {server}: {err}"), now),
         }
     }
 
     /// Queries unanswered by their deadline.
     pub fn expire(&mut self, now: Instant) {
-        while let Some(&(deadline, id)) = self.deadlines.front() {
-            if deadline > now {
-                return;
-            }
-            self.deadlines.pop_front();
-            // The id may have been answered and reused since: only its own deadline counts.
-            if self.outstanding.get(&id).is_some_and(|p| p.deadline <= now)
-                && let Some(pending) = self.outstanding.remove(&id)
-            {
-                let why = format!("timeout from {}", pending.server);
-                self.retry(pending.lookup, why, now);
-            }
+        for pending in self.flight.take_expired(now) {
+            let why = format!("timeout from {}", pending.server);
+            self.retry(pending.lookup, why, now);
+        }
+    }
+
+    /// A query of `lookup` got no usable answer (`why`).
+    fn retry(&mut self, lookup: Lookup, why: String, now: Instant) {
+        let name = Arc::clone(&lookup.name);
+        let next = lookup::retry(lookup, why);
+        self.then(&name, next, now);
+    }
+
+    /// Carries on `name`'s turn as `next` says.
+    fn then(&mut self, name: &Arc<str>, next: Next, now: Instant) {
+        match next {
+            Next::Follow(lookup) => self.urgent.push_front(lookup),
+            Next::Retry(lookup) => self.urgent.push_back(lookup),
+            Next::Finish { outcome, why } => self.finish(name, &outcome, why, now),
         }
     }
 
     /// The turn of `name` ended with `outcome`.
     fn finish(&mut self, name: &Arc<str>, outcome: &Outcome, why: Option<String>, now: Instant) {
-        let Some(entry) = self.names.get_mut(name) else {
+        let verbose = self.verbose;
+        let Some(ended) = self
+            .names
+            .end_turn(name, outcome, why, now, &self.rules, verbose)
+        else {
             return;
         };
-        entry.busy = false;
-        let settled = schedule::settle(&mut entry.state, outcome, now, &self.rules);
-        let shown =
-            |a: Option<IpAddr>| a.map_or_else(|| "no address".to_owned(), |a| a.to_string());
-        if let Outcome::Addresses { .. } = outcome {
+        if ended.answered {
             self.stats.answered += 1;
-            if entry.why.take().is_some() && self.verbose {
-                log(format_args!("{name} answers again"));
-            }
         } else {
             self.stats.failed += 1;
-            let why = why.unwrap_or_else(|| "no answer".to_owned());
-            let kind = why.split_whitespace().next().unwrap_or_default();
-            let same = entry
-                .why
-                .as_deref()
-                .and_then(|w| w.split_whitespace().next())
-                == Some(kind);
-            if self.verbose {
-                match settled.dropped {
-                    Some(schedule::Drop::Negative) => log(format_args!(
-                        "{name}: {why}; dropped {} after {} negative answers over {:.0}s",
-                        shown(settled.before),
-                        entry.state.negatives,
-                        entry
-                            .state
-                            .first_negative
-                            .map_or(0.0, |t| now.saturating_duration_since(t).as_secs_f64())
-                    )),
-                    Some(schedule::Drop::Stale) => log(format_args!(
-                        "{name}: {why}; dropped {}: no answer confirmed it for {:.0}s",
-                        shown(settled.before),
-                        self.rules.max_stale.as_secs_f64()
-                    )),
-                    None if !same => log(format_args!(
-                        "{name}: {why}; keeping {}",
-                        shown(settled.after)
-                    )),
-                    None => {}
-                }
-            }
-            entry.why = Some(why);
         }
-        if settled.before != settled.after {
+        if ended.changed {
             self.dirty = true;
             self.stats.changed += 1;
-            if self.verbose && settled.dropped.is_none() {
-                log(format_args!(
-                    "{name} {} -> {}",
-                    settled
-                        .before
-                        .map_or_else(|| "(none)".to_owned(), |a| a.to_string()),
-                    shown(settled.after)
-                ));
-            }
         }
-        self.demand += 1.0 / settled.next.as_secs_f64() - 1.0 / entry.period.as_secs_f64();
-        entry.period = settled.next;
-        entry.due = now + settled.next;
-        self.due.push(Reverse((entry.due, Arc::clone(name))));
     }
 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::addresses::MAP;
+use crate::address_map::MAP;
 use crate::haproxy::{RuntimeApi, RuntimeError};
 
 use super::log;

@@ -137,7 +137,7 @@ pub fn maps_dir(config: &Path) -> PathBuf {
     config
         .parent()
         .unwrap_or(Path::new("/"))
-        .join(crate::addresses::MAP)
+        .join(crate::address_map::MAP)
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_default()

@@ -1,0 +1,213 @@
+//! The address map: the file `<config dir>/autoproxy/addresses.map` (`name address` lines)
+//! that a starting HAProxy worker loads, written by the address service and, when no service
+//! answers, merged into by an apply ([`crate::addresses::ensure`]).
+//!
+//! Both writers take the lock `addresses.map.lock` around a read and a rewrite, so neither
+//! loses what the other added. Every write is atomic (a temporary file, fsync, rename, fsync
+//! of the directory): a starting worker sees the old file or the new one, whole.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::net::IpAddr;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// The map's path relative to the config's directory, and its name in HAProxy.
+pub const MAP: &str = "autoproxy/addresses.map";
+
+/// The address map file of one config directory.
+#[derive(Debug, Clone)]
+pub struct MapFile {
+    path: PathBuf,
+    lock: PathBuf,
+}
+
+/// The identity of a file's contents as written: changes whenever anyone rewrites it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+}
+
+/// The entries of a map file, and its lines that are not entries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Entries {
+    pub addresses: BTreeMap<String, IpAddr>,
+    /// `(line number, text)` of every malformed line.
+    pub malformed: Vec<(usize, String)>,
+}
+
+/// The lock on a map file, held while it is read and rewritten.
+#[derive(Debug)]
+pub struct Locked(File);
+
+impl Drop for Locked {
+    fn drop(&mut self) {
+        let _ = self.0.unlock();
+    }
+}
+
+/// Parses `name address` lines; blank lines and `#` comments are skipped.
+pub fn parse(text: &str) -> Entries {
+    let mut entries = Entries::default();
+    for (number, line) in text.lines().enumerate() {
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next(), words.next()) {
+            (None, ..) => {}
+            (Some(word), ..) if word.starts_with('#') => {}
+            (Some(name), Some(address), None) => match address.parse() {
+                Ok(address) => {
+                    entries.addresses.insert(name.to_ascii_lowercase(), address);
+                }
+                Err(_) => entries.malformed.push((number + 1, line.to_owned())),
+            },
+            _ => entries.malformed.push((number + 1, line.to_owned())),
+        }
+    }
+    entries
+}
+
+/// The text of a map file: one `name address` line per entry, in the order given.
+pub fn format<'a>(entries: impl IntoIterator<Item = (&'a str, IpAddr)>) -> String {
+    let mut text = String::new();
+    for (name, address) in entries {
+        use std::fmt::Write as _;
+        let _ = writeln!(text, "{name} {address}");
+    }
+    text
+}
+
+impl MapFile {
+    /// The map file beside the config in `config_dir`.
+    pub fn in_dir(config_dir: &Path) -> MapFile {
+        let path = config_dir.join(MAP);
+        let lock = path.with_extension("map.lock");
+        MapFile { path, lock }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Takes the lock (waits for it); creates the directory and the lock file if needed.
+    pub fn lock(&self) -> std::io::Result<Locked> {
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&self.lock)?;
+        file.lock()?;
+        Ok(Locked(file))
+    }
+
+    /// The stamp of the file now; `None` when it does not exist.
+    pub fn stamp(&self) -> Option<Stamp> {
+        let meta = std::fs::metadata(&self.path).ok()?;
+        Some(Stamp {
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        })
+    }
+
+    /// Its entries; empty when it does not exist.
+    pub fn read(&self) -> std::io::Result<Entries> {
+        match std::fs::read_to_string(&self.path) {
+            Ok(text) => Ok(parse(&text)),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(Entries::default()),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Replaces the file with `text`, atomically and durably, mode 0644; the stamp written.
+    /// The caller holds the lock.
+    pub fn write(&self, _lock: &Locked, text: &str) -> std::io::Result<Option<Stamp>> {
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let temp = dir.join(format!(".addresses.map.{}", std::process::id()));
+        let written = (|| {
+            let mut file = File::create(&temp)?;
+            file.write_all(text.as_bytes())?;
+            file.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+            file.sync_all()?;
+            std::fs::rename(&temp, &self.path)
+        })();
+        if let Err(err) = written {
+            let _ = std::fs::remove_file(&temp);
+            return Err(err);
+        }
+        File::open(dir)?.sync_all()?;
+        Ok(self.stamp())
+    }
+
+    /// Adds `found` to the file under its lock, keeping every other entry.
+    pub fn merge(&self, found: &[(String, IpAddr)]) -> std::io::Result<()> {
+        if found.is_empty() {
+            return Ok(());
+        }
+        let lock = self.lock()?;
+        let mut entries = self.read()?.addresses;
+        for (name, address) in found {
+            entries.insert(name.clone(), *address);
+        }
+        self.write(
+            &lock,
+            &format(entries.iter().map(|(n, a)| (n.as_str(), *a))),
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn map_files_read_back_what_was_written() {
+        let text = "a.example 10.0.0.1\nb.example fd00::1\n";
+        let entries = parse(text);
+        assert!(entries.malformed.is_empty());
+        assert_eq!(
+            format(entries.addresses.iter().map(|(n, a)| (n.as_str(), *a))),
+            text
+        );
+        let entries = parse("# comment\n\nA.example 10.0.0.1\nb.example\nc.example x\nd 1 2\n");
+        assert_eq!(entries.addresses.len(), 1);
+        assert!(entries.addresses.contains_key("a.example"));
+        assert_eq!(
+            entries.malformed.iter().map(|m| m.0).collect::<Vec<_>>(),
+            [4, 5, 6]
+        );
+    }
+
+    #[test]
+    fn writes_are_atomic_and_merges_keep_other_entries() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let map = MapFile::in_dir(dir.path());
+        assert_eq!(map.read().expect("reads").addresses.len(), 0);
+        assert_eq!(map.stamp(), None);
+        let a: IpAddr = "10.0.0.1".parse().expect("ip");
+        map.merge(&[("a.example".to_owned(), a)]).expect("merges");
+        let first = map.stamp().expect("exists");
+        let b: IpAddr = "10.0.0.2".parse().expect("ip");
+        map.merge(&[("b.example".to_owned(), b)]).expect("merges");
+        assert_ne!(map.stamp(), Some(first));
+        let text = std::fs::read_to_string(map.path()).expect("reads");
+        assert_eq!(text, "a.example 10.0.0.1\nb.example 10.0.0.2\n");
+        let mode = std::fs::metadata(map.path())
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o644);
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("autoproxy"))
+            .expect("lists")
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".addresses"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+}

@@ -1,0 +1,141 @@
+//! The installed config as the address service sees it: what it reads from the text (names,
+//! nameservers, the stats socket) and the watch on the file (inode, size and mtime, looked at
+//! every second).
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, SocketAddr};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::log::log;
+
+/// What the resolver reads from the installed config.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Installed {
+    /// The host names to resolve (IP literals are not).
+    pub names: BTreeSet<String>,
+    /// Hosts that are neither a name nor an IP literal.
+    pub ignored: Vec<String>,
+    pub nameservers: Vec<SocketAddr>,
+    pub ignored_nameservers: Vec<String>,
+    /// The `stats socket` of `global`, when it is a path.
+    pub stats_socket: Option<PathBuf>,
+}
+
+/// Reads what the resolver needs from a config's text.
+pub fn read_installed(text: &str) -> Installed {
+    let mut installed = Installed::default();
+    for host in autoproxy::artifact::route_hosts(text) {
+        if host.parse::<IpAddr>().is_ok() {
+            continue;
+        }
+        match autoproxy::names::HostName::parse(&host) {
+            Ok(name) => {
+                installed.names.insert(name.as_str().to_owned());
+            }
+            Err(_) => installed.ignored.push(host),
+        }
+    }
+    let nameservers = autoproxy::artifact::nameservers(text);
+    installed.nameservers = nameservers.valid;
+    installed.ignored_nameservers = nameservers.ignored;
+    // The one parser of the stats socket: a path that is not only a path is never used.
+    if let crate::haproxy::DeclaredSocket::Path(socket) = crate::haproxy::declared_socket(text) {
+        installed.stats_socket = Some(socket);
+    }
+    installed
+}
+
+/// The config file as last read.
+#[derive(Debug)]
+pub struct Watched {
+    path: PathBuf,
+    /// Inode, size and mtime (seconds, nanoseconds) of the text last read.
+    id: Option<(u64, u64, i64, i64)>,
+    next_check: Instant,
+}
+
+impl Watched {
+    /// The config at `path`, first looked at `now`.
+    pub fn new(path: &Path, now: Instant) -> Watched {
+        Watched {
+            path: path.to_path_buf(),
+            id: None,
+            next_check: now,
+        }
+    }
+
+    /// When to look again.
+    pub fn next_check(&self) -> Instant {
+        self.next_check
+    }
+
+    /// What the config holds, when its file changed since the last look; looks at most once
+    /// a second.
+    pub fn poll(&mut self, now: Instant) -> Option<Installed> {
+        if now < self.next_check {
+            return None;
+        }
+        self.changed(now).map(|text| read_installed(&text))
+    }
+
+    /// The config's text when it changed since the last look.
+    fn changed(&mut self, now: Instant) -> Option<String> {
+        self.next_check = now + Duration::from_secs(1);
+        let id = std::fs::metadata(&self.path)
+            .map(|m| (m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+            .map_err(|err| {
+                if self.id.is_some() {
+                    log(format_args!("cannot read {}: {err}", self.path.display()));
+                }
+                self.id = None;
+            })
+            .ok()?;
+        if Some(id) == self.id {
+            return None;
+        }
+        match std::fs::read_to_string(&self.path) {
+            Ok(text) => {
+                self.id = Some(id);
+                Some(text)
+            }
+            Err(err) => {
+                log(format_args!("cannot read {}: {err}", self.path.display()));
+                self.id = None;
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_installed_config_gives_names_nameservers_and_the_stats_socket() {
+        let text = "# generation: 1\nglobal\n    stats socket unix@/run/haproxy/admin.sock mode 660\n\
+                    \x20   stats socket /other.sock\n\
+                    defaults\n    stats socket /not-global.sock\n\
+                    #@route a.example API.x.example.:443 api 1 Z\n\
+                    #@route b.example 10.0.0.1:443 api 1 Z\n\
+                    #@suffix c.example bad$name.example:443 ingress-int 1 Z\n\
+                    #@nameserver 10.0.0.2:53\n#@nameserver nope\n";
+        let installed = read_installed(text);
+        assert_eq!(
+            installed.names.iter().collect::<Vec<_>>(),
+            ["api.x.example"]
+        );
+        assert_eq!(installed.ignored, ["bad$name.example"]);
+        assert_eq!(
+            installed.nameservers,
+            ["10.0.0.2:53".parse::<SocketAddr>().expect("addr")]
+        );
+        assert_eq!(installed.ignored_nameservers, ["nope"]);
+        assert_eq!(
+            installed.stats_socket.as_deref(),
+            Some(Path::new("/run/haproxy/admin.sock"))
+        );
+    }
+}

@@ -1,0 +1,223 @@
+//! The engine driven on a simulated clock, with no sockets: queries are taken from
+//! [`Engine::poll_send`] and answered (or not) through [`Engine::on_udp`].
+
+use super::*;
+use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
+use hickory_proto::rr::rdata::{A, CNAME};
+use hickory_proto::rr::{RData, Record, RecordType};
+
+const NAMESERVERS: [&str; 2] = ["10.0.0.2:53", "10.0.0.3:53"];
+
+fn nameserver(i: usize) -> SocketAddr {
+    NAMESERVERS[i].parse().expect("an address")
+}
+
+/// An engine with the default refresh (50 s) and timeout (1 s) at `max_qps`, and the
+/// instant the test's clock starts.
+fn engine(max_qps: u32) -> (Engine, Instant) {
+    let mut engine = Engine::new(Knobs {
+        max_qps,
+        ..Knobs::default()
+    });
+    engine.verbose = false;
+    engine.set_nameservers(vec![nameserver(0), nameserver(1)]);
+    (engine, Instant::now())
+}
+
+fn ms(start: Instant, millis: u64) -> Instant {
+    start + Duration::from_millis(millis)
+}
+
+/// The name (without the root dot) and type a query asks.
+fn question(query: &Outgoing) -> (String, RecordType) {
+    let message = Message::from_vec(&query.bytes).expect("a DNS message");
+    let asked = &message.queries[0];
+    let name = asked.name().to_ascii();
+    (name.trim_end_matches('.').to_owned(), asked.query_type())
+}
+
+/// The answer to `query` that `build` makes.
+fn reply(query: &Outgoing, build: impl FnOnce(&mut Message)) -> Vec<u8> {
+    let asked = Message::from_vec(&query.bytes).expect("a DNS message");
+    let mut message = Message::new(asked.metadata.id, MessageType::Response, OpCode::Query);
+    message.add_query(asked.queries[0].clone());
+    build(&mut message);
+    message.to_vec().expect("encodes")
+}
+
+fn a_record(owner: &str, ttl: u32) -> Record {
+    let owner = dns::fqdn(owner).expect("a name");
+    Record::from_rdata(owner, ttl, RData::A(A::new(10, 0, 0, 1)))
+}
+
+/// Everything the engine sends from `from` to `until` on its 25-ms ticks, unanswered:
+/// (when, what).
+fn run_unanswered(engine: &mut Engine, from: Instant, until: Instant) -> Vec<(Instant, Outgoing)> {
+    let mut sent = Vec::new();
+    let mut now = from;
+    while now < until {
+        engine.expire(now);
+        while let Some(query) = engine.poll_send(now) {
+            sent.push((now, query));
+        }
+        now += TICK;
+    }
+    sent
+}
+
+#[test]
+fn at_start_the_cap_holds_in_every_second_retries_included() {
+    let check = |max_qps: u32, names: usize| {
+        let (mut engine, start) = engine(max_qps);
+        let config: BTreeSet<String> = (0..names).map(|i| format!("n{i}.example")).collect();
+        engine.set_config_names(&config, start);
+        // One refresh period: a name whose turn failed is asked again only after it.
+        let sent = run_unanswered(&mut engine, start, start + Knobs::default().refresh);
+        let times: Vec<Instant> = sent.iter().map(|(t, _)| *t).collect();
+        let busiest = times
+            .iter()
+            .map(|t| {
+                times
+                    .iter()
+                    .filter(|u| *u >= t && **u < *t + Duration::from_secs(1))
+                    .count()
+            })
+            .max()
+            .unwrap_or(0);
+        assert!(
+            busiest <= max_qps as usize,
+            "{busiest} in a second at {max_qps}/s"
+        );
+        // Every new name is asked at the cap, not at the steady pace: the first second is
+        // all but full (the first tick sends one query, every later one its share).
+        let first = times.iter().filter(|t| **t < ms(start, 1000)).count();
+        let full = f64::from(max_qps) * 0.97 - 1.0;
+        assert!(
+            first as f64 >= full,
+            "{first} in the first second at {max_qps}/s"
+        );
+        // Unanswered, each name is tried three times, no more.
+        assert_eq!(sent.len(), names * 3, "at {max_qps}/s");
+    };
+    check(1, 5);
+    check(7, 30);
+    check(50, 400);
+    check(200, 1_000);
+}
+
+#[test]
+fn names_due_together_are_asked_oldest_due_first() {
+    let check = |ttls: &[(&str, u32)], expected: &[&str]| {
+        let (mut engine, start) = engine(100);
+        let config: BTreeSet<String> = ttls.iter().map(|(n, _)| format!("{n}.example")).collect();
+        engine.set_config_names(&config, start);
+        // The first turns, answered at once with each name's TTL.
+        for (now, query) in run_unanswered(&mut engine, start, ms(start, 500)) {
+            let (name, _) = question(&query);
+            let ttl = ttls
+                .iter()
+                .find(|(n, _)| format!("{n}.example") == name)
+                .map_or(0, |(_, ttl)| *ttl);
+            let bytes = reply(&query, |m| {
+                m.add_answer(a_record(&name, ttl));
+            });
+            engine.on_udp(&bytes, query.server, now);
+        }
+        // A minute later every one is due: they go in the order they came due.
+        let late = start + Duration::from_secs(60);
+        let mut order: Vec<String> = Vec::new();
+        for (_, query) in run_unanswered(&mut engine, late, late + Duration::from_secs(60)) {
+            let (name, _) = question(&query);
+            if !order.contains(&name) {
+                order.push(name);
+            }
+        }
+        let expected: Vec<String> = expected.iter().map(|n| format!("{n}.example")).collect();
+        assert_eq!(order, expected, "{ttls:?}");
+    };
+    check(
+        &[("a", 40), ("b", 10), ("c", 30), ("d", 20)],
+        &["b", "d", "c", "a"],
+    );
+    check(&[("a", 5), ("b", 300), ("c", 45)], &["a", "c", "b"]);
+    check(&[("z", 1), ("y", 2), ("x", 3)], &["z", "y", "x"]);
+}
+
+#[test]
+fn follow_ups_go_at_the_cap_before_any_name_due() {
+    // How the query after each reply looks: (name, type, over TCP, nameserver).
+    type Expected = (&'static str, RecordType, bool, usize);
+    let check = |answer: &dyn Fn(&mut Message), expected: Expected| {
+        // Two names known with addresses: a.example due now, b.example half a refresh later;
+        // their steady spacing is about 24 s, the cap's 100 ms.
+        let (mut engine, start) = engine(10);
+        let known: BTreeMap<String, IpAddr> = ["a.example", "b.example"]
+            .into_iter()
+            .map(|n| (n.to_owned(), "10.0.0.1".parse().expect("ip")))
+            .collect();
+        engine.load(&known, start);
+        let first = engine.poll_send(start).expect("a.example is due");
+        assert_eq!(question(&first), ("a.example".to_owned(), RecordType::A));
+        assert!(
+            engine.poll_send(ms(start, 99)).is_none(),
+            "the cap's spacing"
+        );
+        engine.on_udp(&reply(&first, answer), first.server, ms(start, 10));
+        // The follow-up leaves at the cap's spacing, not the steady one.
+        let next = engine
+            .poll_send(ms(start, 100))
+            .expect("the follow-up at the cap");
+        let (name, qtype, tcp, ns) = expected;
+        assert_eq!(question(&next), (name.to_owned(), qtype), "{expected:?}");
+        assert_eq!(matches!(next.via, Via::Tcp { .. }), tcp, "{expected:?}");
+        assert_eq!(next.server, nameserver(ns), "{expected:?}");
+        assert!(
+            engine.poll_send(ms(start, 200)).is_none(),
+            "b.example is not due"
+        );
+    };
+    let chase = |m: &mut Message| {
+        let owner = dns::fqdn("a.example").expect("a name");
+        let target = dns::fqdn("lb.example").expect("a name");
+        m.add_answer(Record::from_rdata(owner, 30, RData::CNAME(CNAME(target))));
+    };
+    check(&chase, ("lb.example", RecordType::A, false, 0));
+    check(&|_| {}, ("a.example", RecordType::AAAA, false, 0));
+    check(
+        &|m| m.metadata.truncation = true,
+        ("a.example", RecordType::A, true, 0),
+    );
+    check(
+        &|m| m.metadata.response_code = ResponseCode::ServFail,
+        ("a.example", RecordType::A, false, 1),
+    );
+}
+
+#[test]
+fn a_follow_up_goes_before_a_name_already_due() {
+    let (mut engine, start) = engine(10);
+    let known: BTreeMap<String, IpAddr> = ["a.example", "b.example"]
+        .into_iter()
+        .map(|n| (n.to_owned(), "10.0.0.1".parse().expect("ip")))
+        .collect();
+    engine.load(&known, start);
+    let first = engine.poll_send(start).expect("a.example is due");
+    let late = start + Duration::from_secs(30);
+    // a.example's answer comes when b.example is due too: the follow-up goes first.
+    let servfail = reply(&first, |m| {
+        m.metadata.response_code = ResponseCode::ServFail
+    });
+    engine.on_udp(&servfail, first.server, late);
+    let sent: Vec<(String, RecordType)> =
+        run_unanswered(&mut engine, late, late + Duration::from_millis(250))
+            .iter()
+            .map(|(_, q)| question(q))
+            .collect();
+    assert_eq!(
+        sent,
+        [
+            ("a.example".to_owned(), RecordType::A),
+            ("b.example".to_owned(), RecordType::A)
+        ]
+    );
+}

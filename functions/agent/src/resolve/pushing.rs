@@ -1,0 +1,116 @@
+//! When the map goes to the running HAProxy: the [`Pusher`] works in a task of its own (a
+//! stuck worker must not stop the resolving; every command on its socket has a deadline), one
+//! push at a time, after each write of the file, and every few seconds when nothing changed, so a
+//! reload (a new worker that loaded an older file) is caught up on.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::task::{JoinError, JoinHandle};
+
+use super::push::Pusher;
+
+/// A push and whether the worker's map equals its target now.
+type Pushed = Result<(Pusher, bool), JoinError>;
+
+/// Due again this long after a push started, should it never end (its socket calls time
+/// out in seconds; its end sets the next due time).
+const WHILE_PUSHING: Duration = Duration::from_secs(60);
+/// The time between two pushes after one that brought the worker's map to its target...
+const AFTER_SUCCESS: Duration = Duration::from_secs(2);
+/// ... and after one that did not.
+const AFTER_FAILURE: Duration = Duration::from_secs(3);
+
+/// The pusher, or its push in flight, and when the next push is due.
+#[derive(Debug)]
+pub struct Pushing {
+    stats_socket: Option<PathBuf>,
+    /// None while its push is in flight.
+    pusher: Option<Pusher>,
+    task: Option<JoinHandle<(Pusher, bool)>>,
+    due: Instant,
+}
+
+impl Pushing {
+    /// Nowhere to push yet: the config names the stats socket.
+    pub fn new(now: Instant) -> Pushing {
+        Pushing {
+            stats_socket: None,
+            pusher: Some(Pusher::new(None)),
+            task: None,
+            due: now,
+        }
+    }
+
+    /// Pushes to `stats_socket` from now on (a new pusher, due at once, when it changed).
+    pub async fn set_stats_socket(&mut self, stats_socket: Option<PathBuf>, now: Instant) {
+        if self.stats_socket == stats_socket {
+            return;
+        }
+        self.stats_socket = stats_socket;
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+        self.pusher = Some(Pusher::new(self.stats_socket.clone()));
+        self.due = now;
+    }
+
+    /// A push is due now (the file was written, or a request was answered).
+    pub fn due_now(&mut self, now: Instant) {
+        self.due = now;
+    }
+
+    /// Starts a push of `written` when one is due and none is in flight; `file_current`:
+    /// whether the file holds the engine's map (a push waits for the write).
+    pub fn start(
+        &mut self,
+        written: &Arc<BTreeMap<Arc<str>, IpAddr>>,
+        file_current: bool,
+        now: Instant,
+    ) {
+        if now < self.due || !file_current {
+            return;
+        }
+        let Some(mut pusher) = self.pusher.take() else {
+            return;
+        };
+        let target = Arc::clone(written);
+        self.task = Some(tokio::spawn(async move {
+            let ok = pusher.sync(&target).await;
+            (pusher, ok)
+        }));
+        self.due = now + WHILE_PUSHING;
+    }
+
+    /// When a push is due, if one could start then.
+    pub fn next_wake(&self, file_current: bool) -> Option<Instant> {
+        (file_current && self.pusher.is_some()).then_some(self.due)
+    }
+
+    /// The push in flight, once it ended; never while none is.
+    pub async fn finished(&mut self) -> Pushed {
+        match self.task.as_mut() {
+            Some(task) => task.await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Takes back the pusher of a push that ended.
+    pub fn ended(&mut self, pushed: Pushed, now: Instant) {
+        self.task = None;
+        match pushed {
+            Ok((pusher, ok)) => {
+                if self.pusher.is_none() {
+                    self.pusher = Some(pusher);
+                }
+                // Also every few seconds when nothing changed: a reload shows as a new pid.
+                self.due = now + if ok { AFTER_SUCCESS } else { AFTER_FAILURE };
+            }
+            // The push panicked: start over with a fresh view of HAProxy.
+            Err(_) => self.pusher = Some(Pusher::new(self.stats_socket.clone())),
+        }
+    }
+}
