@@ -31,7 +31,7 @@
 
 mod child;
 mod config;
-mod files;
+pub(crate) mod files;
 mod finish;
 mod maps;
 mod record;
@@ -49,12 +49,15 @@ use autoproxy::artifact::MapFiles;
 
 use crate::haproxy::RuntimeApi;
 pub use record::Outcome;
-use running::{Answer, Running, SILENT_BUDGET, SOCKET_TIMEOUT, Service};
+use running::{Answer, Running, Service};
+pub use running::{SILENT_BUDGET, SOCKET_TIMEOUT};
 
 // Every step that holds the lock is bounded; a child past its limit is killed at once.
 pub const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long the routes' new hosts may take to get their addresses before the swap.
-pub const ADDRESS_BUDGET: Duration = Duration::from_secs(20);
+/// How long the routes' new hosts may take to get their addresses before the swap: briefly,
+/// so a new cluster serves as soon as its apply returns; a route whose host has none by then
+/// is held ([`crate::routes`]) and the address service puts it in at its own pace.
+pub const ADDRESS_BUDGET: Duration = Duration::from_secs(2);
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 pub const RELOAD_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long HAProxy gets to report a generation running.
@@ -64,9 +67,31 @@ pub const RECORD_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long the runtime update of the route tables may take before the apply reloads instead
 /// (each command on the socket waits at most `SOCKET_TIMEOUT` more).
 pub const UPDATE_BUDGET: Duration = Duration::from_secs(10);
-/// Longer than another apply can hold the lock (see [`LOCKED_STEPS`]), and short enough that
-/// a wait plus a whole apply fits the document's 600 s.
+/// Longer than another apply can hold the lock (the sum of [`LOCKED_STEPS`]), and short
+/// enough that a wait plus a whole apply fits the document's 600 s.
 pub const LOCK_WAIT: Duration = Duration::from_secs(300);
+
+/// Every bounded step an apply can take under the lock, with its bound, the longest way
+/// through (a runtime update that gives up, a reload that fails, a rollback's reload): what
+/// [`LOCK_WAIT`] must outlast. A new step under the lock belongs here.
+pub const LOCKED_STEPS: [(&str, Duration); 12] = [
+    ("download", DOWNLOAD_TIMEOUT),
+    ("state: the stats socket", SILENT_BUDGET),
+    ("state: the service", running::SERVICE_TIMEOUT),
+    ("addresses", ADDRESS_BUDGET),
+    ("check", CHECK_TIMEOUT),
+    // The budget is checked before each command, which may wait one more socket time-out.
+    ("update", UPDATE_BUDGET.saturating_add(SOCKET_TIMEOUT)),
+    ("reload", RELOAD_TIMEOUT),
+    ("running", RUNNING_TIMEOUT.saturating_add(SOCKET_TIMEOUT)),
+    ("rollback: what runs", SOCKET_TIMEOUT),
+    ("rollback: reload", RELOAD_TIMEOUT),
+    (
+        "rollback: running",
+        RUNNING_TIMEOUT.saturating_add(SOCKET_TIMEOUT),
+    ),
+    ("record", SILENT_BUDGET.saturating_add(RECORD_TIMEOUT)),
+];
 
 /// Names the apply can stop at before a step, for the fault tests (`AUTOPROXY_AGENT_PAUSE`),
 /// for `AUTOPROXY_AGENT_PAUSE_SECONDS` (120).
@@ -377,9 +402,11 @@ impl Run {
 
         self.step = "maps";
         let maps = MapFiles::named_by(&text, new.generation);
-        let staged = self.stage_maps(&text, new.generation, &maps).await?;
+        self.seed_address_map(&maps).await?;
         self.step = "addresses";
         self.ensure_addresses(&text).await;
+        self.step = "maps";
+        let staged = self.stage_maps(&text, new.generation, &maps)?;
         let staged_config = files::temp_path(&self.dir, ".autoproxy-new");
         self.temps.push(staged_config.clone());
         files::write_synced(&staged_config, text.as_bytes(), 0o644)
@@ -404,6 +431,13 @@ impl Run {
                     .await
                 {
                     Ok(()) => {
+                        log(
+                            "update",
+                            &format!(
+                                "the running HAProxy holds the new route tables and generation {}: no reload",
+                                new.generation
+                            ),
+                        );
                         self.taken("runtime", "only the route tables changed");
                         self.step = "swap";
                         self.install_generation_map(&staged)?;
@@ -538,18 +572,11 @@ impl Run {
         skip
     }
 
+    /// Remembers which way the generation goes to HAProxy, for the record, and logs it.
     fn taken(&mut self, path: &'static str, why: &str) {
-        log(
-            "path",
-            &format!(
-                "{}: {why}",
-                if path == "runtime" {
-                    "no reload"
-                } else {
-                    "reloading"
-                }
-            ),
-        );
+        if path == "reload" {
+            log("install", &format!("reloading: {why}"));
+        }
         self.path_taken = Some(PathTaken {
             path,
             why: why.to_owned(),

@@ -13,3 +13,4 @@ pub mod addresses;
 pub mod apply;
 pub mod haproxy;
 pub mod resolve;
+pub mod routes;

@@ -58,6 +58,7 @@ pub mod service;
 
 mod config;
 mod engine;
+mod held;
 mod log;
 mod output;
 mod push;
@@ -131,7 +132,7 @@ async fn run(config: &Path, knobs: Knobs) -> Result<(), RunError> {
     log_start(config, output.path(), &knobs, known);
     let mut watched = Watched::new(config, start);
     let mut wants = Wants::default();
-    let mut pushing = Pushing::new(start);
+    let mut pushing = Pushing::new(config, start);
     let mut cycle = Cycle::new(start);
     let mut next_wanted_check = start + WANTED_CHECK;
     loop {

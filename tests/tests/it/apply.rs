@@ -22,6 +22,7 @@ mod concurrency;
 mod document;
 mod durability;
 mod faults;
+mod held;
 mod install;
 mod launcher;
 mod repair;

@@ -34,16 +34,13 @@ impl Run {
     /// Writes the maps of this generation to a staging directory, and the config variant
     /// that names them; starts the address map from what a running HAProxy resolved, the
     /// first time there is none.
-    pub(super) async fn stage_maps(
+    pub(super) fn stage_maps(
         &mut self,
         text: &str,
         generation: u64,
         maps: &MapFiles,
     ) -> Result<Staged, Failure> {
         let maps_dir = self.maps_dir.clone();
-        std::fs::create_dir_all(&maps_dir)
-            .or_else(|err| fail(format!("cannot create {}: {err}", maps_dir.display())))?;
-        self.seed_address_map(maps).await?;
         let stage = files::temp_path(&maps_dir, ".stage");
         self.temps.push(stage.clone());
         std::fs::create_dir(&stage)
@@ -59,7 +56,7 @@ impl Run {
             .and_then(|n| n.to_str())
             .unwrap_or_default()
             .to_owned();
-        let mut wanted = map_files(text, generation, maps);
+        let (mut wanted, held) = self.serving_files(text, generation, maps);
         let mut check_text = text.to_owned();
         let mut staged = Vec::new();
         for (index, (path, body)) in wanted.iter().enumerate() {
@@ -79,7 +76,7 @@ impl Run {
         log(
             "maps",
             &format!(
-                "generation {generation}: {} exact, {} suffix routes staged in {}",
+                "generation {generation}: {} exact, {} suffix routes staged in {}; {held} held until their host has an address",
                 wanted[0].1.lines().count(),
                 wanted[1].1.lines().count(),
                 stage.display()
@@ -98,7 +95,10 @@ impl Run {
     /// The address map, started from `show servers state` of the running HAProxy when there
     /// is none or it is empty (a per-route config names one server per host), so the first
     /// switch to the map layout drops no route.
-    async fn seed_address_map(&mut self, maps: &MapFiles) -> Result<(), Failure> {
+    pub(super) async fn seed_address_map(&mut self, maps: &MapFiles) -> Result<(), Failure> {
+        let maps_dir = self.maps_dir.clone();
+        std::fs::create_dir_all(&maps_dir)
+            .or_else(|err| fail(format!("cannot create {}: {err}", maps_dir.display())))?;
         let addresses = self.dir.join(&maps.addresses);
         if std::fs::metadata(&addresses).is_ok_and(|m| m.len() > 0) {
             return Ok(());
@@ -166,7 +166,7 @@ impl Run {
         let generation = config::header_generation(text).unwrap_or(0);
         let maps = MapFiles::named_by(text, generation);
         let mut dirs: Vec<PathBuf> = Vec::new();
-        let files = map_files(text, generation, &maps);
+        let (files, _) = self.serving_files(text, generation, &maps);
         for (path, body) in &files {
             let target = self.dir.join(path);
             let parent = target.parent().unwrap_or(&self.dir).to_path_buf();
@@ -372,6 +372,35 @@ async fn fill_map(
     Ok(version)
 }
 
+impl Run {
+    /// The files of one generation's maps (the address map belongs to all): (path, text), the
+    /// route tables first, as they may serve ([`crate::routes`]): a route whose host has no
+    /// address keeps the target its map file holds now, or stays out. How many are held.
+    fn serving_files(
+        &self,
+        text: &str,
+        generation: u64,
+        maps: &MapFiles,
+    ) -> (Vec<(String, String)>, usize) {
+        let addresses = std::fs::read_to_string(self.dir.join(&maps.addresses))
+            .map(|text| crate::address_map::parse(&text).addresses)
+            .unwrap_or_default();
+        let (routes, suffixes) = MapFiles::route_tables(text);
+        let mut files = Vec::new();
+        let mut held = 0;
+        for (path, wanted) in [(&maps.routes, routes), (&maps.suffixes, suffixes)] {
+            let current = std::fs::read_to_string(self.dir.join(path)).unwrap_or_default();
+            let serving = crate::routes::serving(&wanted, &addresses, &current);
+            held += serving.held.len();
+            files.push((path.clone(), serving.table));
+        }
+        if let Some(path) = &maps.generation {
+            files.push((path.clone(), MapFiles::generation_table(generation)));
+        }
+        (files, held)
+    }
+}
+
 /// `table` cut at line ends into pieces of at most `limit` bytes (a longer line alone).
 fn chunks(table: &str, limit: usize) -> Vec<&str> {
     let mut pieces = Vec::new();
@@ -398,20 +427,6 @@ fn entries(table: &str) -> Vec<(String, String)> {
         .filter_map(|line| line.split_once(' '))
         .map(|(key, value)| (key.to_owned(), value.to_owned()))
         .collect()
-}
-
-/// The files of one generation's maps (the address map belongs to all): (path, text), the
-/// route tables first.
-fn map_files(text: &str, generation: u64, maps: &MapFiles) -> Vec<(String, String)> {
-    let (routes, suffixes) = MapFiles::route_tables(text);
-    let mut files = vec![
-        (maps.routes.clone(), routes),
-        (maps.suffixes.clone(), suffixes),
-    ];
-    if let Some(path) = &maps.generation {
-        files.push((path.clone(), MapFiles::generation_table(generation)));
-    }
-    files
 }
 
 #[cfg(test)]

@@ -16,9 +16,9 @@ use crate::haproxy::{RuntimeApi, RuntimeError};
 /// How long one question on the stats socket may take.
 pub const SOCKET_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a silent socket is asked again before its generation counts as unknown.
-pub const SILENT_BUDGET: Duration = Duration::from_secs(10);
+pub const SILENT_BUDGET: Duration = Duration::from_secs(6);
 /// How long `systemctl is-active` may take.
-const SERVICE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const SERVICE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What one HAProxy worker runs, asked on one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

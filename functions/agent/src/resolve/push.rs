@@ -18,6 +18,9 @@ use super::log;
 /// Every command on the stats socket waits at most this long.
 const SOCKET_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The address map the worker should hold.
+type Target = Arc<BTreeMap<Arc<str>, IpAddr>>;
+
 /// What the running worker holds, as far as we know.
 #[derive(Debug)]
 pub struct Pusher {
@@ -27,22 +30,59 @@ pub struct Pusher {
     /// The target last pushed completely to `pid`: nothing to do while it is the same.
     pushed: Option<Arc<BTreeMap<Arc<str>, IpAddr>>>,
     down: bool,
+    /// The installed config, whose held routes go in once their host has an address.
+    config: Option<PathBuf>,
+    /// The addresses and config stamp the held routes were last released for.
+    released_for: Option<(Target, Option<(u64, std::time::SystemTime)>)>,
 }
 
 impl Pusher {
-    pub fn new(stats_socket: Option<PathBuf>) -> Pusher {
+    pub fn new(stats_socket: Option<PathBuf>, config: Option<PathBuf>) -> Pusher {
         Pusher {
             api: stats_socket.map(|path| RuntimeApi::new(path, SOCKET_TIMEOUT)),
             pid: None,
             view: HashMap::new(),
             pushed: None,
             down: false,
+            config,
+            released_for: None,
+        }
+    }
+
+    /// Puts in the held routes that can serve now, once per change of the addresses or the
+    /// config (the worker holds the addresses already).
+    async fn release_held(&mut self, target: &Arc<BTreeMap<Arc<str>, IpAddr>>) {
+        let Some(config) = self.config.clone() else {
+            return;
+        };
+        let stamp = std::fs::metadata(&config)
+            .and_then(|m| Ok((m.len(), m.modified()?)))
+            .ok();
+        if self
+            .released_for
+            .as_ref()
+            .is_some_and(|(done, at)| Arc::ptr_eq(done, target) && *at == stamp)
+        {
+            return;
+        }
+        match super::held::release(&config, target, self.api.as_ref()).await {
+            Ok(released) => {
+                if released > 0 {
+                    log(format_args!(
+                        "{released} held route(s) put in: their hosts have addresses now"
+                    ));
+                }
+                self.released_for = Some((Arc::clone(target), stamp));
+            }
+            Err(err) => log(format_args!("held routes not put in yet: {err}")),
         }
     }
 
     /// Makes the worker's map equal `target`; whether it is (false: try again later).
     pub async fn sync(&mut self, target: &Arc<BTreeMap<Arc<str>, IpAddr>>) -> bool {
         let Some(api) = self.api.clone() else {
+            // No worker to push to: the files are all a starting worker needs.
+            self.release_held(target).await;
             return false;
         };
         match self.push(&api, target).await {
@@ -60,6 +100,7 @@ impl Pusher {
                         self.pid.unwrap_or_default()
                     ));
                 }
+                self.release_held(target).await;
                 true
             }
             Err(err) => {

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,6 +27,7 @@ const AFTER_FAILURE: Duration = Duration::from_secs(3);
 /// The pusher, or its push in flight, and when the next push is due.
 #[derive(Debug)]
 pub struct Pushing {
+    config: PathBuf,
     stats_socket: Option<PathBuf>,
     /// None while its push is in flight.
     pusher: Option<Pusher>,
@@ -36,10 +37,11 @@ pub struct Pushing {
 
 impl Pushing {
     /// Nowhere to push yet: the config names the stats socket.
-    pub fn new(now: Instant) -> Pushing {
+    pub fn new(config: &Path, now: Instant) -> Pushing {
         Pushing {
+            config: config.to_path_buf(),
             stats_socket: None,
-            pusher: Some(Pusher::new(None)),
+            pusher: Some(Pusher::new(None, Some(config.to_path_buf()))),
             task: None,
             due: now,
         }
@@ -54,7 +56,10 @@ impl Pushing {
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
-        self.pusher = Some(Pusher::new(self.stats_socket.clone()));
+        self.pusher = Some(Pusher::new(
+            self.stats_socket.clone(),
+            Some(self.config.clone()),
+        ));
         self.due = now;
     }
 
@@ -110,7 +115,12 @@ impl Pushing {
                 self.due = now + if ok { AFTER_SUCCESS } else { AFTER_FAILURE };
             }
             // The push panicked: start over with a fresh view of HAProxy.
-            Err(_) => self.pusher = Some(Pusher::new(self.stats_socket.clone())),
+            Err(_) => {
+                self.pusher = Some(Pusher::new(
+                    self.stats_socket.clone(),
+                    Some(self.config.clone()),
+                ))
+            }
         }
     }
 }

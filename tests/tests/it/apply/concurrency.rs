@@ -121,18 +121,15 @@ fn reload_under_load() {
 /// can hold it, and the wait plus a whole apply still fits the document's timeout.
 #[test]
 fn a_lock_wait_outlasts_any_apply_that_holds_the_lock() {
-    use autoproxy_agent::apply::{
-        ADDRESS_BUDGET, CHECK_TIMEOUT, DOWNLOAD_TIMEOUT, LOCK_WAIT, RECORD_TIMEOUT, RELOAD_TIMEOUT,
-        RUNNING_TIMEOUT,
-    };
+    use autoproxy_agent::apply::{LOCK_WAIT, LOCKED_STEPS};
     let text = std::fs::read_to_string(autoproxy_tests::root().join("template.yaml")).unwrap();
-    // Each bounded step's child is killed at its limit; a rollback reloads and checks again.
-    let hold = (DOWNLOAD_TIMEOUT
-        + ADDRESS_BUDGET
-        + CHECK_TIMEOUT
-        + 2 * (RELOAD_TIMEOUT + RUNNING_TIMEOUT)
-        + RECORD_TIMEOUT)
-        .as_secs();
+    // The agent's own list of bounded steps under the lock: each is killed or given up at its
+    // bound; the longest way through gives up a runtime update, reloads, rolls back.
+    let hold: u64 = LOCKED_STEPS.iter().map(|(_, bound)| bound.as_secs()).sum();
+    assert!(
+        LOCKED_STEPS.iter().any(|(step, _)| *step == "update"),
+        "{LOCKED_STEPS:?}"
+    );
     let wait = LOCK_WAIT.as_secs();
     assert!(wait > hold, "lock wait {wait} s, longest hold {hold} s");
     let timeout: u64 = text

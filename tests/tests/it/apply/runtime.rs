@@ -41,7 +41,7 @@ fn config(f: &Fixture, generation: u64, zones: &[u64]) -> String {
 }
 
 /// The entries HAProxy holds in a map, sorted, as `key value` lines.
-fn held_map(f: &Fixture, map: &str) -> Vec<String> {
+pub(super) fn held_map(f: &Fixture, map: &str) -> Vec<String> {
     let answer = f.haproxy.stats_command(&format!("show map {map}")).unwrap();
     let mut entries: Vec<String> = answer
         .lines()
@@ -51,7 +51,7 @@ fn held_map(f: &Fixture, map: &str) -> Vec<String> {
     entries
 }
 
-fn file_map(f: &Fixture, map: &str) -> Vec<String> {
+pub(super) fn file_map(f: &Fixture, map: &str) -> Vec<String> {
     let text = std::fs::read_to_string(f.haproxy.dir().join(map)).unwrap();
     let mut entries: Vec<String> = text.lines().map(str::to_owned).collect();
     entries.sort();
@@ -59,7 +59,7 @@ fn file_map(f: &Fixture, map: &str) -> Vec<String> {
 }
 
 #[track_caller]
-fn assert_maps_equal_files(f: &Fixture) {
+pub(super) fn assert_maps_equal_files(f: &Fixture) {
     let maps = MapFiles::stable();
     for map in [maps.routes, maps.suffixes, maps.generation.unwrap()] {
         assert_eq!(held_map(f, &map), file_map(f, &map), "{map}");

@@ -1,0 +1,113 @@
+//! Held routes go in once their host has an address ([`crate::routes`]): the apply leaves a
+//! route without an address out, or at its old target, and the address service, which is
+//! the one to learn the address, puts it in without waiting for another apply.
+//!
+//! The route map files are the apply's, so this runs under the apply's lock, taken without
+//! waiting: an apply that holds it writes the tables itself, and the next push tries again.
+//! Only entries that now serve are written: to the running worker first, one entry at a time
+//! (`add map`/`set map`: each is atomic), after its addresses were pushed; then to the file,
+//! so a worker that did not answer is tried again at the next push (the file still differs).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use autoproxy::artifact::MapFiles;
+
+use crate::apply::files;
+use crate::haproxy::{RuntimeApi, RuntimeError};
+use crate::routes;
+
+/// One route table's entries to change so its held routes serve: (key, target).
+type Released = Vec<(String, String)>;
+
+/// The tables of the config at `config` whose held routes can serve with `addresses`: (map
+/// path as the config names it, the table's new text, the entries that changed).
+fn releasable(
+    config: &Path,
+    addresses: &BTreeMap<String, IpAddr>,
+) -> Vec<(String, String, Released)> {
+    let dir = config.parent().unwrap_or(Path::new("/"));
+    let Ok(text) = std::fs::read_to_string(config) else {
+        return Vec::new();
+    };
+    let generation = autoproxy::artifact::parse_header(&text).map_or(0, |h| h.generation);
+    let maps = MapFiles::named_by(&text, generation);
+    let (routes, suffixes) = MapFiles::route_tables(&text);
+    let mut out = Vec::new();
+    for (path, wanted) in [(maps.routes, routes), (maps.suffixes, suffixes)] {
+        let current = std::fs::read_to_string(dir.join(&path)).unwrap_or_default();
+        let serving = routes::serving(&wanted, addresses, &current);
+        let now: BTreeMap<&str, &str> = routes::entries(&current).collect();
+        let changed: Released = routes::entries(&serving.table)
+            .filter(|(key, target)| now.get(key) != Some(target))
+            .map(|(key, target)| (key.to_owned(), target.to_owned()))
+            .collect();
+        if !changed.is_empty() {
+            out.push((path, serving.table, changed));
+        }
+    }
+    out
+}
+
+/// Puts in the held routes of the config at `config` whose host has an address in
+/// `addresses`; how many. Nothing when an apply holds the lock.
+pub async fn release(
+    config: &Path,
+    addresses: &Arc<BTreeMap<Arc<str>, IpAddr>>,
+    api: Option<&RuntimeApi>,
+) -> Result<usize, String> {
+    let addresses: BTreeMap<String, IpAddr> = addresses
+        .iter()
+        .map(|(name, address)| (name.to_string(), *address))
+        .collect();
+    if releasable(config, &addresses).is_empty() {
+        return Ok(0);
+    }
+    let lock_path = PathBuf::from(format!("{}.lock", config.display()));
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|err| format!("cannot open {}: {err}", lock_path.display()))?;
+    if lock.try_lock().is_err() {
+        return Ok(0);
+    }
+    // Again under the lock: an apply may have just written the tables.
+    let dir = config.parent().unwrap_or(Path::new("/"));
+    let mut released = 0;
+    for (path, table, changed) in releasable(config, &addresses) {
+        if let Some(api) = api {
+            set_entries(api, &path, &changed)
+                .await
+                .map_err(|err| format!("{path}: {err}"))?;
+        }
+        let target = dir.join(&path);
+        let temp = files::temp_path(target.parent().unwrap_or(dir), ".held");
+        files::write_synced(&temp, table.as_bytes(), 0o644)
+            .and_then(|()| std::fs::rename(&temp, &target))
+            .map_err(|err| {
+                let _ = std::fs::remove_file(&temp);
+                format!("cannot write {}: {err}", target.display())
+            })?;
+        released += changed.len();
+    }
+    drop(lock);
+    Ok(released)
+}
+
+/// Sets each entry in the running worker's `map`: `set map` where it holds the key, else
+/// `add map`.
+async fn set_entries(api: &RuntimeApi, map: &str, entries: &Released) -> Result<(), RuntimeError> {
+    let mut session = api.session().await?;
+    let held: BTreeMap<String, String> = session.show_map(map).await?.into_iter().collect();
+    for (key, target) in entries {
+        let verb = if held.contains_key(key) { "set" } else { "add" };
+        session
+            .change(&format!("{verb} map {map} {key} {target}"))
+            .await?;
+    }
+    Ok(())
+}

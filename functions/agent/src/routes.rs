@@ -1,0 +1,130 @@
+//! The route tables as they may serve: a route never points at a host without an address.
+//!
+//! The config's route lines say where each SNI should go. A route whose host has no address
+//! yet (a new cluster whose name does not resolve from here yet, a typo) would only reject
+//! its connections, so it is *held*: it keeps the target it serves with now, when that
+//! target's host has an address (a route moved to a new host goes on serving at the old one),
+//! else it stays out. When its host resolves, the address service puts it in, without an
+//! apply. The tables written to the map files and to the running HAProxy are these, so a
+//! restart serves exactly what the runtime held.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+/// One route table (`key target` per line, as the map files hold it) as it may serve.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Serving {
+    /// The table's text, in the config's order.
+    pub table: String,
+    /// Keys whose route is held: kept at its previous target, or left out.
+    pub held: BTreeSet<String>,
+}
+
+/// The host of a `host:port` target.
+pub fn target_host(target: &str) -> &str {
+    target.rsplit_once(':').map_or(target, |(host, _)| host)
+}
+
+/// Whether a target can serve: its host is an IP literal or has an address.
+pub fn has_address(target: &str, addresses: &BTreeMap<String, IpAddr>) -> bool {
+    let host = target_host(target);
+    host.parse::<IpAddr>().is_ok() || addresses.contains_key(host)
+}
+
+/// `wanted` (a table as the config says it) as it may serve, given the hosts' `addresses`
+/// and the table that serves now (`current`, the map file's text).
+pub fn serving(wanted: &str, addresses: &BTreeMap<String, IpAddr>, current: &str) -> Serving {
+    let current: BTreeMap<&str, &str> = entries(current).collect();
+    let mut out = Serving::default();
+    for (key, target) in entries(wanted) {
+        let chosen = if has_address(target, addresses) {
+            Some(target)
+        } else {
+            out.held.insert(key.to_owned());
+            current
+                .get(key)
+                .copied()
+                .filter(|old| *old != target && has_address(old, addresses))
+        };
+        if let Some(target) = chosen {
+            out.table.push_str(key);
+            out.table.push(' ');
+            out.table.push_str(target);
+            out.table.push('\n');
+        }
+    }
+    out
+}
+
+/// The `(key, target)` entries of a table's text.
+pub fn entries(table: &str) -> impl Iterator<Item = (&str, &str)> {
+    table.lines().filter_map(|line| {
+        let mut words = line.split_whitespace();
+        Some((words.next()?, words.next()?))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addresses(names: &[&str]) -> BTreeMap<String, IpAddr> {
+        names
+            .iter()
+            .map(|n| ((*n).to_owned(), IpAddr::from([10, 0, 0, 1])))
+            .collect()
+    }
+
+    #[track_caller]
+    fn check(wanted: &str, known: &[&str], current: &str, table: &str, held: &[&str]) {
+        let got = serving(wanted, &addresses(known), current);
+        assert_eq!(got.table, table);
+        assert_eq!(
+            got.held.iter().map(String::as_str).collect::<Vec<_>>(),
+            held
+        );
+    }
+
+    #[test]
+    fn a_route_serves_only_towards_an_address() {
+        // Resolved, or an IP literal: as the config says.
+        check("a.x h1:443\n", &["h1"], "", "a.x h1:443\n", &[]);
+        check("a.x 10.1.1.1:443\n", &[], "", "a.x 10.1.1.1:443\n", &[]);
+        // New and unresolved: out until its host resolves.
+        check("a.x h1:443\n", &[], "", "", &["a.x"]);
+        // Moved to a host without an address: keeps serving where it did.
+        check(
+            "a.x h2:443\n",
+            &["h1"],
+            "a.x h1:443\n",
+            "a.x h1:443\n",
+            &["a.x"],
+        );
+        // ... unless that old host has lost its address too.
+        check("a.x h2:443\n", &[], "a.x h1:443\n", "", &["a.x"]);
+        // Its host resolved: the held route goes in.
+        check(
+            "a.x h2:443\n",
+            &["h1", "h2"],
+            "a.x h1:443\n",
+            "a.x h2:443\n",
+            &[],
+        );
+        // Others are untouched, in the config's order; a removed route is gone.
+        check(
+            "b.x h2:443\nc.x h3:443\n",
+            &["h3"],
+            "z.x h3:443\nb.x h3:443\n",
+            "b.x h3:443\nc.x h3:443\n",
+            &["b.x"],
+        );
+    }
+
+    #[test]
+    fn hosts_and_targets() {
+        assert_eq!(target_host("api.x:443"), "api.x");
+        assert_eq!(target_host("api.x"), "api.x");
+        assert!(has_address("10.0.0.1:443", &BTreeMap::new()));
+        assert!(!has_address("h:443", &BTreeMap::new()));
+    }
+}
