@@ -146,12 +146,14 @@ async fn run(config: &Path, knobs: Knobs) -> Result<(), RunError> {
             next_wanted_check = now + WANTED_CHECK;
             engine.expire_wanted(now);
         }
-        let answered = wants.answer(&mut engine, &mut output, now);
+        wants.answer(&mut engine, &mut output, now);
         let wrote = output.write_due(&mut engine, now);
-        if answered || wrote {
+        if wants.push_wanted() || wrote {
             pushing.due_now(now);
         }
-        pushing.start(output.written(), !engine.dirty, now);
+        if pushing.start(output.written(), !engine.dirty, now) {
+            wants.push_started();
+        }
         cycle.report(&mut engine, knobs.refresh, now);
         let wake = [
             engine.next_wake(now),
@@ -169,7 +171,10 @@ async fn run(config: &Path, knobs: Knobs) -> Result<(), RunError> {
             () = tokio::time::sleep_until(wake.into()) => {}
             Some(done) = transport.tcp_rx.recv() => engine.on_tcp(done, Instant::now()),
             want = control.next() => wants.add(want, &mut engine, Instant::now()),
-            pushed = pushing.finished() => pushing.ended(pushed, Instant::now()),
+            pushed = pushing.finished() => {
+                pushing.ended(pushed, Instant::now());
+                wants.push_ended();
+            }
             () = stop.signalled() => break,
         }
     }

@@ -15,12 +15,7 @@ impl Run {
     /// returns the exit status.
     pub(super) async fn finish(&mut self, result: Result<(), Failure>) -> u8 {
         let (code, outcome, reason) = match result {
-            Ok(()) => {
-                if self.outcome == Outcome::Applied || self.outcome == Outcome::Skipped {
-                    self.ensure_resolver();
-                }
-                (0, self.outcome, String::new())
-            }
+            Ok(()) => (0, self.outcome, String::new()),
             Err(Failure { reason }) if self.stage == Stage::MapsInstalled => {
                 let code = self.unstage_maps(&reason);
                 (code, Outcome::Failed, reason)
@@ -44,6 +39,12 @@ impl Run {
         };
         self.pause("record").await;
         self.report(outcome, &reason).await;
+        // The service's install may wait on systemctl for minutes: not under the lock, which
+        // another apply is waiting for (and whose bounded steps LOCK_WAIT counts).
+        self._lock = None;
+        if code == 0 {
+            self.ensure_resolver();
+        }
         code
     }
 

@@ -216,9 +216,9 @@ impl Run {
     }
 
     /// Replaces the running HAProxy's route tables with the staged ones and verifies them,
-    /// then sets its generation map: no reload. First the worker gets the address of every
-    /// route host it lacks, from the address map file (a route never points at a missing
-    /// address; the address service would push it too, but later). Each table switches
+    /// then sets its generation map: no reload. First, when no address service runs, the
+    /// worker gets the address of every route host it lacks, from the address map file (a
+    /// route never points at a missing address). Each table switches
     /// atomically (`prepare map`, `add map @ver` in chunks, `commit map @ver`); the generation
     /// is set last, once both tables were read back equal to their files.
     pub(super) async fn update_runtime(
@@ -233,7 +233,16 @@ impl Run {
             .ok_or_else(|| "the installed config declares no usable stats socket".to_owned())?;
         let deadline = std::time::Instant::now() + UPDATE_BUDGET;
         let mut session = api.session().await.map_err(|err| err.to_string())?;
-        let pushed = push_addresses(&mut session, &self.dir, &maps.addresses, text).await?;
+        // While the address service runs it is the one writer of the worker's address map
+        // (it pushed the new hosts before it answered the apply); only without it does the
+        // apply give the worker what it lacks.
+        let control = self.dir.join(crate::resolve::control::SOCKET);
+        let service_writes = std::os::unix::net::UnixStream::connect(&control).is_ok();
+        let pushed = if service_writes {
+            0
+        } else {
+            push_addresses(&mut session, &self.dir, &maps.addresses, text, deadline).await?
+        };
         if pushed > 0 {
             log(
                 "update",
@@ -295,6 +304,7 @@ async fn push_addresses(
     dir: &std::path::Path,
     map: &str,
     text: &str,
+    deadline: std::time::Instant,
 ) -> Result<usize, String> {
     if !artifact::body(text).contains(map) {
         // A template that routes without the address map (backends as IP literals).
@@ -319,6 +329,7 @@ async fn push_addresses(
         if held.contains_key(&host) {
             continue;
         }
+        due(deadline)?;
         session
             .change(&format!("add map {map} {host} {address}"))
             .await

@@ -69,18 +69,19 @@ impl Pushing {
     }
 
     /// Starts a push of `written` when one is due and none is in flight; `file_current`:
-    /// whether the file holds the engine's map (a push waits for the write).
+    /// whether the file holds the engine's map (a push waits for the write). Whether it
+    /// started one.
     pub fn start(
         &mut self,
         written: &Arc<BTreeMap<Arc<str>, IpAddr>>,
         file_current: bool,
         now: Instant,
-    ) {
+    ) -> bool {
         if now < self.due || !file_current {
-            return;
+            return false;
         }
         let Some(mut pusher) = self.pusher.take() else {
-            return;
+            return false;
         };
         let target = Arc::clone(written);
         self.task = Some(tokio::spawn(async move {
@@ -88,6 +89,7 @@ impl Pushing {
             (pusher, ok)
         }));
         self.due = now + WHILE_PUSHING;
+        true
     }
 
     /// When a push is due, if one could start then.

@@ -1,6 +1,8 @@
 //! The requests of the control socket while their names resolve: each is answered once all
 //! its names ended their turn (or its wait is up), and only after the map file holds what the
-//! answer says.
+//! answer says and a push to the running worker that started after that has ended. So an
+//! apply that asked gets an answer when the worker holds the addresses too: the service is
+//! the one writer of the worker's address map while it runs.
 
 use std::time::Instant;
 
@@ -18,10 +20,17 @@ struct Waiter {
     reply: oneshot::Sender<Vec<String>>,
 }
 
+/// An answer, and where it goes.
+type Reply = (oneshot::Sender<Vec<String>>, Vec<String>);
+
 /// Every request not answered yet.
 #[derive(Debug, Default)]
 pub struct Wants {
     waiting: Vec<Waiter>,
+    /// Answered and written to the file, waiting for a push to start.
+    ready: Vec<Reply>,
+    /// Waiting for the push in flight to end.
+    in_push: Vec<Reply>,
 }
 
 impl Wants {
@@ -35,8 +44,8 @@ impl Wants {
         });
     }
 
-    /// Answers the requests whose names all settled or whose time is up, writing the map
-    /// first if it changed; whether it answered any.
+    /// Readies the answers of the requests whose names all settled or whose time is up,
+    /// writing the map first if it changed; whether it readied any (a push is due then).
     pub fn answer(&mut self, engine: &mut Engine, output: &mut Output, now: Instant) -> bool {
         let (done, waiting): (Vec<Waiter>, Vec<Waiter>) = std::mem::take(&mut self.waiting)
             .into_iter()
@@ -57,9 +66,27 @@ impl Wants {
                     Err(why) => format!("missing {name} {why}"),
                 })
                 .collect();
-            let _ = waiter.reply.send(lines);
+            self.ready.push((waiter.reply, lines));
         }
         true
+    }
+
+    /// Whether answers wait for a push to start.
+    pub fn push_wanted(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
+    /// A push started: the ready answers go when it ends.
+    pub fn push_started(&mut self) {
+        self.in_push.append(&mut self.ready);
+    }
+
+    /// The push ended (whether or not the worker took it: a worker that does not answer is
+    /// reloaded by the apply, and loads the file): its answers go.
+    pub fn push_ended(&mut self) {
+        for (reply, lines) in self.in_push.drain(..) {
+            let _ = reply.send(lines);
+        }
     }
 
     /// The earliest time a request must be answered by.

@@ -98,3 +98,81 @@ fn a_route_to_a_name_that_does_not_resolve_is_held_then_put_in_by_the_resolver()
     assert!(moved, "{}", resolver.output());
     assert_maps_equal_files(&f);
 }
+
+/// `count` routes `n<i>.test` to hosts `h<i>.named.test`, all by name.
+fn named_config(f: &Fixture, dns: &DnsServer, generation: u64, count: usize) -> String {
+    let routes: Vec<_> = (0..count)
+        .map(|i| {
+            let mut route = proxy::api_route(&format!("n{i}.test"), f.backends.get("a"));
+            route.backend = HostName::parse(&format!("h{i}.named.test")).unwrap();
+            route
+        })
+        .collect();
+    proxy::render_with(
+        generation,
+        &routes,
+        &f.haproxy.options(f.backends.port),
+        &[dns.addr()],
+    )
+}
+
+/// While the address service runs it is the one writer of the worker's address map: an apply
+/// of new hosts while it pushes asks it, never writes itself, and the worker ends with one
+/// entry per host, equal to the file.
+#[test]
+fn an_apply_while_the_resolver_pushes_leaves_one_entry_per_host() {
+    let f = Fixture::new(&["a"]);
+    let dns = DnsServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
+    for i in 0..300 {
+        dns.set(&format!("h{i}.named.test"), &[ip(&f, "a")]);
+    }
+    f.install_first(&named_config(&f, &dns, 1, 200));
+    let resolver = Resolver::start(&f.haproxy.config_path(), QUICK);
+    let run = f.apply(&f.upload(&named_config(&f, &dns, 2, 300)));
+    assert!(run.success(), "{run}");
+    assert!(
+        !run.stdout.contains("gave the running HAProxy"),
+        "the apply wrote the worker's address map itself:\n{run}"
+    );
+    // Every new route the apply put in serves the moment it returns: the service had pushed
+    // its host's address to the worker before it answered the apply.
+    let live: Vec<String> = file_map(&f, &MapFiles::stable().routes)
+        .into_iter()
+        .filter_map(|entry| entry.split_whitespace().next().map(str::to_owned))
+        .filter(|key| (200..300).any(|i| *key == format!("proxy.api.n{i}.test")))
+        .collect();
+    assert!(live.len() > 10, "{live:?}\n{run}");
+    for sni in &live {
+        assert!(
+            f.haproxy.probe(sni).is_ok(),
+            "{sni} does not serve yet:\n{run}"
+        );
+    }
+    let map = &MapFiles::stable().addresses;
+    let settled = wait_until(Duration::from_secs(10), || {
+        f.haproxy
+            .stats_command(&format!("show map {map}"))
+            .is_ok_and(|a| a.lines().filter(|l| !l.trim().is_empty()).count() >= 300)
+    });
+    assert!(settled, "{}", resolver.output());
+    let answer = f.haproxy.stats_command(&format!("show map {map}")).unwrap();
+    let mut keys: Vec<&str> = answer
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(1))
+        .collect();
+    let all = keys.len();
+    keys.sort_unstable();
+    keys.dedup();
+    assert_eq!(
+        keys.len(),
+        all,
+        "a duplicate key in the worker's map:\n{answer}"
+    );
+    // The held routes go in too, the worker's tables and the files alike.
+    let routes = MapFiles::stable().routes;
+    let all_in = wait_until(Duration::from_secs(10), || {
+        file_map(&f, &routes).len() == 300 && super::runtime::held_map(&f, &routes).len() == 300
+    });
+    assert!(all_in, "{}", resolver.output());
+    assert_maps_equal_files(&f);
+}
