@@ -117,31 +117,119 @@ fn reload_under_load() {
     );
 }
 
+/// Every duration the agent's apply module declares (`[pub] const NAME: Duration =
+/// Duration::from_secs(N)` or `from_millis`), by name, read from its source: the private
+/// ones too, which a test cannot import.
+fn apply_durations() -> BTreeMap<String, Duration> {
+    let dir = autoproxy_tests::root().join("functions/agent/src");
+    let mut files = vec![dir.join("apply.rs")];
+    let mut inner: Vec<PathBuf> = std::fs::read_dir(dir.join("apply"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "rs"))
+        .collect();
+    inner.sort();
+    files.extend(inner);
+    let mut durations = BTreeMap::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for line in text.lines() {
+            let line = line.trim_start();
+            let line = line.strip_prefix("pub ").unwrap_or(line);
+            let Some(rest) = line.strip_prefix("const ") else {
+                continue;
+            };
+            let Some((name, value)) = rest.split_once(": Duration = Duration::from_") else {
+                continue;
+            };
+            let (unit, number) = value
+                .strip_suffix(");")
+                .and_then(|v| v.split_once('('))
+                .unwrap_or_else(|| panic!("{}: cannot read {line}", file.display()));
+            let number: u64 = number.replace('_', "").parse().unwrap();
+            let duration = match unit {
+                "secs" => Duration::from_secs(number),
+                "millis" => Duration::from_millis(number),
+                other => panic!("{}: {name} in {other}", file.display()),
+            };
+            durations.insert(name.to_owned(), duration);
+        }
+    }
+    durations
+}
+
 /// A push that meets another apply's lock (an association run) waits longer than that apply
-/// can hold it, and the wait plus a whole apply still fits the document's timeout.
+/// can hold it, and the wait plus a whole apply still fits the document's timeout. The hold
+/// adds up every bounded step of a run under the lock, each from the agent's own constant;
+/// every duration the apply module declares is either counted or named as no step under the
+/// lock, so a step added with a budget of its own fails here until it is counted.
 #[test]
 fn a_lock_wait_outlasts_any_apply_that_holds_the_lock() {
     use autoproxy_agent::apply::{
         ADDRESS_BUDGET, CHECK_TIMEOUT, DOWNLOAD_TIMEOUT, LOCK_WAIT, RECORD_TIMEOUT, RELOAD_TIMEOUT,
-        RUNNING_TIMEOUT,
+        RUNNING_TIMEOUT, UPDATE_BUDGET,
     };
+    let declared = apply_durations();
+    // Not public: the agent's time-out for one command on HAProxy's stats socket.
+    let socket = *declared
+        .get("SOCKET_TIMEOUT")
+        .expect("SOCKET_TIMEOUT in the source");
+    // Each step and how often a run can take it. A child past its limit is killed at once. The
+    // runtime update checks its budget before every command, so it ends within the budget
+    // plus one socket time-out; when it fails the apply reloads instead. A failed reload (or
+    // its wait for the new worker) rolls back, which reloads and waits again.
+    let steps = [
+        ("DOWNLOAD_TIMEOUT", DOWNLOAD_TIMEOUT, 1u32),
+        ("ADDRESS_BUDGET", ADDRESS_BUDGET, 1),
+        ("CHECK_TIMEOUT", CHECK_TIMEOUT, 1),
+        ("UPDATE_BUDGET", UPDATE_BUDGET, 1),
+        ("SOCKET_TIMEOUT", socket, 1),
+        ("RELOAD_TIMEOUT", RELOAD_TIMEOUT, 2),
+        ("RUNNING_TIMEOUT", RUNNING_TIMEOUT, 2),
+        ("RECORD_TIMEOUT", RECORD_TIMEOUT, 1),
+    ];
+    // The wait for the lock is spent before the lock is held.
+    let not_steps = [("LOCK_WAIT", LOCK_WAIT)];
+    for (name, value) in steps
+        .iter()
+        .map(|(name, value, _)| (name, value))
+        .chain(not_steps.iter().map(|(name, value)| (name, value)))
+    {
+        assert_eq!(
+            declared.get(*name),
+            Some(value),
+            "{name} as the source declares it"
+        );
+    }
+    let named: Vec<&str> = steps
+        .iter()
+        .map(|(name, _, _)| *name)
+        .chain(not_steps.iter().map(|(name, _)| *name))
+        .collect();
+    let uncounted: Vec<&String> = declared
+        .keys()
+        .filter(|name| !named.contains(&name.as_str()))
+        .collect();
+    assert!(
+        uncounted.is_empty(),
+        "durations of the apply neither counted in its hold of the lock nor named as no step \
+         under it: {uncounted:?}"
+    );
+
+    let hold: Duration = steps
+        .iter()
+        .map(|(_, budget, times)| *budget * *times)
+        .sum();
     let text = std::fs::read_to_string(autoproxy_tests::root().join("template.yaml")).unwrap();
-    // Each bounded step's child is killed at its limit; a rollback reloads and checks again.
-    let hold = (DOWNLOAD_TIMEOUT
-        + ADDRESS_BUDGET
-        + CHECK_TIMEOUT
-        + 2 * (RELOAD_TIMEOUT + RUNNING_TIMEOUT)
-        + RECORD_TIMEOUT)
-        .as_secs();
-    let wait = LOCK_WAIT.as_secs();
-    assert!(wait > hold, "lock wait {wait} s, longest hold {hold} s");
+    let wait = LOCK_WAIT;
+    assert!(wait > hold, "lock wait {wait:?}, longest hold {hold:?}");
     let timeout: u64 = text
         .lines()
         .find_map(|line| line.trim().strip_prefix("timeoutSeconds: "))
         .and_then(|value| value.trim_matches('"').parse().ok())
         .expect("the document's timeoutSeconds");
     assert!(
-        wait + hold < timeout,
-        "a wait ({wait} s) and a whole apply ({hold} s) exceed timeoutSeconds {timeout}"
+        wait + hold < Duration::from_secs(timeout),
+        "a wait ({wait:?}) and a whole apply ({hold:?}) exceed timeoutSeconds {timeout}"
     );
 }
