@@ -29,17 +29,8 @@ use std::time::Duration;
 
 pub use query::{Query, average_per_second, max_in_window, max_per_second, per_second};
 use transport::{Shared, serve, serve_tcp};
+pub use wire::{A, AAAA, CNAME, NXDOMAIN};
 use zone::Zone;
-
-/// Query type A.
-pub const A: u16 = 1;
-/// Query type CNAME.
-pub const CNAME: u16 = 5;
-/// Query type AAAA.
-pub const AAAA: u16 = 28;
-
-/// Response code NXDOMAIN.
-pub const NXDOMAIN: u8 = 3;
 
 /// A running server; its thread stops when it is dropped.
 #[derive(Debug)]

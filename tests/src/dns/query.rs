@@ -64,7 +64,7 @@ pub fn average_per_second(queries: &[Query]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dns::A;
+    use crate::dns::wire::A;
 
     #[test]
     fn rates_per_window() {

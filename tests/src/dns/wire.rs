@@ -1,6 +1,16 @@
 //! The wire format, as far as the server needs it: the question of a query message, names and
 //! records written uncompressed, and a reply cut to what the transport carries.
 
+/// Query type A.
+pub const A: u16 = 1;
+/// Query type CNAME.
+pub const CNAME: u16 = 5;
+/// Query type AAAA.
+pub const AAAA: u16 = 28;
+
+/// Response code NXDOMAIN.
+pub const NXDOMAIN: u8 = 3;
+
 /// The question of a query message, with what the reply must echo.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Question {

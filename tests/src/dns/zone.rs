@@ -3,8 +3,7 @@
 use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use super::wire::{self, Question, write_name, write_record};
-use super::{A, AAAA, CNAME, NXDOMAIN};
+use super::wire::{self, A, AAAA, CNAME, NXDOMAIN, Question, write_name, write_record};
 
 /// TTL of every record served unless set (what Route53 gives an alias record).
 const TTL: u32 = 60;

@@ -16,7 +16,7 @@ use autoproxy_tests::proxy::{Haproxy, HaproxyFiles};
 use autoproxy_tests::ssm_agent::{Document, Run};
 use autoproxy_tests::stream::{Held, KubectlWatch, WatchEnd, streamer};
 
-use super::Env;
+use super::env::Env;
 
 /// Route changes published one after another.
 const CHANGES: usize = 20;

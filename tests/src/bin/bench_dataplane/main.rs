@@ -15,6 +15,7 @@
 #![allow(clippy::print_stdout, clippy::expect_used, clippy::unwrap_used)]
 
 mod apply;
+mod env;
 mod measure;
 mod report;
 mod under_load;
@@ -30,6 +31,7 @@ use autoproxy_tests::dns::DnsServer;
 use autoproxy_tests::proxy::Backends;
 
 use apply::{ApplyTimes, apply_times};
+use env::Env;
 use measure::{Row, measure};
 use report::{section, table};
 
@@ -90,18 +92,6 @@ fn args() -> Args {
         }
     }
     args
-}
-
-/// Everything shared by the runs: the DNS servers, the backends, the clock.
-struct Env {
-    /// Where HAProxy's resolv.conf (and the per-route template's `resolvers`) point.
-    dns: DnsServer,
-    /// The map-based design's resolver agent asks this one: its queries are told apart.
-    agent_dns: DnsServer,
-    backends: Backends,
-    ticks: u64,
-    window: Duration,
-    agent: bool,
 }
 
 fn main() {

@@ -17,7 +17,7 @@ use autoproxy_tests::dns::Query;
 use autoproxy_tests::proxy::HaproxyFiles;
 use autoproxy_tests::resolver::{Knobs, Resolver};
 
-use super::Env;
+use super::env::Env;
 use super::under_load::{UnderLoad, reloads_under_load};
 
 /// One row of the table.
