@@ -12,6 +12,7 @@ pub mod estate;
 pub mod golden;
 pub mod iam;
 pub mod local;
+pub mod loopback;
 pub mod moto;
 pub mod pipeline;
 pub mod proxy;
