@@ -1,6 +1,8 @@
 //! The reload command's children never outlive the apply: not after SSM's timeout kills the
 //! script's group, not after a cancel stops the apply during the reload.
 
+use std::os::unix::fs::PermissionsExt;
+
 use super::*;
 
 /// The processes started by a run: every process whose environment carries `marker`, but
@@ -30,27 +32,16 @@ fn processes_of_run(marker: &str) -> Vec<(u32, String)> {
         .collect()
 }
 
-/// SSM's timeout kills the script's process group: the reload command and whatever it
-/// started (here `reload.sh` sleeping before its USR2) go with it, so nothing reloads HAProxy
-/// after the apply died and the next apply takes the lock at once.
-///
-/// The old document ran each child under `timeout(1)`, which moves it into a process group of
-/// its own: the kill missed `timeout`, `reload.sh` and its `sleep`, which lived on for the rest
-/// of their 30 s and then reloaded HAProxy with whatever file was in place, after the apply
-/// (and its record) had ended.
 /// Generation 1 runs; an apply of generation 2 (a setting changed: it reloads) starts in the
-/// background, its reload command sleeping `delay` seconds and its processes marked with the
-/// returned `AUTOPROXY_TEST_RUN=…`, with no fleet record before it. Returns generation 1's
-/// config, generation 2's version id, the marker and the run.
-fn slow_reload(f: &Fixture, delay: &str) -> (String, String, String, Background) {
+/// background, reloading with `reload` (a command that sleeps before it reloads) and its
+/// processes marked with the returned `AUTOPROXY_TEST_RUN=…`, with no fleet record before it.
+/// Returns generation 1's config, generation 2's version id, the marker and the run.
+fn slow_reload(f: &Fixture, reload: &str) -> (String, String, String, Background) {
     let first = f.config(1, &[("g1.test", "a")]);
     f.install_first(&first);
     let second = f.reloading_config(2, &[("g1.test", "b"), ("g2.test", "b")]);
     let version = f.upload(&second);
-    let slow = f
-        .haproxy
-        .apply_document_reloading_with(&f.haproxy.reload_command(&[delay]))
-        .unwrap();
+    let slow = f.haproxy.apply_document_reloading_with(reload).unwrap();
     let marker = format!(
         "AUTOPROXY_TEST_RUN={}",
         f.haproxy.dir().file_name().unwrap().to_string_lossy()
@@ -61,19 +52,30 @@ fn slow_reload(f: &Fixture, delay: &str) -> (String, String, String, Background)
     (first, version, marker, background)
 }
 
-#[test]
-fn no_child_outlives_a_killed_apply() {
-    let f = Fixture::new(&["a", "b"]);
-    let (_, version, marker, background) = slow_reload(&f, "30");
+/// A reload command whose first run sleeps `delay` seconds before it runs `reload.sh`, and
+/// whose later runs (a rollback's) reload at once.
+fn slow_first_reload(f: &Fixture, delay: u32) -> String {
+    let dir = f.haproxy.dir();
+    let path = dir.join("slow-first-reload.sh");
+    let script = format!(
+        "#!/bin/sh\nif [ ! -e '{slept}' ]; then : >'{slept}'; sleep {delay}; fi\nexec {reload}\n",
+        slept = dir.join("slept-once").display(),
+        reload = f.haproxy.reload_command(&[]),
+    );
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.display().to_string()
+}
 
-    // Wait until the reload command runs (and has started its sleep).
+/// Waits until the run's reload command runs and has started its sleep.
+fn wait_for_reload(marker: &str, background: &Background) {
     let deadline = std::time::Instant::now() + PAUSE_WAIT;
     loop {
-        let running = processes_of_run(&marker);
+        let running = processes_of_run(marker);
         let reload = running.iter().any(|(_, cmd)| cmd.contains("reload.sh"));
         let sleep = running.iter().any(|(_, cmd)| cmd.starts_with("sleep"));
         if reload && sleep {
-            break;
+            return;
         }
         assert!(
             std::time::Instant::now() < deadline,
@@ -82,16 +84,43 @@ fn no_child_outlives_a_killed_apply() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The run's processes still alive `grace` after `since` (a SIGKILL takes effect
+/// asynchronously); any found are killed, so that a failing test leaves none behind.
+fn left_after(marker: &str, since: std::time::Instant, grace: Duration) -> Vec<(u32, String)> {
+    let mut left = processes_of_run(marker);
+    while !left.is_empty() && since.elapsed() < grace {
+        std::thread::sleep(Duration::from_millis(20));
+        left = processes_of_run(marker);
+    }
+    for (pid, _) in &left {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    left
+}
+
+/// SSM's timeout kills the script's process group: the reload command and whatever it
+/// started (here `reload.sh` sleeping before its USR2) go with it, so nothing reloads HAProxy
+/// after the apply died and the next apply takes the lock at once.
+///
+/// The old document ran each child under `timeout(1)`, which moves it into a process group of
+/// its own: the kill missed `timeout`, `reload.sh` and its `sleep`, which lived on for the rest
+/// of their 30 s and then reloaded HAProxy with whatever file was in place, after the apply
+/// (and its record) had ended.
+#[test]
+fn no_child_outlives_a_killed_apply() {
+    let f = Fixture::new(&["a", "b"]);
+    let (_, version, marker, background) = slow_reload(&f, &f.haproxy.reload_command(&["30"]));
+    wait_for_reload(&marker, &background);
     background.signal_group("KILL");
     let killed = std::time::Instant::now();
     let run = background.wait(RUN_TIMEOUT);
     assert_eq!(run.status, None, "{run}");
 
-    let mut left = processes_of_run(&marker);
-    while !left.is_empty() && killed.elapsed() < Duration::from_secs(1) {
-        std::thread::sleep(Duration::from_millis(20));
-        left = processes_of_run(&marker);
-    }
+    let left = left_after(&marker, killed, Duration::from_secs(1));
     assert!(
         left.is_empty(),
         "still running 1 s after the kill: {left:?}\n{run}"
@@ -116,32 +145,25 @@ fn parent_of(pid: u32) -> Option<u32> {
     stat.rsplit_once(") ")?.1.split(' ').nth(1)?.parse().ok()
 }
 
-/// SSM's cancel while the reload command runs (`reload.sh` sleeping 2 s before its USR2), sent
-/// to the apply (the one child of the stand-in's `sh`): the agent stops the reload with its
-/// children, so the new config never serves, rolls back, exits 2, and the record says
-/// generation 1, which is what runs.
+/// SSM's cancel while the reload command runs (sleeping 30 s before its USR2), sent to the
+/// apply (the one child of the stand-in's `sh`): the agent stops the reload with
+/// its children, so none outlives the apply and the new config never serves; it rolls back,
+/// exits 2, and the record says generation 1, which is what runs.
+///
+/// The children are looked for right after the apply ends, while a reload left behind would
+/// still sleep (the rollback's own reload does not sleep): `reload.sh` reads the config only
+/// when it wakes, and by then the rollback has put generation 1 back, so what serves
+/// afterwards cannot tell a stopped reload from one that lived on.
 ///
 /// The old document (checked with `AUTOPROXY_TEMPLATE` set to it) failed every part: bash ran
 /// its EXIT trap at once with `$?` 0, so it reported `applied` with the generation it meant to
 /// install (2) while HAProxy still ran 1, and exited 143 without a rollback; the reload it left
-/// behind (`timeout`, in a process group of its own) then made generation 2 live 2 s later.
+/// behind (`timeout`, in a process group of its own) then made generation 2 live when it woke.
 #[test]
 fn sigterm_during_the_reload_stops_it_and_the_record_tells_the_truth() {
     let f = Fixture::new(&["a", "b"]);
-    let (first, _, marker, background) = slow_reload(&f, "2");
-
-    let deadline = std::time::Instant::now() + PAUSE_WAIT;
-    while !processes_of_run(&marker)
-        .iter()
-        .any(|(_, cmd)| cmd.starts_with("sleep"))
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the reload never ran:\n{}",
-            background.stdout_so_far()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (first, _, marker, background) = slow_reload(&f, &slow_first_reload(&f, 30));
+    wait_for_reload(&marker, &background);
     // The apply itself: the one child of the stand-in's `sh`.
     let script = background.pid();
     let apply: Vec<u32> = background
@@ -159,7 +181,7 @@ fn sigterm_during_the_reload_stops_it_and_the_record_tells_the_truth() {
 
     let seen = Mutex::new(Vec::new());
     let done = AtomicBool::new(false);
-    let run = std::thread::scope(|scope| {
+    let (run, left) = std::thread::scope(|scope| {
         scope.spawn(|| {
             while !done.load(Ordering::SeqCst) {
                 if let Some(generation) = f.haproxy.running_generation() {
@@ -170,11 +192,16 @@ fn sigterm_during_the_reload_stops_it_and_the_record_tells_the_truth() {
         });
         background.signal_process(*apply, "TERM");
         let run = background.wait(RUN_TIMEOUT);
-        // Longer than the stopped reload would have slept.
-        std::thread::sleep(Duration::from_secs(3));
+        let left = left_after(&marker, std::time::Instant::now(), Duration::from_secs(1));
+        // HAProxy watched a while after the rollback's reload.
+        std::thread::sleep(Duration::from_secs(2));
         done.store(true, Ordering::SeqCst);
-        run
+        (run, left)
     });
+    assert!(
+        left.is_empty(),
+        "the stopped reload's processes outlived the apply: {left:?}\n{run}"
+    );
     let seen = seen.into_inner().unwrap();
     assert!(
         !seen.contains(&2),
@@ -190,6 +217,4 @@ fn sigterm_during_the_reload_stops_it_and_the_record_tells_the_truth() {
     let record = f.record().expect("a record");
     assert_eq!(record["generation"], 1, "{record}\n{run}");
     assert_eq!(record["result"], "rolled_back", "{record}\n{run}");
-    let left = processes_of_run(&marker);
-    assert!(left.is_empty(), "still running: {left:?}\n{run}");
 }
