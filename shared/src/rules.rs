@@ -289,6 +289,15 @@ mod tests {
         ]
     }
 
+    /// `api.example.internal` (A) and its front `proxy.api.example.internal`: a record of
+    /// `rtype` pointing at `target`.
+    fn api_front(rtype: &str, target: &str) -> Vec<RecordSet> {
+        vec![
+            RecordSet::new("api.example.internal.", "A", &["10.0.0.1"]),
+            RecordSet::new("proxy.api.example.internal.", rtype, &[target]),
+        ]
+    }
+
     fn ingress_pair(zone: &str) -> Vec<RecordSet> {
         vec![
             RecordSet::new(&format!("\\052.int.{zone}"), "CNAME", &[PROXY]),
@@ -385,41 +394,15 @@ mod tests {
 
     #[test]
     fn the_cname_target_must_be_the_proxy() {
-        check(
-            vec![
-                RecordSet::new("api.example.internal.", "A", &["10.0.0.1"]),
-                RecordSet::new(
-                    "proxy.api.example.internal.",
-                    "CNAME",
-                    &["other.example.com"],
-                ),
-            ],
-            &[],
-        );
+        check(api_front("CNAME", "other.example.com"), &[]);
         // A suffix of the proxy's name is not the proxy.
-        check(
-            vec![
-                RecordSet::new("api.example.internal.", "A", &["10.0.0.1"]),
-                RecordSet::new(
-                    "proxy.api.example.internal.",
-                    "CNAME",
-                    &["tools.example.com"],
-                ),
-            ],
-            &[],
-        );
+        check(api_front("CNAME", "tools.example.com"), &[]);
     }
 
     #[test]
     fn record_types_are_checked() {
         // The front must be a CNAME, not an A record with the proxy's address.
-        check(
-            vec![
-                RecordSet::new("api.example.internal.", "A", &["10.0.0.1"]),
-                RecordSet::new("proxy.api.example.internal.", "A", &[PROXY]),
-            ],
-            &[],
-        );
+        check(api_front("A", PROXY), &[]);
         // The API back must be an A record; a CNAME or AAAA is not the rule.
         check(
             vec![

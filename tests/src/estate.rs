@@ -463,6 +463,24 @@ pub async fn versioned_bucket(sdk: &SdkConfig, bucket: &str) -> Result<(), Estat
     Ok(())
 }
 
+/// Stores `body` at `key` as an operator would (a custom template, say): no metadata.
+pub async fn put_object(
+    sdk: &SdkConfig,
+    bucket: &str,
+    key: &str,
+    body: &str,
+) -> Result<(), EstateError> {
+    aws_sdk_s3::Client::new(sdk)
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(body.as_bytes().to_vec().into())
+        .send()
+        .await
+        .map_err(|err| EstateError::sdk("PutObject", key, err))?;
+    Ok(())
+}
+
 /// Uploads a rendered config as the generator does (its header values as object metadata);
 /// the new version's id.
 pub async fn upload_config(

@@ -13,6 +13,7 @@ pub mod freeze;
 pub mod golden;
 pub mod iam;
 pub mod local;
+pub mod loopback;
 pub mod moto;
 pub mod pipeline;
 pub mod proxy;

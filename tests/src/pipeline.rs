@@ -472,20 +472,9 @@ impl Pipeline {
 
     /// Stores an object in the config bucket (e.g. a custom template for `TEMPLATE_KEY`).
     pub async fn put_object(&self, key: &str, body: &str) -> Result<(), PipelineError> {
-        aws_sdk_s3::Client::new(&self.sdk)
-            .put_object()
-            .bucket(BUCKET)
-            .key(key)
-            .body(body.as_bytes().to_vec().into())
-            .send()
+        estate::put_object(&self.sdk, BUCKET, key, body)
             .await
-            .map_err(|e| {
-                step_error(
-                    format!("PutObject {key}"),
-                    aws_sdk_s3::error::DisplayErrorContext(e),
-                )
-            })?;
-        Ok(())
+            .map_err(|e| step_error(format!("PutObject {key}"), e))
     }
 
     /// A client connecting as it would in the VPC: resolve the SNI name through the resolver,

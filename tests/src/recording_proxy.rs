@@ -8,10 +8,11 @@
 //! so a chunk that starts mid-request (a body) never starts with a method.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use crate::loopback::LoopbackServer;
 
 const METHODS: &[&[u8]] = &[
     b"GET ",
@@ -27,32 +28,16 @@ const METHODS: &[&[u8]] = &[
 #[derive(Debug)]
 pub struct RecordingProxy {
     pub port: u16,
-    requests: Arc<Mutex<Vec<Instant>>>,
-    stop: Arc<AtomicBool>,
+    server: LoopbackServer<Instant>,
 }
 
 impl RecordingProxy {
     /// Listens on a free loopback port and forwards every connection to `upstream`.
     pub fn start(upstream: SocketAddr) -> RecordingProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-        let port = listener.local_addr().expect("local address").port();
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (log, stopped) = (requests.clone(), stop.clone());
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                if stopped.load(Ordering::Relaxed) {
-                    break;
-                }
-                let Ok(client) = client else { continue };
-                let log = log.clone();
-                std::thread::spawn(move || forward(client, upstream, &log));
-            }
-        });
+        let server = LoopbackServer::start(move |client, log| forward(client, upstream, log));
         RecordingProxy {
-            port,
-            requests,
-            stop,
+            port: server.port,
+            server,
         }
     }
 
@@ -62,17 +47,9 @@ impl RecordingProxy {
 
     /// The requests forwarded so far, in order, and forgets them.
     pub fn take(&self) -> Vec<Instant> {
-        let mut times = std::mem::take(&mut *self.requests.lock().expect("request log"));
+        let mut times = self.server.take();
         times.sort();
         times
-    }
-}
-
-impl Drop for RecordingProxy {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        // Wakes the accept loop so it sees the flag.
-        let _ = TcpStream::connect(("127.0.0.1", self.port));
     }
 }
 

@@ -3,10 +3,11 @@
 //! headers, body) and answers each with a fixed status, one request per connection.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::net::TcpStream;
+use std::sync::Mutex;
 use std::time::Duration;
+
+use crate::loopback::LoopbackServer;
 
 /// One request as it arrived.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,8 +44,7 @@ impl Recorded {
 #[derive(Debug)]
 pub struct ResponseUrl {
     pub port: u16,
-    requests: Arc<Mutex<Vec<Recorded>>>,
-    stop: Arc<AtomicBool>,
+    server: LoopbackServer<Recorded>,
 }
 
 impl ResponseUrl {
@@ -55,25 +55,10 @@ impl ResponseUrl {
 
     /// Answers every request with `status` (403: an expired URL).
     pub fn answering(status: u16) -> ResponseUrl {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-        let port = listener.local_addr().expect("local address").port();
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (log, stopped) = (requests.clone(), stop.clone());
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                if stopped.load(Ordering::Relaxed) {
-                    break;
-                }
-                let Ok(client) = client else { continue };
-                let log = log.clone();
-                std::thread::spawn(move || serve(client, status, &log));
-            }
-        });
+        let server = LoopbackServer::start(move |client, log| serve(client, status, log));
         ResponseUrl {
-            port,
-            requests,
-            stop,
+            port: server.port,
+            server,
         }
     }
 
@@ -87,15 +72,7 @@ impl ResponseUrl {
 
     /// The requests received so far, in order, and forgets them.
     pub fn take(&self) -> Vec<Recorded> {
-        std::mem::take(&mut *self.requests.lock().expect("request log"))
-    }
-}
-
-impl Drop for ResponseUrl {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        // Wakes the accept loop so it sees the flag.
-        let _ = TcpStream::connect(("127.0.0.1", self.port));
+        self.server.take()
     }
 }
 

@@ -14,8 +14,9 @@ use autoproxy::route53::AccountRoute53;
 use autoproxy::rules::DEFAULT_RULES;
 use autoproxy::s3::{ConfigStore, CurrentConfig, StoreError};
 use autoproxy::settings::{GenerateSettings, ProxyVpc};
-use aws_config::SdkConfig;
+use aws_config::retry::RetryConfig;
 use aws_config::sts::AssumeRoleProvider;
+use aws_config::{BehaviorVersion, SdkConfig};
 use lambda_runtime::{Diagnostic, LambdaEvent};
 use serde::Serialize;
 use serde_json::Value;
@@ -23,6 +24,15 @@ use tracing::{info, warn};
 
 use crate::plan::{self, Plan, Write};
 use crate::trigger::{self, TriggerError};
+
+/// The SDK configuration the function runs with: the environment's, with adaptive retries
+/// that back off on Route53's Throttling and PriorRequestNotComplete.
+pub async fn sdk_config() -> SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .retry_config(RetryConfig::adaptive().with_max_attempts(5))
+        .load()
+        .await
+}
 
 /// Everything a run needs, built once per cold start.
 #[derive(Debug)]

@@ -1,18 +1,13 @@
 //! autoproxy-generate: wiring only; the work is in `handler`.
 
 use autoproxy_generate::handler;
-use aws_config::{BehaviorVersion, retry::RetryConfig};
 use lambda_runtime::{Error, run, service_fn, tracing};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
     let settings = autoproxy::settings::GenerateSettings::from_env()?;
-    // Adaptive retries back off on Route53's Throttling and PriorRequestNotComplete.
-    let sdk = aws_config::defaults(BehaviorVersion::latest())
-        .retry_config(RetryConfig::adaptive().with_max_attempts(5))
-        .load()
-        .await;
+    let sdk = handler::sdk_config().await;
     let own_account = aws_sdk_sts::Client::new(&sdk)
         .get_caller_identity()
         .send()

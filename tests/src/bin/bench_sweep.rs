@@ -13,7 +13,6 @@ use autoproxy::route53::AccountRoute53;
 use autoproxy::settings::GenerateSettings;
 use autoproxy_generate::handler::{self, Deps};
 use autoproxy_tests::bench;
-use aws_config::{BehaviorVersion, retry::RetryConfig};
 use serde_json::{Value, json};
 
 #[tokio::main]
@@ -25,10 +24,7 @@ async fn main() {
         .filter_map(|pair| pair.split_once('='))
         .map(|(account, url)| (account.to_owned(), url.to_owned()))
         .collect();
-    let sdk = aws_config::defaults(BehaviorVersion::latest())
-        .retry_config(RetryConfig::adaptive().with_max_attempts(5))
-        .load()
-        .await;
+    let sdk = handler::sdk_config().await;
     let own_account = aws_sdk_sts::Client::new(&sdk)
         .get_caller_identity()
         .send()

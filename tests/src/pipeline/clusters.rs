@@ -15,6 +15,16 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// A cluster whose CNAMEs point at the proxy.
+    pub const fn proxied(name: &'static str, account: &'static str, index: u8) -> Cluster {
+        Cluster {
+            name,
+            account,
+            proxy: PROXY_HOSTNAME,
+            index,
+        }
+    }
+
     pub fn zone(&self) -> String {
         format!("{}.example.internal", self.name)
     }
@@ -68,38 +78,16 @@ impl Cluster {
 }
 
 /// Two clusters in the own account, one in the member account.
-pub const PROD: Cluster = Cluster {
-    name: "prod",
-    account: OWN_ACCOUNT,
-    proxy: PROXY_HOSTNAME,
-    index: 0,
-};
-pub const STAGING: Cluster = Cluster {
-    name: "staging",
-    account: OWN_ACCOUNT,
-    proxy: PROXY_HOSTNAME,
-    index: 1,
-};
-pub const PAYMENTS: Cluster = Cluster {
-    name: "payments",
-    account: MEMBER_ACCOUNT,
-    proxy: PROXY_HOSTNAME,
-    index: 2,
-};
+pub const PROD: Cluster = Cluster::proxied("prod", OWN_ACCOUNT, 0);
+pub const STAGING: Cluster = Cluster::proxied("staging", OWN_ACCOUNT, 1);
+pub const PAYMENTS: Cluster = Cluster::proxied("payments", MEMBER_ACCOUNT, 2);
 /// A zone whose CNAMEs point at another proxy: it must never be routed.
 pub const LEGACY: Cluster = Cluster {
-    name: "legacy",
-    account: OWN_ACCOUNT,
     proxy: OTHER_PROXY,
-    index: 3,
+    ..Cluster::proxied("legacy", OWN_ACCOUNT, 3)
 };
 /// Added while the pipeline runs, in the member account.
-pub const ANALYTICS: Cluster = Cluster {
-    name: "analytics",
-    account: MEMBER_ACCOUNT,
-    proxy: PROXY_HOSTNAME,
-    index: 4,
-};
+pub const ANALYTICS: Cluster = Cluster::proxied("analytics", MEMBER_ACCOUNT, 4);
 /// Every cluster that has backends (all of them from the start: the services exist, only
 /// their DNS comes and goes).
 pub const ALL: [Cluster; 5] = [PROD, STAGING, PAYMENTS, LEGACY, ANALYTICS];

@@ -1,6 +1,10 @@
 //! The deploy step: the template's parameters as a deployer sets them (checked as CloudFormation checks them), and the document's `!Ref`s resolved with them; `!GetAtt` of another resource (the published agent) and `!Sub` over both resolve to the attributes the test gives, as CloudFormation resolves them to what the resource returned.
 
-use super::*;
+use serde_yaml::Value;
+
+use super::error::AgentError;
+use super::parameter::compile;
+use crate::cfn::scalar;
 
 /// A deploy of the template: its `Parameters`, and the values the deployer chose.
 pub(super) struct Deploy<'a> {

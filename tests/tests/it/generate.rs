@@ -22,6 +22,7 @@ use autoproxy_tests::moto::{Moto, OWN_ACCOUNT, free_port};
 use autoproxy_tests::root;
 use aws_config::SdkConfig;
 use aws_config::sts::AssumeRoleProvider;
+use aws_sdk_s3::operation::list_object_versions::ListObjectVersionsOutput;
 use serde_json::{Value, json};
 
 mod costs;
@@ -151,17 +152,22 @@ impl Estate {
         }
     }
 
-    /// How many versions of `key` the bucket holds.
-    async fn versions(&self, key: &str) -> usize {
-        let out = self
-            .s3
+    /// The versions and delete markers of the keys that start with `key`.
+    async fn version_list(&self, key: &str) -> ListObjectVersionsOutput {
+        self.s3
             .list_object_versions()
             .bucket(BUCKET)
             .prefix(key)
             .send()
             .await
-            .unwrap();
-        out.versions()
+            .unwrap()
+    }
+
+    /// How many versions of `key` the bucket holds.
+    async fn versions(&self, key: &str) -> usize {
+        self.version_list(key)
+            .await
+            .versions()
             .iter()
             .filter(|v| v.key() == Some(key))
             .count()
@@ -184,14 +190,7 @@ impl Estate {
 
     /// Deletes every version and delete marker of `key`, as emptying the bucket would.
     async fn delete_every_version(&self, key: &str) {
-        let out = self
-            .s3
-            .list_object_versions()
-            .bucket(BUCKET)
-            .prefix(key)
-            .send()
-            .await
-            .unwrap();
+        let out = self.version_list(key).await;
         let versions = out
             .versions()
             .iter()
@@ -246,12 +245,7 @@ impl Estate {
     }
 
     async fn put_object(&self, key: &str, body: &str) {
-        self.s3
-            .put_object()
-            .bucket(BUCKET)
-            .key(key)
-            .body(body.as_bytes().to_vec().into())
-            .send()
+        autoproxy_tests::estate::put_object(&self.sdk, BUCKET, key, body)
             .await
             .unwrap();
     }

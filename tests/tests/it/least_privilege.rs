@@ -4,7 +4,7 @@
 //! moto can check, it fails.
 //!
 //! What moto cannot check is named per statement and covered by the static tests of the
-//! template (tests/tests/it/template.rs): under enforcement moto denies every Route53 call
+//! template (tests/tests/it/template/): under enforcement moto denies every Route53 call
 //! whatever the policy, answers a missing key 404 with or without `s3:ListBucket`, and
 //! evaluates no conditions and no bucket policies.
 #![allow(clippy::print_stdout)]
@@ -17,23 +17,18 @@ use autoproxy::route53::AccountRoute53;
 use autoproxy::settings::{ConfigureSettings, GenerateSettings};
 use autoproxy_configure::handler::{self as configure, Reply};
 use autoproxy_generate::handler::{self as generate, Deps};
-use autoproxy_tests::cfn::Stack;
 use autoproxy_tests::estate::{Account, ZoneSpec, api_pair, versioned_bucket};
 use autoproxy_tests::iam::Enforcing;
-use autoproxy_tests::moto::{Moto, OWN_ACCOUNT, REGION};
+use autoproxy_tests::moto::{Moto, OWN_ACCOUNT};
 use aws_sdk_s3::error::DisplayErrorContext;
 use aws_sdk_s3::primitives::{ByteStream, DateTime, DateTimeFormat};
 use aws_sdk_ssm::types::DocumentType;
 use serde_json::{Value, json};
 
+use super::template::stack::{BUCKET, DOCUMENT, TEMPLATE_KEY, stack, statements_in};
 use super::template::template;
 
-const STACK_ID: &str = "arn:aws:cloudformation:us-east-1:123456789012:stack/autoproxy/0f1e2d3c-aaaa-bbbb-cccc-0123456789ab";
-/// The bucket the template names: `autoproxy-<account>-<first part of the stack id's uuid>`.
-const BUCKET: &str = "autoproxy-123456789012-0f1e2d3c";
 const KEY: &str = "haproxy/haproxy.cfg";
-const TEMPLATE_KEY: &str = "haproxy/custom.cfg.j2";
-const DOCUMENT: &str = "autoproxy-ApplyConfigDocument-0TEST";
 const PROXY: &str = "peering-proxy.tools.example.com";
 const AT: &str = "2026-11-23T03:14:02Z";
 
@@ -50,7 +45,7 @@ enum Check {
 }
 
 const ROUTE53: &str = "moto denies every Route53 call under IAM enforcement; the statement is \
-                       checked statically (template::what_moto_cannot_check_is_exactly_this)";
+                       checked statically (template::grants::what_moto_cannot_check_is_exactly_this)";
 
 const SSM_RESOURCES: &str = "moto authorises SSM calls against the resource * and evaluates no \
                              ssm:resourceTag condition: both ssm:SendCommand statements are kept \
@@ -96,73 +91,10 @@ const PUBLISHER: &[(&str, Check)] = &[
     ("PublishAgent", Check::Needed),
 ];
 
-/// The stack as deployed here: a custom template, no member roles, no proxy VPCs.
-pub(super) fn stack(template: &serde_yaml::Value) -> Stack {
-    let mut stack = Stack::new(template, OWN_ACCOUNT, REGION, STACK_ID);
-    stack.refs.insert("TemplateKey".into(), json!(TEMPLATE_KEY));
-    stack
-        .refs
-        .insert("ApplyConfigDocument".into(), json!(DOCUMENT));
-    stack.refs.insert("ConfigBucket".into(), json!(BUCKET));
-    stack
-        .attributes
-        .insert("ConfigBucket.Arn".into(), format!("arn:aws:s3:::{BUCKET}"));
-    for (condition, holds) in [
-        ("HasTemplateKey", true),
-        ("HasAccountRoles", false),
-        ("HasProxyVpcs", false),
-        ("HasBreakGlassRole", false),
-        ("HasAlarmTopic", false),
-        ("HasMemberAccounts", false),
-    ] {
-        stack.conditions.insert(condition.into(), holds);
-    }
-    stack
-}
-
 /// The statements template.yaml gives a function's role: its inline `Policies`, plus the
 /// standalone policies attached to that role.
 fn statements(template: &serde_yaml::Value, function: &str) -> Vec<Value> {
     statements_in(template, function, &stack(template))
-}
-
-/// [`statements`] as `stack` deploys them.
-pub(super) fn statements_in(
-    template: &serde_yaml::Value,
-    function: &str,
-    stack: &Stack,
-) -> Vec<Value> {
-    let mut statements = Vec::new();
-    let policies = &template["Resources"][function]["Properties"]["Policies"];
-    for policy in policies.as_sequence().into_iter().flatten() {
-        let resolved = stack.resolve(policy).unwrap();
-        statements.extend(
-            resolved["Statement"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default(),
-        );
-    }
-    let role = format!("{function}Role");
-    for (_, resource) in template["Resources"].as_mapping().unwrap() {
-        let attached = format!("{:?}", resource["Properties"]["Roles"]);
-        if resource["Type"].as_str() == Some("AWS::IAM::Policy") && attached.contains(&role) {
-            let document = stack
-                .resolve(&resource["Properties"]["PolicyDocument"])
-                .unwrap();
-            let document: Value = match document {
-                Value::String(text) => serde_json::from_str(&text).unwrap(),
-                other => other,
-            };
-            statements.extend(
-                document["Statement"]
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default(),
-            );
-        }
-    }
-    statements
 }
 
 fn sid(statement: &Value) -> &str {

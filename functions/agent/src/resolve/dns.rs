@@ -238,8 +238,18 @@ mod tests {
         );
     }
 
-    fn v4(text: &str) -> IpAddr {
-        text.parse().expect("an address")
+    fn aaaa(owner: &str, ttl: u32, ip: &str) -> Record {
+        let ip: std::net::Ipv6Addr = ip.parse().expect("an IPv6 address");
+        Record::from_rdata(name(owner), ttl, RData::AAAA(AAAA::from(ip)))
+    }
+
+    /// The reply of addresses `addrs` (in that order) with `ttl`.
+    fn addresses(addrs: &[&str], ttl: u32) -> Result<Reply, Foreign> {
+        let addrs = addrs
+            .iter()
+            .map(|text| text.parse().expect("an address"))
+            .collect();
+        Ok(Reply::Addresses { addrs, ttl })
     }
 
     #[test]
@@ -253,10 +263,7 @@ mod tests {
             &many,
             "SVC.example",
             QA,
-            &Ok(Reply::Addresses {
-                addrs: vec![v4("10.0.0.1"), v4("10.0.0.9")],
-                ttl: 30,
-            }),
+            &addresses(&["10.0.0.1", "10.0.0.9"], 30),
         );
         let chain = answer("p.example", QA, |m| {
             m.add_answer(cname("p.example", 20, "lb.example"));
@@ -264,15 +271,7 @@ mod tests {
             m.add_answer(a("node.example", 60, [10, 0, 0, 2]));
             m.add_answer(a("other.example", 1, [10, 9, 9, 9]));
         });
-        check(
-            &chain,
-            "p.example",
-            QA,
-            &Ok(Reply::Addresses {
-                addrs: vec![v4("10.0.0.2")],
-                ttl: 20,
-            }),
-        );
+        check(&chain, "p.example", QA, &addresses(&["10.0.0.2"], 20));
         let partial = answer("p.example", QA, |m| {
             m.add_answer(cname("p.example", 20, "lb.example"));
         });
@@ -292,23 +291,9 @@ mod tests {
         });
         check(&nodata_after_chain, "p.example", QA, &Ok(Reply::NoData));
         let six = answer("v6.example", QAAAA, |m| {
-            m.add_answer(Record::from_rdata(
-                name("v6.example"),
-                5,
-                RData::AAAA(AAAA::from(
-                    "fd00::1".parse::<std::net::Ipv6Addr>().expect("v6"),
-                )),
-            ));
+            m.add_answer(aaaa("v6.example", 5, "fd00::1"));
         });
-        check(
-            &six,
-            "v6.example",
-            QAAAA,
-            &Ok(Reply::Addresses {
-                addrs: vec!["fd00::1".parse().expect("v6")],
-                ttl: 5,
-            }),
-        );
+        check(&six, "v6.example", QAAAA, &addresses(&["fd00::1"], 5));
         check(
             &answer("e.example", QA, |_| {}),
             "e.example",

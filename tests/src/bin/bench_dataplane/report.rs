@@ -1,6 +1,13 @@
 //! The benchmark's report: the table of figures and the section of docs/BENCHMARKS.md around it.
 
-use super::*;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use autoproxy_tests::dataplane::{Burst, CpuPerConnection, Design};
+
+use super::apply::ApplyTimes;
+use super::measure::Row;
+use super::under_load::{RELOAD_TIMEOUT, UnderLoad};
 
 pub(super) fn under_load(u: &UnderLoad) -> String {
     let reloads = if u.completed.len() == u.sent {
@@ -113,8 +120,13 @@ pub(super) fn section(
     for apply in applies {
         writeln!(out, "\n{}", apply.line()).unwrap();
     }
-    write!(
-        out,
+    out.push_str(&how_measured(ticks, window));
+    out
+}
+
+/// How each figure is measured, as the section explains it.
+fn how_measured(ticks: u64, window: Duration) -> String {
+    format!(
         "
 How each figure is measured:
 
@@ -177,6 +189,4 @@ How each figure is measured:
 ",
         window = window.as_secs()
     )
-    .unwrap();
-    out
 }

@@ -118,7 +118,8 @@ fn reload_under_load() {
 }
 
 /// A push that meets another apply's lock (an association run) waits longer than that apply
-/// can hold it, and the wait plus a whole apply still fits the document's timeout.
+/// can hold it, and the wait plus a whole apply still fits the document's timeout. The hold
+/// adds up the agent's own list of every bounded step under the lock.
 #[test]
 fn a_lock_wait_outlasts_any_apply_that_holds_the_lock() {
     use autoproxy_agent::apply::{LOCK_WAIT, LOCKED_STEPS};

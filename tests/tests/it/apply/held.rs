@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 use autoproxy::names::HostName;
 use autoproxy_tests::resolver::{Knobs, Resolver};
 
-use super::runtime::{assert_maps_equal_files, file_map};
+use super::runtime::{assert_maps_equal_files, file_map, held_map};
 use super::*;
 
 /// The resolver as the instances run it, asking every name again each 2 s.
@@ -171,7 +171,7 @@ fn an_apply_while_the_resolver_pushes_leaves_one_entry_per_host() {
     // The held routes go in too, the worker's tables and the files alike.
     let routes = MapFiles::stable().routes;
     let all_in = wait_until(Duration::from_secs(10), || {
-        file_map(&f, &routes).len() == 300 && super::runtime::held_map(&f, &routes).len() == 300
+        file_map(&f, &routes).len() == 300 && held_map(&f, &routes).len() == 300
     });
     assert!(all_in, "{}", resolver.output());
     assert_maps_equal_files(&f);

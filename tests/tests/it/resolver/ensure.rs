@@ -1,0 +1,93 @@
+//! An apply's new names: resolved before the swap, through the running resolver or by the
+//! apply itself.
+
+use std::time::{Duration, Instant};
+
+use autoproxy_tests::proxy::HaproxyFiles;
+
+use super::fixture::{Fixture, QUICK, host, unused_address};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// An apply's new names get their addresses from the running resolver before the apply
+/// swaps the config in, and the resolver keeps them although its config does not name them
+/// yet; with no resolver running, `ensure` resolves them itself into the same file.
+#[test]
+fn an_apply_gets_its_new_names_before_the_swap() {
+    use autoproxy_agent::addresses::{self, By};
+    let knobs = QUICK;
+    let f = Fixture::start(2, &["first", "second"]);
+    let (first, second) = (f.backend_ip("first"), f.backend_ip("second"));
+    f.dns.set(&host(0), &[first]);
+    f.dns.set(&host(1), &[first]);
+    f.dns.set("new-a.test.internal", &[second]);
+    f.dns.set("new-b.test.internal", &[unused_address(7)]);
+    let config_dir = f.haproxy.config_path().parent().unwrap().to_owned();
+    let resolver = f.resolver(knobs);
+    assert!(
+        f.wait_until(Duration::from_secs(10), |f| f.file_map().len() == 2),
+        "{}",
+        resolver.output()
+    );
+
+    let names = vec![
+        "new-a.test.internal".to_owned(),
+        "new-b.test.internal".to_owned(),
+        "nowhere.test.internal".to_owned(),
+    ];
+    let started = Instant::now();
+    let ensured = runtime().block_on(addresses::ensure(
+        &config_dir,
+        &names,
+        &[f.dns.addr()],
+        Duration::from_secs(10),
+    ));
+    println!(
+        "ensure through the resolver: {ensured:?} in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(ensured.by, By::Resolver);
+    assert_eq!(ensured.resolved, 2, "{ensured:?}\n{}", resolver.output());
+    assert_eq!(ensured.missing.len(), 1);
+    assert_eq!(ensured.missing[0].0, "nowhere.test.internal");
+    assert!(ensured.missing[0].1.contains("NXDOMAIN"), "{ensured:?}");
+    let file = f.file_map();
+    assert_eq!(file.get("new-a.test.internal"), Some(&second.to_string()));
+    assert_eq!(
+        file.get("new-b.test.internal"),
+        Some(&unused_address(7).to_string())
+    );
+    // Kept, and pushed, though the installed config does not name them.
+    std::thread::sleep(Duration::from_secs_f64(2.5 * knobs.refresh_seconds));
+    assert!(f.file_map().contains_key("new-a.test.internal"));
+    assert!(
+        f.wait_until(Duration::from_secs(5), |f| f
+            .running_map()
+            .contains_key("new-a.test.internal")),
+        "{}",
+        resolver.output()
+    );
+    drop(resolver);
+
+    // No resolver: ensure resolves by itself and merges into the file.
+    f.dns.set("new-c.test.internal", &[unused_address(8)]);
+    let ensured = runtime().block_on(addresses::ensure(
+        &config_dir,
+        &["new-c.test.internal".to_owned()],
+        &[f.dns.addr()],
+        Duration::from_secs(10),
+    ));
+    assert_eq!(ensured.by, By::Itself, "{ensured:?}");
+    assert_eq!(ensured.resolved, 1, "{ensured:?}");
+    let file = f.file_map();
+    assert_eq!(
+        file.get("new-c.test.internal"),
+        Some(&unused_address(8).to_string())
+    );
+    assert!(file.contains_key(&host(0)), "other entries kept: {file:?}");
+}
