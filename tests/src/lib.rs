@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 pub mod agent;
+pub mod backends;
 pub mod bench;
 pub mod cfn;
 pub mod check;

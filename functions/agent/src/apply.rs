@@ -34,8 +34,10 @@ mod config;
 pub(crate) mod files;
 mod finish;
 mod maps;
+mod params;
 mod record;
 mod running;
+mod signals;
 mod steps;
 
 use std::io::Write;
@@ -43,14 +45,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use tokio::signal::unix::{SignalKind, signal};
-
 use autoproxy::artifact::MapFiles;
 
 use crate::haproxy::RuntimeApi;
+pub use params::Params;
 pub use record::Outcome;
-use running::{Answer, Running, Service};
+use running::{Answer, Before, Running, Service};
 pub use running::{SILENT_BUDGET, SOCKET_TIMEOUT};
+use signals::Signals;
 
 // Every step that holds the lock is bounded; a child past its limit is killed at once.
 pub const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -113,41 +115,6 @@ fn failed(detail: &str) {
     let _ = writeln!(err, "autoproxy-apply: FAILED: {detail}");
 }
 
-/// The document's parameters, as the SSM agent passes them (`SSM_<Name>`).
-#[derive(Debug, Clone)]
-pub struct Params {
-    pub bucket: String,
-    pub key: String,
-    /// Empty: the latest version.
-    pub version: String,
-    pub config: PathBuf,
-    pub reload: Vec<String>,
-}
-
-impl Params {
-    pub fn from_env() -> Result<Params, String> {
-        let var = |name: &str| {
-            std::env::var(format!("SSM_{name}")).map_err(|_| {
-                format!(
-                    "parameter {name} did not arrive as $SSM_{name} (interpolationType ENV_VAR needs SSM Agent 3.3.2746.0 or later); nothing changed"
-                )
-            })
-        };
-        let params = Params {
-            bucket: var("ConfigBucket")?,
-            key: var("ConfigKey")?,
-            version: var("ConfigVersion")?,
-            config: PathBuf::from(var("ConfigPath")?),
-            reload: var("ReloadCommand")?
-                .split(' ')
-                .filter(|w| !w.is_empty())
-                .map(str::to_owned)
-                .collect(),
-        };
-        Ok(params)
-    }
-}
-
 /// Where a run stands: what a failure (or a signal) at this point must undo.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
@@ -158,26 +125,6 @@ enum Stage {
     /// The new file is in place, or HAProxy was asked to take the new routes: from here a
     /// failure rolls back.
     Installed,
-}
-
-/// Whether HAProxy ran when this apply took the lock, and what it answered then.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Before {
-    /// No HAProxy runs: the apply starts it.
-    Stopped,
-    /// HAProxy runs (the service says so, or its socket answered); what its worker answered on
-    /// the installed config's stats socket, `None` when that config declares none or nothing
-    /// listens there (a hand-written config): it runs no generation of ours.
-    Runs(Option<Running>),
-}
-
-impl Before {
-    fn running(self) -> Option<Running> {
-        match self {
-            Before::Runs(running) => running,
-            Before::Stopped => None,
-        }
-    }
 }
 
 /// Which way this run brought its generation to HAProxy, and why.
@@ -308,39 +255,6 @@ pub async fn apply(params: Params) -> u8 {
         }
     }
     code
-}
-
-/// SIGTERM, SIGINT and SIGHUP, as one future.
-struct Signals {
-    term: Option<tokio::signal::unix::Signal>,
-    int: Option<tokio::signal::unix::Signal>,
-    hup: Option<tokio::signal::unix::Signal>,
-}
-
-impl Signals {
-    fn new() -> Signals {
-        Signals {
-            term: signal(SignalKind::terminate()).ok(),
-            int: signal(SignalKind::interrupt()).ok(),
-            hup: signal(SignalKind::hangup()).ok(),
-        }
-    }
-
-    async fn any(mut self) -> &'static str {
-        async fn on(signal: Option<&mut tokio::signal::unix::Signal>) {
-            match signal {
-                Some(signal) => {
-                    signal.recv().await;
-                }
-                None => std::future::pending().await,
-            }
-        }
-        tokio::select! {
-            () = on(self.term.as_mut()) => "SIGTERM",
-            () = on(self.int.as_mut()) => "SIGINT",
-            () = on(self.hup.as_mut()) => "SIGHUP",
-        }
-    }
 }
 
 impl Run {

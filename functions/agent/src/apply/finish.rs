@@ -49,7 +49,6 @@ impl Run {
     }
 
     pub(super) async fn rollback(&mut self, why: &str) -> (u8, Outcome, String) {
-        let config = self.config().to_path_buf();
         if !self.last_good.is_file() {
             return self.first_install_failed(why).await;
         }
@@ -64,9 +63,27 @@ impl Run {
             failed(&reason);
             return (3, Outcome::Failed, reason);
         }
+        if let Err(detail) = self.restore_last_good(lg_gen) {
+            let reason = format!("{why}; {detail}");
+            failed(&reason);
+            return (3, Outcome::Failed, reason);
+        }
+        if let Err(detail) = self.reload_last_good(lg_gen).await {
+            let reason =
+                format!("{why}; restored last-known-good generation {lg_gen} but {detail}");
+            failed(&reason);
+            return (3, Outcome::Failed, reason);
+        }
+        let reason = format!("{why}; restored last-known-good generation {lg_gen}");
+        failed(&reason);
+        (2, Outcome::RolledBack, reason)
+    }
+
+    /// Puts last-known-good (generation `lg_gen`) back in place: its maps first, from its own
+    /// route lines, so the restored config finds its routes when it is read; then the file.
+    fn restore_last_good(&mut self, lg_gen: u64) -> Result<(), String> {
+        let config = self.config().to_path_buf();
         let temp = files::temp_path(&self.dir, ".autoproxy-restore");
-        // The maps first, from the config's own route lines: the restored config finds its
-        // routes when it is read.
         let restored = std::fs::read_to_string(&self.last_good).and_then(|text| {
             self.restore_maps(&text)?;
             files::copy_synced(&self.last_good, &temp)?;
@@ -74,12 +91,10 @@ impl Run {
         });
         if let Err(err) = restored {
             let _ = std::fs::remove_file(&temp);
-            let reason = format!(
-                "{why}; could not restore last-known-good generation {lg_gen} from {}: {err}",
+            return Err(format!(
+                "could not restore last-known-good generation {lg_gen} from {}: {err}",
                 self.last_good.display()
-            );
-            failed(&reason);
-            return (3, Outcome::Failed, reason);
+            ));
         }
         if let Err(err) = files::sync_dir(&self.dir) {
             log(
@@ -94,6 +109,11 @@ impl Run {
                 config.display()
             ),
         );
+        Ok(())
+    }
+
+    /// The rollback's reload (or start), and its wait for a new worker running `lg_gen`.
+    async fn reload_last_good(&mut self, lg_gen: u64) -> Result<(), String> {
         // HAProxy 2.6's master can lose a USR2 that comes right after the previous reload's
         // worker started serving, before the master is back in its loop (measured: about 4
         // of 10 at once, none 50 ms later): a rollback's reload waits until one second after
@@ -107,34 +127,25 @@ impl Run {
             Answer::Runs(running) => Some(running.pid),
             _ => None,
         };
-        let reloaded = match self.reload(starting).await {
-            Ok(finished) if finished.success() => Ok(()),
-            Ok(finished) => Err(format!(
-                "{}: {}",
-                finished.status(),
-                oneline(&finished.output)
-            )),
-            Err(Failure { reason }) => Err(reason),
-        };
-        if let Err(detail) = reloaded {
-            let reason = format!(
-                "{why}; restored last-known-good generation {lg_gen} but its reload failed too ({detail})"
-            );
-            failed(&reason);
-            return (3, Outcome::Failed, reason);
+        match self.reload(starting).await {
+            Ok(finished) if finished.success() => {}
+            Ok(finished) => {
+                return Err(format!(
+                    "its reload failed too ({}: {})",
+                    finished.status(),
+                    oneline(&finished.output)
+                ));
+            }
+            Err(Failure { reason }) => return Err(format!("its reload failed too ({reason})")),
         }
-        if let (true, Some(socket)) = (lg_gen > 0, crate::haproxy::socket_of(&config))
+        if let (true, Some(socket)) = (lg_gen > 0, crate::haproxy::socket_of(self.config()))
             && let Err(seen) = wait_generation(&socket, lg_gen, before).await
         {
-            let reason = format!(
-                "{why}; restored last-known-good generation {lg_gen} but HAProxy does not report it running (it reports: {seen})"
-            );
-            failed(&reason);
-            return (3, Outcome::Failed, reason);
+            return Err(format!(
+                "HAProxy does not report it running (it reports: {seen})"
+            ));
         }
-        let reason = format!("{why}; restored last-known-good generation {lg_gen}");
-        failed(&reason);
-        (2, Outcome::RolledBack, reason)
+        Ok(())
     }
 
     /// A failure with the new route maps in place but neither the config nor HAProxy

@@ -94,6 +94,26 @@ impl Running {
     }
 }
 
+/// What ran when an apply took the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Before {
+    /// No HAProxy runs: the apply starts it.
+    Stopped,
+    /// HAProxy runs (the service says so, or its socket answered); what its worker answered on
+    /// the installed config's stats socket, `None` when that config declares none or nothing
+    /// listens there (a hand-written config): it runs no generation of ours.
+    Runs(Option<Running>),
+}
+
+impl Before {
+    pub fn running(self) -> Option<Running> {
+        match self {
+            Before::Runs(running) => running,
+            Before::Stopped => None,
+        }
+    }
+}
+
 /// How this instance says whether HAProxy runs: the service manager when the reload command
 /// is `systemctl reload <unit>`, else the processes that read the config.
 #[derive(Debug, Clone, PartialEq, Eq)]
