@@ -66,11 +66,9 @@ pub async fn release(
         return Ok(0);
     }
     let lock_path = PathBuf::from(format!("{}.lock", config.display()));
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
+    // Read-only: the service's unit makes the config's directory read-only for it (only the
+    // maps directory is writable), and flock needs no more. The apply created the file.
+    let lock = std::fs::File::open(&lock_path)
         .map_err(|err| format!("cannot open {}: {err}", lock_path.display()))?;
     if lock.try_lock().is_err() {
         return Ok(0);
