@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use autoproxy::artifact::MapFiles;
 use autoproxy::model::{Route, SniMatch};
 use autoproxy::names::HostName;
-use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, RenderOptions, Renderer};
+use autoproxy::render::{DEFAULT_TEMPLATE, RenderOptions};
 use autoproxy::rules::resolve;
 
 use crate::dns::{Query, max_per_second, per_second};
@@ -163,18 +163,7 @@ pub fn render(
     options: &RenderOptions,
     generation: u64,
 ) -> String {
-    Renderer::new(design.template())
-        .expect("the template compiles")
-        .render(&RenderInput {
-            routes,
-            resolvers,
-            options,
-            generation,
-            generated_at: "2026-01-01T00:00:00Z",
-            trigger: "bench",
-        })
-        .expect("render")
-        .text
+    crate::proxy::render_template(design.template(), generation, routes, options, resolvers)
 }
 
 /// Where the data-plane section of docs/BENCHMARKS.md starts and ends: `bench` rewrites the

@@ -298,24 +298,9 @@ impl Haproxy {
     }
 
     /// The PIDs of this HAProxy's master and workers (old ones included): every process
-    /// whose command line reads this instance's config.
+    /// whose command line reads this instance's config, as the agent finds them.
     pub fn processes(&self) -> Vec<u32> {
-        let config = self.config_path().display().to_string();
-        let Ok(entries) = std::fs::read_dir("/proc") else {
-            return Vec::new();
-        };
-        entries
-            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-            .filter(|pid| {
-                let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-                    return false;
-                };
-                let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-                args.windows(2)
-                    .any(|pair| pair[0] == b"-f" && pair[1] == config.as_bytes())
-                    && !is_zombie(*pid)
-            })
-            .collect()
+        autoproxy_agent::apply::processes_reading(&self.config_path())
     }
 
     /// Stops every process of this HAProxy: TERM, then KILL what is left after 3 s.
@@ -348,16 +333,6 @@ impl Drop for Haproxy {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-fn is_zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            let state = stat.rsplit_once(") ")?.1.chars().next()?;
-            Some(state == 'Z')
-        })
-        .unwrap_or(true)
 }
 
 /// Writes `config` as `dir/haproxy.cfg` with its map files beside it, the way the apply
@@ -428,8 +403,19 @@ pub fn render_with(
     options: &RenderOptions,
     resolvers: &[SocketAddr],
 ) -> String {
-    Renderer::new(DEFAULT_TEMPLATE)
-        .expect("the default template compiles")
+    render_template(DEFAULT_TEMPLATE, generation, routes, options, resolvers)
+}
+
+/// `routes` rendered with `template` through the real renderer.
+pub fn render_template(
+    template: &str,
+    generation: u64,
+    routes: &[Route],
+    options: &RenderOptions,
+    resolvers: &[SocketAddr],
+) -> String {
+    Renderer::new(template)
+        .expect("the template compiles")
         .render(&RenderInput {
             routes,
             resolvers,

@@ -51,7 +51,7 @@ use crate::haproxy::RuntimeApi;
 pub use params::Params;
 pub use record::Outcome;
 use running::{Answer, Before, Running, Service};
-pub use running::{SILENT_BUDGET, SOCKET_TIMEOUT};
+pub use running::{SILENT_BUDGET, SOCKET_TIMEOUT, processes_reading};
 use signals::Signals;
 
 // Every step that holds the lock is bounded; a child past its limit is killed at once.

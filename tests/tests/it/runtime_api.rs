@@ -9,17 +9,23 @@ use autoproxy_tests::proxy::{self, Backends, Haproxy, HaproxyFiles};
 
 const ADDRESSES: &str = "autoproxy/addresses.map";
 
-#[tokio::test]
-async fn the_client_reads_and_changes_a_running_haproxy() {
+/// An HAProxy running `generation` with one route, and its backend.
+fn started(generation: u64) -> (Backends, Haproxy) {
     let backends = Backends::start(&["a"]);
     let haproxy = Haproxy::new();
     let options = haproxy.options(backends.port);
     let config = proxy::render(
-        7,
+        generation,
         &[proxy::api_route("one.test", backends.get("a"))],
         &options,
     );
     haproxy.start(&config);
+    (backends, haproxy)
+}
+
+#[tokio::test]
+async fn the_client_reads_and_changes_a_running_haproxy() {
+    let (_backends, haproxy) = started(7);
     let api = RuntimeApi::new(haproxy.stats_socket(), Duration::from_secs(2));
 
     let info = api.info().await.unwrap();

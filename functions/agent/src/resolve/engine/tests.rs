@@ -65,6 +65,18 @@ fn run_unanswered(engine: &mut Engine, from: Instant, until: Instant) -> Vec<(In
     sent
 }
 
+/// An engine (cap 10/s) that knows a.example and b.example with addresses: a.example due at
+/// once, b.example half a refresh later.
+fn engine_knowing_two() -> (Engine, Instant) {
+    let (mut engine, start) = engine(10);
+    let known: BTreeMap<String, IpAddr> = ["a.example", "b.example"]
+        .into_iter()
+        .map(|n| (n.to_owned(), "10.0.0.1".parse().expect("ip")))
+        .collect();
+    engine.load(&known, start);
+    (engine, start)
+}
+
 #[test]
 fn at_start_the_cap_holds_in_every_second_retries_included() {
     let check = |max_qps: u32, names: usize| {
@@ -150,12 +162,7 @@ fn follow_ups_go_at_the_cap_before_any_name_due() {
     let check = |answer: &dyn Fn(&mut Message), expected: Expected| {
         // Two names known with addresses: a.example due now, b.example half a refresh later;
         // their steady spacing is about 24 s, the cap's 100 ms.
-        let (mut engine, start) = engine(10);
-        let known: BTreeMap<String, IpAddr> = ["a.example", "b.example"]
-            .into_iter()
-            .map(|n| (n.to_owned(), "10.0.0.1".parse().expect("ip")))
-            .collect();
-        engine.load(&known, start);
+        let (mut engine, start) = engine_knowing_two();
         let first = engine.poll_send(start).expect("a.example is due");
         assert_eq!(question(&first), ("a.example".to_owned(), RecordType::A));
         assert!(
@@ -195,12 +202,7 @@ fn follow_ups_go_at_the_cap_before_any_name_due() {
 
 #[test]
 fn a_follow_up_goes_before_a_name_already_due() {
-    let (mut engine, start) = engine(10);
-    let known: BTreeMap<String, IpAddr> = ["a.example", "b.example"]
-        .into_iter()
-        .map(|n| (n.to_owned(), "10.0.0.1".parse().expect("ip")))
-        .collect();
-    engine.load(&known, start);
+    let (mut engine, start) = engine_knowing_two();
     let first = engine.poll_send(start).expect("a.example is due");
     let late = start + Duration::from_secs(30);
     // a.example's answer comes when b.example is due too: the follow-up goes first.
