@@ -4,14 +4,22 @@ use std::fmt::Write as _;
 
 use super::{FleetReport, Instance, Join, State, Unrecorded};
 
-const HEADER: [&str; 6] = ["INSTANCE", "GENERATION", "STATE", "RESULT", "REASON", "AT"];
+const HEADER: [&str; 7] = [
+    "INSTANCE",
+    "GENERATION",
+    "STATE",
+    "RESULT",
+    "UNRESOLVED",
+    "REASON",
+    "AT",
+];
 
 impl FleetReport {
     /// A text table, one line per instance (records and instances without one, by instance
     /// id) after a header: instance, generation, state (how long behind or unhealthy), result,
-    /// reason, when; then, when the instance list is missing, a line saying so and why.
+    /// routes held until their host has an address, reason, when; then, when the instance list is missing, a line saying so and why.
     pub fn table(&self) -> String {
-        let mut rows: Vec<[String; 6]> = self
+        let mut rows: Vec<[String; 7]> = self
             .fleet
             .iter()
             .map(recorded_row)
@@ -48,7 +56,7 @@ impl FleetReport {
     }
 }
 
-fn recorded_row(i: &Instance) -> [String; 6] {
+fn recorded_row(i: &Instance) -> [String; 7] {
     let state = match i.state {
         State::Behind => format!("behind {}", duration(i.behind_seconds)),
         state => state_cell(state, i.unhealthy_seconds),
@@ -58,6 +66,7 @@ fn recorded_row(i: &Instance) -> [String; 6] {
         i.record.generation.to_string(),
         state,
         i.record.result.as_str().to_owned(),
+        i.record.unresolved_routes.to_string(),
         if i.record.reason.is_empty() {
             "-".to_owned()
         } else {
@@ -67,7 +76,7 @@ fn recorded_row(i: &Instance) -> [String; 6] {
     ]
 }
 
-fn unrecorded_row(u: &Unrecorded) -> [String; 6] {
+fn unrecorded_row(u: &Unrecorded) -> [String; 7] {
     let reason = match u.state {
         State::Unreachable if u.ping_status.is_empty() => "SSM agent: no ping status".to_owned(),
         State::Unreachable => format!("SSM agent {}", u.ping_status),
@@ -77,6 +86,7 @@ fn unrecorded_row(u: &Unrecorded) -> [String; 6] {
         u.instance_id.clone(),
         "-".to_owned(),
         state_cell(u.state, u.unhealthy_seconds),
+        "-".to_owned(),
         "-".to_owned(),
         reason,
         "-".to_owned(),

@@ -195,7 +195,14 @@ fn the_table_has_a_line_per_instance() {
     gone.at = "2026-11-22T03:14:02Z".to_owned();
     let report = records_only(
         against(NOW - 4_000, NOW),
-        vec![record("i-0ok", LATEST), late, gone],
+        vec![
+            Record {
+                unresolved_routes: 3,
+                ..record("i-0ok", LATEST)
+            },
+            late,
+            gone,
+        ],
     );
     let table = report.table();
     let lines: Vec<&str> = table.lines().collect();
@@ -205,6 +212,12 @@ fn the_table_has_a_line_per_instance() {
         "{table}"
     );
     assert!(lines[0].starts_with("INSTANCE"), "{table}");
+    assert!(lines[0].contains("UNRESOLVED"), "{table}");
+    assert!(
+        lines[3].split_whitespace().collect::<Vec<_>>()[..5]
+            == ["i-0ok", "1795403642", "current", "applied", "3"],
+        "routes held until their host resolves: {table}"
+    );
     assert!(
         lines[1].starts_with("i-0gone") && lines[1].contains("silent"),
         "{table}"
@@ -213,7 +226,10 @@ fn the_table_has_a_line_per_instance() {
         lines[2].starts_with("i-0late") && lines[2].contains("behind 1h06m"),
         "{table}"
     );
-    assert!(lines[2].contains("rejected  haproxy -c refused"), "{table}");
+    assert!(
+        lines[2].contains("rejected") && lines[2].contains("  haproxy -c refused"),
+        "{table}"
+    );
     assert!(
         lines[3].contains("current") && lines[3].contains(" - "),
         "{table}"
