@@ -10,6 +10,7 @@ pub mod dataplane;
 pub mod dns;
 pub mod estate;
 pub mod golden;
+pub mod haproxy_version;
 pub mod iam;
 pub mod local;
 pub mod moto;

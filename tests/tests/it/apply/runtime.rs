@@ -182,9 +182,9 @@ fn a_structural_change_still_reloads() {
 
 #[test]
 fn a_runtime_update_haproxy_drops_half_way_falls_back_to_a_reload() {
-    // A buffer too small for the agent's payload chunks: HAProxy 2.6 closes the stats
-    // connection on the first oversized `add map`, after the routes map was committed and
-    // before the suffix map was.
+    // A buffer too small for the agent's payload chunks: HAProxy drops the stats connection
+    // on the first oversized `add map` (2.6 and 3.0 alike reset it with these chunks), after
+    // the routes map was committed and before the suffix map was.
     let f = Fixture::new(&["a"]);
     let small_buffers = |text: String| {
         let body = artifact::body(&text).replacen(
