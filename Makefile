@@ -59,12 +59,18 @@ templates: tools
 ## changes (no reload) with connections and a kubectl watch held through the proxy (kubectl
 ## and openssl on PATH); its section goes at the end of
 ## docs/BENCHMARKS.md. Quicker: DATAPLANE_ARGS="--routes 1000 --before-reloads 0".
+## The data-plane benchmark runs on the distribution's HAProxy (2.6 on Debian 12), then again
+## (as long again) with HAProxy 3.0 first on PATH, into a section of its own after it
+## ("Data plane on HAProxy 3.0"; AUTOPROXY_EXPECT_HAPROXY stops it on any other version).
 bench: core-tools
 	. .ci/zig.sh && cargo lambda build --release -p autoproxy-generate -p autoproxy-configure
 	$(AGENT_BUILD)
 	cargo build --profile bench-run -p autoproxy-tests --bin bench --bin bench_sweep --bin bench_dataplane
 	target/bench-run/bench $(BENCH_ARGS)
 	AUTOPROXY_AGENT_BINARY=target/lambda/autoproxy-agent/bootstrap target/bench-run/bench_dataplane $(DATAPLANE_ARGS)
+	PATH="$(HAPROXY30):$$PATH" AUTOPROXY_EXPECT_HAPROXY=3.0 \
+	  AUTOPROXY_AGENT_BINARY=target/lambda/autoproxy-agent/bootstrap \
+	  target/bench-run/bench_dataplane --haproxy-section $(DATAPLANE_ARGS)
 
 ## The whole pipeline on this machine, narrated: moto as AWS (two accounts), both
 ## functions through the Lambda runtime (cargo lambda watch/invoke), the apply document from

@@ -100,8 +100,12 @@ pub(super) fn section(
     elapsed: Duration,
     ticks: u64,
     window: Duration,
+    branch: Option<&str>,
 ) -> String {
-    let mut out = String::from("## Data plane\n\n");
+    let mut out = match branch {
+        None => String::from("## Data plane\n\n"),
+        Some(branch) => format!("## Data plane on HAProxy {branch}\n\n"),
+    };
     writeln!(
         out,
         "Written by `bench_dataplane` (run by `make bench` after `bench`); {}; {:.0} s.\n",
@@ -112,6 +116,16 @@ pub(super) fn section(
     out.push_str(&table(rows));
     for apply in applies {
         writeln!(out, "\n{}", apply.line()).unwrap();
+    }
+    if let Some(branch) = branch {
+        writeln!(
+            out,
+            "\nThe same runs as in [Data plane](#data-plane), with HAProxy {branch} first on PATH \
+             (`make bench` builds it with `.ci/tools.sh`); how each figure is measured is said \
+             there."
+        )
+        .unwrap();
+        return out;
     }
     write!(
         out,
