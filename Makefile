@@ -1,17 +1,37 @@
 # Entry points. Every target installs what it needs first (.ci/tools.sh: HAProxy from Debian,
-# moto server, the AWS CLI, cargo-lambda, SAM CLI, cfn-lint and checkov from PyPI, pinned, in
-# venvs under ~/.cache/autoproxy), so each works on a fresh machine.
+# HAProxy 3.0 built from Debian 13's source, moto server, the AWS CLI, cargo-lambda, SAM CLI,
+# cfn-lint and checkov from PyPI, pinned, under ~/.cache/autoproxy), so each works on a fresh
+# machine.
 
 CACHE ?= $(HOME)/.cache/autoproxy
 export PATH := $(CACHE)/bin:$(PATH)
+# HAProxy 3.0, built by .ci/tools.sh (the version is its); deliberately not in $(CACHE)/bin:
+# the targets that drive it put it first on PATH themselves.
+HAPROXY30_VERSION := $(shell sed -n 's/^HAPROXY30_VERSION=//p' $(dir $(lastword $(MAKEFILE_LIST))).ci/tools.sh)
+HAPROXY30 := $(CACHE)/haproxy-$(HAPROXY30_VERSION)/bin
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test lint unit templates tools core-tools bench demo local build-AgentLayer
+.PHONY: test test-haproxy30 lint unit templates tools core-tools bench demo local build-AgentLayer
 
-## Everything CI runs: lint, every test (unit, golden, moto, real HAProxy), template checks.
+## Everything CI runs: lint, every test (unit, golden, moto, real HAProxy), template checks,
+## on the distribution's HAProxy (2.6 on Debian 12); then the tests that drive a real HAProxy
+## again on 3.0.
 test: tools lint
+	@haproxy -v | head -n 1
 	cargo test --workspace
 	bash .ci/check-templates.sh
+	@$(MAKE) --no-print-directory test-haproxy30
+
+## The other end of the supported range: the tests that drive a real HAProxy (haproxy -c of
+## the golden configs; apply, its faults and the runtime API; the resolver; the data plane;
+## end to end) again, with HAProxy 3.0 (built by .ci/tools.sh) first on PATH, where both the
+## harness and the agent's `haproxy -c` find it. haproxy_version:: fails the run if the
+## haproxy on PATH is not 3.0.
+HAPROXY_TESTS := haproxy_version:: golden:: apply:: runtime_api:: resolver:: dataplane:: e2e::
+test-haproxy30: core-tools
+	@PATH="$(HAPROXY30):$$PATH" haproxy -v | head -n 1
+	PATH="$(HAPROXY30):$$PATH" AUTOPROXY_EXPECT_HAPROXY=3.0 \
+	  cargo test -p autoproxy-tests --test it -- $(HAPROXY_TESTS)
 
 ## Formatting and clippy, warnings as errors.
 lint:
@@ -39,12 +59,18 @@ templates: tools
 ## changes (no reload) with connections and a kubectl watch held through the proxy (kubectl
 ## and openssl on PATH); its section goes at the end of
 ## docs/BENCHMARKS.md. Quicker: DATAPLANE_ARGS="--routes 1000 --before-reloads 0".
+## The data-plane benchmark runs on the distribution's HAProxy (2.6 on Debian 12), then again
+## (as long again) with HAProxy 3.0 first on PATH, into a section of its own after it
+## ("Data plane on HAProxy 3.0"; AUTOPROXY_EXPECT_HAPROXY stops it on any other version).
 bench: core-tools
 	. .ci/zig.sh && cargo lambda build --release -p autoproxy-generate -p autoproxy-configure
 	$(AGENT_BUILD)
 	cargo build --profile bench-run -p autoproxy-tests --bin bench --bin bench_sweep --bin bench_dataplane
 	target/bench-run/bench $(BENCH_ARGS)
 	AUTOPROXY_AGENT_BINARY=target/lambda/autoproxy-agent/bootstrap target/bench-run/bench_dataplane $(DATAPLANE_ARGS)
+	PATH="$(HAPROXY30):$$PATH" AUTOPROXY_EXPECT_HAPROXY=3.0 \
+	  AUTOPROXY_AGENT_BINARY=target/lambda/autoproxy-agent/bootstrap \
+	  target/bench-run/bench_dataplane --haproxy-section $(DATAPLANE_ARGS)
 
 ## The whole pipeline on this machine, narrated: moto as AWS (two accounts), both
 ## functions through the Lambda runtime (cargo lambda watch/invoke), the apply document from

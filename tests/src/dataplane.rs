@@ -167,9 +167,24 @@ pub fn render(
 }
 
 /// Where the data-plane section of docs/BENCHMARKS.md starts and ends: `bench` rewrites the
-/// rest of the file and keeps this part.
+/// rest of the file and keeps this part, and the sections for other HAProxy versions
+/// ([`markers`]) after it.
 pub const BEGIN: &str = "<!-- dataplane:begin -->";
 pub const END: &str = "<!-- dataplane:end -->";
+/// What every data-plane marker starts with: `bench` keeps the file from the first one on.
+pub const MARKER: &str = "<!-- dataplane";
+
+/// The begin and end markers of the data-plane section: the main one ([`BEGIN`], [`END`]), or
+/// the one for another HAProxy branch (`3.0`).
+pub fn markers(branch: Option<&str>) -> (String, String) {
+    match branch {
+        None => (BEGIN.to_owned(), END.to_owned()),
+        Some(branch) => (
+            format!("{MARKER} haproxy-{branch}:begin -->"),
+            format!("{MARKER} haproxy-{branch}:end -->"),
+        ),
+    }
+}
 
 /// Puts `section` between the `begin` and `end` marker lines of `document`, replacing what
 /// was there; without markers, a section under the same `## ` heading as `section`'s first
@@ -229,6 +244,23 @@ mod tests {
         let ends = Ends::find(&routes, |r| r.backend.as_str().to_owned());
         assert_eq!(ends.last_exact.sni, "proxy.api.z00002.bench.internal");
         assert!(ends.first_suffix.sni.starts_with("web.int.z0000"));
+    }
+
+    #[test]
+    fn a_branch_section_follows_the_main_one_and_each_is_replaced_alone() {
+        let (b30, e30) = markers(Some("3.0"));
+        assert_eq!(b30, "<!-- dataplane haproxy-3.0:begin -->");
+        let main = splice_section("# Title\n", BEGIN, END, "## Data plane\nv1");
+        let both = splice_section(&main, &b30, &e30, "## Data plane on HAProxy 3.0\nw1");
+        let both = splice_section(&both, BEGIN, END, "## Data plane\nv2");
+        assert_eq!(
+            both,
+            format!(
+                "# Title\n\n{BEGIN}\n## Data plane\nv2\n{END}\n\n\
+                 {b30}\n## Data plane on HAProxy 3.0\nw1\n{e30}\n"
+            )
+        );
+        assert_eq!(both.find(MARKER), both.find(BEGIN));
     }
 
     #[test]

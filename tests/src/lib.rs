@@ -12,6 +12,7 @@ pub mod dns;
 pub mod estate;
 pub mod freeze;
 pub mod golden;
+pub mod haproxy_version;
 pub mod iam;
 pub mod local;
 pub mod loopback;

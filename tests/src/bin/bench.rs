@@ -310,9 +310,9 @@ async fn main() {
     let total = started.elapsed();
     let report = report(&args, &rows, &notes, total);
     println!("\n{report}");
-    // The data-plane section is `bench_dataplane`'s: kept as it was, after a blank line.
+    // The data-plane sections are `bench_dataplane`'s: kept as they were, after a blank line.
     let previous = std::fs::read_to_string(&args.out).unwrap_or_default();
-    let document = match previous.find(autoproxy_tests::dataplane::BEGIN) {
+    let document = match previous.find(autoproxy_tests::dataplane::MARKER) {
         Some(at) => format!("{}\n\n{}", report.trim_end(), &previous[at..]),
         None => report,
     };

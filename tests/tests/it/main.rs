@@ -10,6 +10,7 @@ mod dataplane;
 mod e2e;
 mod generate;
 mod golden;
+mod haproxy_version;
 mod least_privilege;
 mod ownership;
 mod properties;

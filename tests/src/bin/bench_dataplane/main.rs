@@ -8,7 +8,14 @@
 //! `docs/BENCHMARKS.md` between markers, after whatever `bench` wrote.
 //!
 //! `bench_dataplane [--routes 1000,10000] [--window 10] [--reloads 20] [--before-reloads 20]
-//!                  [--skip-before] [--skip-after] [--no-agent] [--out docs/BENCHMARKS.md]`
+//!                  [--skip-before] [--skip-after] [--no-agent] [--out docs/BENCHMARKS.md]
+//!                  [--haproxy-section]`
+//!
+//! The HAProxy measured is the `haproxy` first on PATH (the harness and the agent both run
+//! that one); `AUTOPROXY_EXPECT_HAPROXY=3.0` makes any other version an error. With
+//! `--haproxy-section` the report goes to a section of its own for that HAProxy branch
+//! (`## Data plane on HAProxy 3.0`), after the main one: `make bench` runs it once on the
+//! distribution's HAProxy, then with 3.0 first on PATH.
 //!
 //! Needs root: HAProxy runs in a private mount namespace (`unshare -m`) whose resolv.conf
 //! points at a counting DNS server on port 53 of a loopback address.
@@ -28,6 +35,7 @@ use std::time::{Duration, Instant};
 use autoproxy::model::Route;
 use autoproxy_tests::dataplane::{self, Design, Ends};
 use autoproxy_tests::dns::DnsServer;
+use autoproxy_tests::haproxy_version;
 use autoproxy_tests::proxy::Backends;
 
 use apply::{ApplyTimes, apply_times};
@@ -54,6 +62,8 @@ struct Args {
     /// Measure the map-based design without autoproxy-resolver (HAProxy alone).
     no_agent: bool,
     out: PathBuf,
+    /// Report in the section for this HAProxy's branch instead of the main one.
+    haproxy_section: bool,
 }
 
 fn args() -> Args {
@@ -65,6 +75,7 @@ fn args() -> Args {
         before_reloads: 20,
         no_agent: false,
         out: autoproxy_tests::root().join("docs/BENCHMARKS.md"),
+        haproxy_section: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -88,6 +99,7 @@ fn args() -> Args {
             "--skip-after" => args.designs.retain(|d| *d != Design::Maps),
             "--no-agent" => args.no_agent = true,
             "--out" => args.out = PathBuf::from(value()),
+            "--haproxy-section" => args.haproxy_section = true,
             other => panic!("unknown flag {other}"),
         }
     }
@@ -96,6 +108,8 @@ fn args() -> Args {
 
 fn main() {
     let args = args();
+    let haproxy = haproxy_version::check_expected().unwrap_or_else(|e| panic!("{e}"));
+    println!("{}", haproxy.line);
     let started = Instant::now();
     let ticks = dataplane::clock_ticks();
     let (dns, nameserver) = NAMESERVERS
@@ -177,12 +191,23 @@ fn resolve_routes(env: &Env, routes: &[Route]) -> Ends {
 /// The section, printed and spliced into the report file.
 fn write_report(args: &Args, env: &Env, rows: &[Row], applies: &[ApplyTimes], started: Instant) {
     let elapsed = started.elapsed();
-    let section = section(rows, applies, elapsed, env.ticks, env.window);
+    let branch = args
+        .haproxy_section
+        .then(|| haproxy_version::check_expected().map(|h| h.branch()))
+        .transpose()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let section = section(
+        rows,
+        applies,
+        (elapsed, env.ticks, env.window),
+        branch.as_deref(),
+    );
     println!("\n{section}");
     let document = std::fs::read_to_string(&args.out).unwrap_or_default();
+    let (begin, end) = dataplane::markers(branch.as_deref());
     std::fs::write(
         &args.out,
-        dataplane::splice_section(&document, dataplane::BEGIN, dataplane::END, &section),
+        dataplane::splice_section(&document, &begin, &end, &section),
     )
     .expect("write the report");
     println!(

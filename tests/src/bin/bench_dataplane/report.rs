@@ -101,14 +101,19 @@ pub(super) fn table(rows: &[Row]) -> String {
     out
 }
 
+/// The report's section; `run` is (how long the run took, clock ticks per second, the
+/// measuring window); `branch` names the HAProxy branch of a section of its own.
 pub(super) fn section(
     rows: &[Row],
     applies: &[ApplyTimes],
-    elapsed: Duration,
-    ticks: u64,
-    window: Duration,
+    run: (Duration, u64, Duration),
+    branch: Option<&str>,
 ) -> String {
-    let mut out = String::from("## Data plane\n\n");
+    let (elapsed, ticks, window) = run;
+    let mut out = match branch {
+        None => String::from("## Data plane\n\n"),
+        Some(branch) => format!("## Data plane on HAProxy {branch}\n\n"),
+    };
     writeln!(
         out,
         "Written by `bench_dataplane` (run by `make bench` after `bench`); {}; {:.0} s.\n",
@@ -119,6 +124,16 @@ pub(super) fn section(
     out.push_str(&table(rows));
     for apply in applies {
         writeln!(out, "\n{}", apply.line()).unwrap();
+    }
+    if let Some(branch) = branch {
+        writeln!(
+            out,
+            "\nThe same runs as in [Data plane](#data-plane), with HAProxy {branch} first on PATH \
+             (`make bench` builds it with `.ci/tools.sh`); how each figure is measured is said \
+             there."
+        )
+        .unwrap();
+        return out;
     }
     out.push_str(&how_measured(ticks, window));
     out

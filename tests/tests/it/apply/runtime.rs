@@ -182,10 +182,10 @@ fn a_structural_change_still_reloads() {
 
 #[test]
 fn a_runtime_update_haproxy_refuses_falls_back_to_a_reload() {
-    // A buffer too small for the agent's payload chunks: HAProxy 2.6 closes the stats
-    // connection on the first oversized `add map` (3.0 answers it with an error), while the
-    // new versions are filled and before any commit. (A stop between the two commits is the
-    // fault matrix's `update` point.)
+    // A buffer too small for the agent's payload chunks: HAProxy drops the stats connection
+    // on the first oversized `add map` (2.6 and 3.0 alike reset it with these chunks), while
+    // the new versions are filled and before any commit. (A stop between the two commits is
+    // the fault matrix's `update` point.)
     let f = Fixture::new(&["a"]);
     let small_buffers = |text: String| {
         let body = artifact::body(&text).replacen(
