@@ -51,9 +51,12 @@ fn two_thousand_names_resolve_under_the_rate_cap() {
     let queries = f.dns.queries();
     let per_second = dns::per_second(&queries, started, Instant::now());
     println!("queries per second: {per_second:?}");
-    // The resolver sends at least 1/MAX_QPS apart; the server's receive times jitter by a
-    // few milliseconds, which a window 10 ms short of a second absorbs.
-    let busiest = dns::max_in_window(&queries, Duration::from_millis(990));
+    // The resolver sends at least 1/MAX_QPS apart; the server's receive times are taken by a
+    // user-space thread and jitter by as much as it is descheduled: on two cores shared with
+    // the rest of the suite, tens of milliseconds (801 in 990 ms was seen, the queries of a
+    // 35-ms stall counted together). A window 50 ms short of a second absorbs that; sending
+    // at twice the cap would still fail it.
+    let busiest = dns::max_in_window(&queries, Duration::from_millis(950));
     assert!(
         busiest <= knobs.max_qps as usize,
         "{busiest} queries within one second, above the cap of {}: {per_second:?}",
