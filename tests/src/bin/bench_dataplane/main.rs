@@ -8,13 +8,17 @@
 //! `docs/BENCHMARKS.md` between markers, after whatever `bench` wrote.
 //!
 //! `bench_dataplane [--routes 1000,10000] [--window 10] [--reloads 20] [--before-reloads 20]
-//!                  [--skip-before] [--skip-after] [--no-agent] [--out docs/BENCHMARKS.md]`
+//!                  [--skip-before] [--skip-after] [--no-agent] [--cold 4000,10000]
+//!                  [--out docs/BENCHMARKS.md]`
+//! (`--cold`: the route counts of the cold first install, `cold.rs`, `0` for none; it runs
+//! alone with `--skip-before --skip-after`)
 //!
 //! Needs root: HAProxy runs in a private mount namespace (`unshare -m`) whose resolv.conf
 //! points at a counting DNS server on port 53 of a loopback address.
 #![allow(clippy::print_stdout, clippy::expect_used, clippy::unwrap_used)]
 
 mod apply;
+mod cold;
 mod env;
 mod measure;
 mod report;
@@ -53,6 +57,8 @@ struct Args {
     before_reloads: usize,
     /// Measure the map-based design without autoproxy-resolver (HAProxy alone).
     no_agent: bool,
+    /// Route counts of the cold first install.
+    cold: Vec<usize>,
     out: PathBuf,
 }
 
@@ -64,6 +70,7 @@ fn args() -> Args {
         reloads: 20,
         before_reloads: 20,
         no_agent: false,
+        cold: vec![4_000, 10_000],
         out: autoproxy_tests::root().join("docs/BENCHMARKS.md"),
     };
     let mut it = std::env::args().skip(1);
@@ -87,6 +94,7 @@ fn args() -> Args {
             "--skip-before" => args.designs.retain(|d| *d != Design::PerRoute),
             "--skip-after" => args.designs.retain(|d| *d != Design::Maps),
             "--no-agent" => args.no_agent = true,
+            "--cold" => args.cold = cold::counts(&value()),
             "--out" => args.out = PathBuf::from(value()),
             other => panic!("unknown flag {other}"),
         }
@@ -132,7 +140,8 @@ fn main() {
             applies.push(apply);
         }
     }
-    write_report(&args, &env, &rows, &applies, started);
+    let colds = cold::cold_installs(&env, &args.cold);
+    write_report(&args, &env, &rows, &applies, &colds, started);
 }
 
 /// A row per route count and design, reloads under load at the largest count only.
@@ -175,9 +184,16 @@ fn resolve_routes(env: &Env, routes: &[Route]) -> Ends {
 }
 
 /// The section, printed and spliced into the report file.
-fn write_report(args: &Args, env: &Env, rows: &[Row], applies: &[ApplyTimes], started: Instant) {
+fn write_report(
+    args: &Args,
+    env: &Env,
+    rows: &[Row],
+    applies: &[ApplyTimes],
+    colds: &[cold::Cold],
+    started: Instant,
+) {
     let elapsed = started.elapsed();
-    let section = section(rows, applies, elapsed, env.ticks, env.window);
+    let section = section(rows, applies, colds, elapsed, env.ticks, env.window);
     println!("\n{section}");
     let document = std::fs::read_to_string(&args.out).unwrap_or_default();
     std::fs::write(

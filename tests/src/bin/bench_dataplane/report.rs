@@ -6,6 +6,7 @@ use std::time::Duration;
 use autoproxy_tests::dataplane::{Burst, CpuPerConnection, Design};
 
 use super::apply::ApplyTimes;
+use super::cold::{self, Cold};
 use super::measure::Row;
 use super::under_load::{RELOAD_TIMEOUT, UnderLoad};
 
@@ -104,6 +105,7 @@ pub(super) fn table(rows: &[Row]) -> String {
 pub(super) fn section(
     rows: &[Row],
     applies: &[ApplyTimes],
+    colds: &[Cold],
     elapsed: Duration,
     ticks: u64,
     window: Duration,
@@ -121,6 +123,7 @@ pub(super) fn section(
         writeln!(out, "\n{}", apply.line()).unwrap();
     }
     out.push_str(&how_measured(ticks, window));
+    out.push_str(&cold::section(colds));
     out
 }
 
