@@ -260,12 +260,7 @@ pub(super) fn table(colds: &[Cold]) -> String {
             optional(cold.held),
             sampled(cold),
             cold.maps_full.map_or_else(
-                || format!(
-                    "{} of {} after {}",
-                    cold.in_maps,
-                    cold.routes,
-                    seconds(cold.limit)
-                ),
+                || format!("{} of {} at the end", cold.in_maps, cold.routes),
                 seconds
             ),
             cold.queries,
