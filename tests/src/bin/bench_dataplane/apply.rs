@@ -114,7 +114,7 @@ impl ApplyTimes {
 }
 
 /// One apply of a config through the document as the SSM agent runs it.
-struct Applier {
+pub(super) struct Applier {
     rt: tokio::runtime::Runtime,
     moto: Moto,
     sdk: aws_config::SdkConfig,
@@ -127,7 +127,7 @@ impl Applier {
 
     /// moto as S3 with the config bucket and the published agent, and the apply document as
     /// deployed for `haproxy`.
-    fn start(haproxy: &Haproxy) -> (Applier, Published) {
+    pub(super) fn start(haproxy: &Haproxy) -> (Applier, Published) {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -146,7 +146,7 @@ impl Applier {
         (applier, agent)
     }
 
-    fn run(&self, config: &str) -> Run {
+    pub(super) fn run(&self, config: &str) -> Run {
         let version = self
             .rt
             .block_on(estate::upload_config(

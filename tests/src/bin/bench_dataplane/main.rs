@@ -8,8 +8,10 @@
 //! `docs/BENCHMARKS.md` between markers, after whatever `bench` wrote.
 //!
 //! `bench_dataplane [--routes 1000,10000] [--window 10] [--reloads 20] [--before-reloads 20]
-//!                  [--skip-before] [--skip-after] [--no-agent] [--out docs/BENCHMARKS.md]
-//!                  [--haproxy-section]`
+//!                  [--skip-before] [--skip-after] [--no-agent] [--cold 4000,10000]
+//!                  [--out docs/BENCHMARKS.md] [--haproxy-section]`
+//! (`--cold`: the route counts of the cold first install, `cold.rs`, `0` for none; it runs
+//! alone with `--skip-before --skip-after`)
 //!
 //! The HAProxy measured is the `haproxy` first on PATH (the harness and the agent both run
 //! that one); `AUTOPROXY_EXPECT_HAPROXY=3.0` makes any other version an error. With
@@ -22,6 +24,7 @@
 #![allow(clippy::print_stdout, clippy::expect_used, clippy::unwrap_used)]
 
 mod apply;
+mod cold;
 mod env;
 mod measure;
 mod report;
@@ -61,6 +64,8 @@ struct Args {
     before_reloads: usize,
     /// Measure the map-based design without autoproxy-resolver (HAProxy alone).
     no_agent: bool,
+    /// Route counts of the cold first install.
+    cold: Vec<usize>,
     out: PathBuf,
     /// Report in the section for this HAProxy's branch instead of the main one.
     haproxy_section: bool,
@@ -74,6 +79,7 @@ fn args() -> Args {
         reloads: 20,
         before_reloads: 20,
         no_agent: false,
+        cold: vec![4_000, 10_000],
         out: autoproxy_tests::root().join("docs/BENCHMARKS.md"),
         haproxy_section: false,
     };
@@ -98,6 +104,7 @@ fn args() -> Args {
             "--skip-before" => args.designs.retain(|d| *d != Design::PerRoute),
             "--skip-after" => args.designs.retain(|d| *d != Design::Maps),
             "--no-agent" => args.no_agent = true,
+            "--cold" => args.cold = cold::counts(&value()),
             "--out" => args.out = PathBuf::from(value()),
             "--haproxy-section" => args.haproxy_section = true,
             other => panic!("unknown flag {other}"),
@@ -146,7 +153,8 @@ fn main() {
             applies.push(apply);
         }
     }
-    write_report(&args, &env, &rows, &applies, started);
+    let colds = cold::cold_installs(&env, &args.cold);
+    write_report(&args, &env, &rows, &applies, &colds, started);
 }
 
 /// A row per route count and design, reloads under load at the largest count only.
@@ -189,7 +197,14 @@ fn resolve_routes(env: &Env, routes: &[Route]) -> Ends {
 }
 
 /// The section, printed and spliced into the report file.
-fn write_report(args: &Args, env: &Env, rows: &[Row], applies: &[ApplyTimes], started: Instant) {
+fn write_report(
+    args: &Args,
+    env: &Env,
+    rows: &[Row],
+    applies: &[ApplyTimes],
+    colds: &[cold::Cold],
+    started: Instant,
+) {
     let elapsed = started.elapsed();
     let branch = args
         .haproxy_section
@@ -199,6 +214,7 @@ fn write_report(args: &Args, env: &Env, rows: &[Row], applies: &[ApplyTimes], st
     let section = section(
         rows,
         applies,
+        colds,
         (elapsed, env.ticks, env.window),
         branch.as_deref(),
     );

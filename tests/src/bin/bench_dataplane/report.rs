@@ -6,6 +6,7 @@ use std::time::Duration;
 use autoproxy_tests::dataplane::{Burst, CpuPerConnection, Design};
 
 use super::apply::ApplyTimes;
+use super::cold::{self, Cold};
 use super::measure::Row;
 use super::under_load::{RELOAD_TIMEOUT, UnderLoad};
 
@@ -106,6 +107,7 @@ pub(super) fn table(rows: &[Row]) -> String {
 pub(super) fn section(
     rows: &[Row],
     applies: &[ApplyTimes],
+    colds: &[Cold],
     run: (Duration, u64, Duration),
     branch: Option<&str>,
 ) -> String {
@@ -133,9 +135,11 @@ pub(super) fn section(
              there."
         )
         .unwrap();
+        out.push_str(&cold::section(colds));
         return out;
     }
     out.push_str(&how_measured(ticks, window));
+    out.push_str(&cold::section(colds));
     out
 }
 
