@@ -1,11 +1,13 @@
 //! `autoproxy-agent apply`: installs one version of the generated haproxy.cfg on this instance
 //! (docs/ARCHITECTURE.md, "The apply" and "When a proxy reloads").
 //!
-//! Under an exclusive lock beside the config: download that version → verify its sha256 →
-//! skip unless its generation is newer than the one HAProxy runs → stage its maps beside the
-//! live ones → make sure every route's host has an address → `haproxy -c` on the config as it
-//! reads the staged maps → keep the current config as last-known-good (only if it ran) →
-//! rename the route maps into place → then one of two ways:
+//! Under an exclusive lock beside the config, as stages that pass values along (`stages.rs`):
+//! state (what runs: the service, and the installed config's stats socket, `running.rs`) →
+//! fetch (download, verify its sha256, skip unless newer than what runs) → prepare (the new
+//! hosts' addresses for 2 s, the route maps staged as they may serve: a route whose host has
+//! no address is held, `crate::routes`) → `haproxy -c` on the config as it reads the staged
+//! maps → keep the current config as last-known-good (only if HAProxy runs it) → install (the
+//! route maps renamed into place, the way decided) → activate, one of two ways:
 //! * only the route tables changed (the config's structure equals what runs): replace the
 //!   running worker's route maps over the runtime API, read them back, set its generation
 //!   map, rename the generation map and the config into place. No reload; if HAProxy does
@@ -17,7 +19,8 @@
 //! nothing changed. Once HAProxy was asked to take the routes, or the config is renamed:
 //! restore last-known-good's config and its maps (written from its route lines), reload, and
 //! exit non-zero with the reason. Every run ends with a fleet record whose generation is
-//! what HAProxy reported at the end, never what the run intended.
+//! what HAProxy reported at the end (or, when it stays silent, last during the run, marked
+//! unconfirmed), never what the run intended.
 //!
 //! A signal (SIGTERM, SIGINT, SIGHUP) at any step stops that step, kills whatever it had
 //! started, and ends the run as a failure of that step would: nothing installed yet → nothing
@@ -38,6 +41,7 @@ mod params;
 mod record;
 mod running;
 mod signals;
+mod stages;
 mod steps;
 
 use std::io::Write;
@@ -45,14 +49,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use autoproxy::artifact::MapFiles;
-
 use crate::haproxy::RuntimeApi;
 pub use params::Params;
 pub use record::Outcome;
 use running::{Answer, Before, Running, Service};
 pub use running::{SILENT_BUDGET, SOCKET_TIMEOUT, processes_reading};
 use signals::Signals;
+use stages::NewConfig;
 
 // Every step that holds the lock is bounded; a child past its limit is killed at once.
 pub const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -297,78 +300,24 @@ impl Run {
         }
     }
 
+    /// The run as its stages: each returns the value the next one takes, and `self.stage`
+    /// says what a failure from there must undo (see [`Stage`]).
     async fn steps(&mut self) -> Result<(), Failure> {
         self.check_params()?;
         self.take_lock().await?;
         // Asked before the swap, on the socket of the config HAProxy was started with: the new
         // config may name another socket.
         self.read_state().await?;
-
-        self.pause("download").await;
-        let (text, version) = self.download().await?;
-        self.version_applied.clone_from(&version);
-        self.step = "verify";
-        let new = self.verify(&text, &version)?;
-        self.generation = new.generation;
-        if self.skips(new.generation) {
+        let Some(new) = self.fetch().await? else {
             return Ok(());
-        }
-
-        self.step = "maps";
-        let maps = MapFiles::named_by(&text, new.generation);
-        self.seed_address_map(&maps).await?;
-        self.step = "addresses";
-        self.ensure_addresses(&text).await;
-        self.step = "maps";
-        let staged = self.stage_maps(&text, new.generation, &maps)?;
-        let staged_config = files::temp_path(&self.dir, ".autoproxy-new");
-        self.temps.push(staged_config.clone());
-        files::write_synced(&staged_config, text.as_bytes(), 0o644)
-            .or_else(|err| fail(format!("cannot write {}: {err}", staged_config.display())))?;
+        };
+        let prepared = self.prepare(&new).await?;
         self.pause("check").await;
-        self.check(&staged.check, new.generation).await?;
+        self.check(&prepared.maps.check, new.generation).await?;
         self.step = "keep";
         self.keep()?;
-
-        // Decided before anything is installed: what HAProxy runs now, against the new text.
-        let reload_because = self.needs_reload(&text, &maps);
-        self.step = "install";
-        self.install_maps(&staged)?;
-        let why = match reload_because {
-            Some(why) => why,
-            None => {
-                self.step = "update";
-                // From the first command on, HAProxy may hold new routes: a failure rolls back.
-                self.stage = Stage::Installed;
-                match self
-                    .update_runtime(&text, &staged, &maps, new.generation)
-                    .await
-                {
-                    Ok(()) => {
-                        log(
-                            "update",
-                            &format!(
-                                "the running HAProxy holds the new route tables and generation {}: no reload",
-                                new.generation
-                            ),
-                        );
-                        self.taken("runtime", "only the route tables changed");
-                        self.step = "swap";
-                        self.install_generation_map(&staged)?;
-                        self.swap(&staged_config, new.generation)?;
-                        return self.done(new.generation, "without a reload");
-                    }
-                    Err(err) => format!("the running HAProxy did not take the new routes ({err})"),
-                }
-            }
-        };
-        self.taken("reload", &why);
-        self.step = "swap";
-        self.install_generation_map(&staged)?;
-        self.swap(&staged_config, new.generation)?;
-        self.pause("swap").await;
-        self.reload_and_wait(&new).await?;
-        self.done(new.generation, "after a reload")
+        let activation = self.install(&new, &prepared)?;
+        self.activate(&new, &prepared, activation).await
     }
 
     fn check_params(&self) -> Result<(), Failure> {
@@ -549,13 +498,6 @@ impl Run {
         );
         Ok(())
     }
-}
-
-/// What the apply needs of the new config beyond its header.
-#[derive(Debug, Clone)]
-struct NewConfig {
-    generation: u64,
-    socket: PathBuf,
 }
 
 /// The agent's peak resident memory (`VmHWM`), as a log line says it.

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use autoproxy::artifact::{self, MapFiles};
 
-use super::{Before, Failure, Run, Stage, UPDATE_BUDGET, config, fail, files, log};
+use super::{Before, Failure, NewConfig, Run, Stage, UPDATE_BUDGET, config, fail, files, log};
 use crate::haproxy::{RuntimeError, Session};
 
 /// The largest `add map` payload sent at once: well under HAProxy's default `tune.bufsize`
@@ -223,11 +223,10 @@ impl Run {
     /// is set last, once both tables were read back equal to their files.
     pub(super) async fn update_runtime(
         &mut self,
-        text: &str,
+        new: &NewConfig,
         staged: &Staged,
-        maps: &MapFiles,
-        generation: u64,
     ) -> Result<(), String> {
+        let (text, maps, generation) = (new.text.as_str(), &new.maps, new.generation);
         let api = self
             .socket()
             .ok_or_else(|| "the installed config declares no usable stats socket".to_owned())?;

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use autoproxy::artifact;
+use autoproxy::artifact::{self, MapFiles};
 
 use super::{
     ADDRESS_BUDGET, Before, CHECK_TIMEOUT, DOWNLOAD_TIMEOUT, Failure, NewConfig, RELOAD_TIMEOUT,
@@ -82,8 +82,8 @@ impl Run {
         Ok((text, version))
     }
 
-    pub(super) fn verify(&self, text: &str, version: &str) -> Result<NewConfig, Failure> {
-        let header = artifact::parse_header(text).or_else(|err| {
+    pub(super) fn verify(&self, text: String, version: &str) -> Result<NewConfig, Failure> {
+        let header = artifact::parse_header(&text).or_else(|err| {
             fail(match err {
                 artifact::HeaderError::Mismatch { header, body } => format!(
                     "sha256 mismatch in version {version}: the header says {header}, the body hashes to {body}"
@@ -92,14 +92,14 @@ impl Run {
             })
         })?;
         let generation = header.generation;
-        let description = haproxy::global_value(text, "description").unwrap_or_default();
+        let description = haproxy::global_value(&text, "description").unwrap_or_default();
         let want = format!("autoproxy generation {generation}");
         if description != want {
             return fail(format!(
                 "generation {generation} declares 'description {description}' in global, expected '{want}': its running generation could not be checked"
             ));
         }
-        let socket = match haproxy::declared_socket(text) {
+        let socket = match haproxy::declared_socket(&text) {
             DeclaredSocket::Path(socket) => socket,
             DeclaredSocket::None => {
                 return fail(format!(
@@ -119,7 +119,13 @@ impl Run {
                 header.sha256
             ),
         );
-        Ok(NewConfig { generation, socket })
+        let maps = MapFiles::named_by(&text, generation);
+        Ok(NewConfig {
+            text,
+            generation,
+            socket,
+            maps,
+        })
     }
 
     /// `name address` lines from `show servers state` of the running HAProxy (a per-route
