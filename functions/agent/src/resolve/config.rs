@@ -47,6 +47,27 @@ pub fn read_installed(text: &str) -> Installed {
     installed
 }
 
+impl Installed {
+    /// Adds the hosts the route map files beside the config serve with: a held route keeps
+    /// its previous target ([`crate::routes`]), whose host the config may no longer name, and
+    /// its address must stay current while it serves.
+    pub fn add_serving_hosts(&mut self, config_dir: &Path, text: &str) {
+        let generation = autoproxy::artifact::parse_header(text).map_or(0, |h| h.generation);
+        let maps = autoproxy::artifact::MapFiles::named_by(text, generation);
+        for path in [maps.routes, maps.suffixes] {
+            let table = std::fs::read_to_string(config_dir.join(path)).unwrap_or_default();
+            for (_, target) in crate::routes::entries(&table) {
+                let host = crate::routes::target_host(target);
+                if host.parse::<IpAddr>().is_err()
+                    && let Ok(name) = autoproxy::names::HostName::parse(host)
+                {
+                    self.names.insert(name.as_str().to_owned());
+                }
+            }
+        }
+    }
+}
+
 /// The config file as last read.
 #[derive(Debug)]
 pub struct Watched {
@@ -77,7 +98,12 @@ impl Watched {
         if now < self.next_check {
             return None;
         }
-        self.changed(now).map(|text| read_installed(&text))
+        self.changed(now).map(|text| {
+            let mut installed = read_installed(&text);
+            let dir = self.path.parent().unwrap_or(Path::new("/"));
+            installed.add_serving_hosts(dir, &text);
+            installed
+        })
     }
 
     /// The config's text when it changed since the last look.
@@ -112,6 +138,25 @@ impl Watched {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_held_route_keeps_its_old_host_among_the_names() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let text =
+            "# generation: 2\nglobal\n#@route proxy.api.x.example api.new.example:443 api 1 Z1\n";
+        std::fs::create_dir(dir.path().join("autoproxy")).expect("mkdir");
+        std::fs::write(
+            dir.path().join("autoproxy/routes.map"),
+            "proxy.api.x.example api.old.example:443\nproxy.api.y.example 10.0.0.1:443\n",
+        )
+        .expect("write");
+        let mut installed = read_installed(text);
+        installed.add_serving_hosts(dir.path(), text);
+        assert_eq!(
+            installed.names.iter().collect::<Vec<_>>(),
+            ["api.new.example", "api.old.example"]
+        );
+    }
 
     #[test]
     fn the_installed_config_gives_names_nameservers_and_the_stats_socket() {

@@ -89,6 +89,15 @@ fn a_route_to_a_name_that_does_not_resolve_is_held_then_put_in_by_the_resolver()
     let run = f.apply(&f.upload(&config(&f, &dns, 2, "api.moved.test")));
     assert!(run.success(), "{run}");
     assert_eq!(f.haproxy.probe(key).unwrap(), f.backends.get("b").banner());
+    // ... and goes on: the service, which sees the new config within a second and pushes
+    // every 2 s, keeps the old host's address while a route serves with it.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(
+        f.haproxy.probe(key).map_err(|err| format!("{err:?}")),
+        Ok(f.backends.get("b").banner()),
+        "{}",
+        resolver.output()
+    );
     dns.set("api.moved.test", &[ip(&f, "a")]);
     let moved = wait_until(Duration::from_secs(10), || {
         f.haproxy
