@@ -25,6 +25,24 @@ impl Fixture {
         serde_json::from_slice(&bytes).unwrap()
     }
 
+    /// An apply of `version` started in the background, paused for 1 s before `point`.
+    fn paused_at(&self, version: &str, point: &str) -> Background {
+        let env = [
+            ("AUTOPROXY_AGENT_PAUSE".to_owned(), point.to_owned()),
+            ("AUTOPROXY_AGENT_PAUSE_SECONDS".to_owned(), "1".to_owned()),
+        ];
+        let mut background = self
+            .spawn(&self.document, &[("ConfigVersion", version)], &env, &[])
+            .unwrap();
+        let pause = format!("autoproxy-apply: pause: before {point}");
+        assert!(
+            background.wait_for_line(&pause, RUN_TIMEOUT),
+            "no '{pause}':\n{}",
+            background.stdout_so_far()
+        );
+        background
+    }
+
     /// A config as people write it by hand: no stats socket, no description, one frontend
     /// on this HAProxy's https port to backend `a`.
     fn hand_written(&self) -> String {
@@ -121,18 +139,7 @@ fn a_worker_frozen_during_a_runtime_update_is_reloaded_and_the_record_is_true() 
     f.install_first(&f.config(1, &[("g1.test", "a")]));
     let worker = f.haproxy.worker_pid().unwrap();
     let version = f.upload(&f.config(2, &[("g1.test", "b"), ("g2.test", "a")]));
-    let env = [
-        ("AUTOPROXY_AGENT_PAUSE".to_owned(), "update".to_owned()),
-        ("AUTOPROXY_AGENT_PAUSE_SECONDS".to_owned(), "1".to_owned()),
-    ];
-    let mut background = f
-        .spawn(&f.document, &[("ConfigVersion", &version)], &env, &[])
-        .unwrap();
-    assert!(
-        background.wait_for_line("autoproxy-apply: pause: before update", RUN_TIMEOUT),
-        "{}",
-        background.stdout_so_far()
-    );
+    let background = f.paused_at(&version, "update");
     let thaw = Frozen::stop_for(worker, FROZEN);
     let run = background.wait(RUN_TIMEOUT);
     thaw.join().unwrap();
@@ -163,18 +170,7 @@ fn a_worker_silent_at_the_end_leaves_a_record_of_what_it_reported_last_never_zer
     f.install_first(&f.config(1, &[("g1.test", "a")]));
     let worker = f.haproxy.worker_pid().unwrap();
     let version = f.upload(&f.config(2, &[("g1.test", "b")]));
-    let env = [
-        ("AUTOPROXY_AGENT_PAUSE".to_owned(), "record".to_owned()),
-        ("AUTOPROXY_AGENT_PAUSE_SECONDS".to_owned(), "1".to_owned()),
-    ];
-    let mut background = f
-        .spawn(&f.document, &[("ConfigVersion", &version)], &env, &[])
-        .unwrap();
-    assert!(
-        background.wait_for_line("autoproxy-apply: pause: before record", RUN_TIMEOUT),
-        "{}",
-        background.stdout_so_far()
-    );
+    let background = f.paused_at(&version, "record");
     let frozen = Frozen::stop(worker);
     let run = background.wait(RUN_TIMEOUT);
     drop(frozen);
