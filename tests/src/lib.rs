@@ -18,6 +18,7 @@ pub mod local;
 pub mod loopback;
 pub mod moto;
 pub mod pipeline;
+pub mod prometheus;
 pub mod proxy;
 pub mod recording_proxy;
 pub mod resolver;
