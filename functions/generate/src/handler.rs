@@ -168,8 +168,8 @@ pub struct Summary {
 pub enum Reply {
     /// A run: every trigger but `explain`.
     Run(Summary),
-    /// For `{"explain": "<name>"}`.
-    Explain(Explanation),
+    /// For `{"explain": "<name>"}` (boxed: it is much larger than a summary).
+    Explain(Box<Explanation>),
 }
 
 /// Time kept back from the Lambda deadline for rendering and publishing after the sweep.
@@ -182,7 +182,8 @@ pub async fn function_handler(
     event: LambdaEvent<Value>,
 ) -> Result<Reply, GenerateError> {
     if let Some(request) = explain::request(&event.payload) {
-        return explain::explain(deps, &request?).await.map(Reply::Explain);
+        let answer = explain::explain(deps, &request?).await?;
+        return Ok(Reply::Explain(Box::new(answer)));
     }
     // A deadline already past when the invocation starts is not one Lambda sends: `cargo lambda
     // watch` (1.9) sends the timeout itself (600000 ms), which reads as 1970. Under it every
