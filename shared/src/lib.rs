@@ -1,7 +1,7 @@
 //! autoproxy: keeps a fleet of HAProxy peering proxies in step with Route53.
 //!
-//! The pure core (no I/O): [`names`], [`rules`], [`model`], [`render`], [`artifact`], [`ownership`],
-//! [`diff`], [`fleet`], [`manifest`], [`publish`], [`settings`]. The edges are few and named for
+//! The pure core (no I/O): [`names`], [`near_miss`], [`rules`], [`model`], [`render`],
+//! [`artifact`], [`ownership`], [`diff`], [`fleet`], [`manifest`], [`publish`], [`settings`]. The edges are few and named for
 //! what they talk to: [`route53`], [`discovery`], [`s3`], [`metrics`].
 
 pub mod artifact;
@@ -12,6 +12,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod model;
 pub mod names;
+pub mod near_miss;
 pub mod ownership;
 pub mod publish;
 pub mod ratelimit;

@@ -9,6 +9,7 @@ use std::fmt;
 
 use crate::model::{Route, SniMatch, ZoneKey, ZoneRecords};
 use crate::names::{DomainName, HostName, NameError, normalize};
+use crate::near_miss::{NearMiss, near_proxy};
 
 /// One row of the rule table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +78,13 @@ pub enum Warning {
         back: HostName,
         expected: &'static [&'static str],
     },
+    /// The front record is a CNAME to a name that is almost the proxy's (see
+    /// [`crate::near_miss`]): the zone meant to opt in and gets no route.
+    NearProxy {
+        zone: ZoneKey,
+        front: HostName,
+        near: NearMiss,
+    },
     /// Two zones claim the same SNI (the same zone name in two accounts): one wins.
     SniConflict {
         sni: String,
@@ -107,6 +115,7 @@ impl fmt::Display for Warning {
                  record, so no route",
                 expected.join("/")
             ),
+            Warning::NearProxy { zone, front, near } => write!(f, "zone {zone}: {front} {near}"),
             Warning::SniConflict { sni, kept, dropped } => write!(
                 f,
                 "SNI {sni} is claimed by zone {kept} and by zone {dropped}; routing to \
@@ -141,7 +150,7 @@ pub fn zone_routes(rules: &[Rule], zone: &ZoneRecords, proxies: &[HostName]) -> 
             return outcome;
         }
     };
-    let proxies: Vec<DomainName> = proxies.iter().map(|p| normalize(p.as_str())).collect();
+    let proxy_names: Vec<DomainName> = proxies.iter().map(|p| normalize(p.as_str())).collect();
 
     // Index the record sets by decoded name; a name that is not a plain host name never
     // reaches the config, but a person is told about it.
@@ -169,10 +178,13 @@ pub fn zone_routes(rules: &[Rule], zone: &ZoneRecords, proxies: &[HostName]) -> 
         let front = zone_name.with_prefix(rule.front);
         let points_at_proxy = by_name.get(&front).is_some_and(|sets| {
             sets.iter().any(|(rtype, target)| {
-                *rtype == FRONT_TYPE && target.as_ref().is_some_and(|t| proxies.contains(t))
+                *rtype == FRONT_TYPE && target.as_ref().is_some_and(|t| proxy_names.contains(t))
             })
         });
         if !points_at_proxy {
+            outcome
+                .warnings
+                .extend(near_misses(&key, &front, &by_name, proxies));
             continue;
         }
         let back = zone_name.with_prefix(rule.back);
@@ -192,6 +204,26 @@ pub fn zone_routes(rules: &[Rule], zone: &ZoneRecords, proxies: &[HostName]) -> 
         outcome.routes.push(rule.route(&key, &zone_name));
     }
     outcome
+}
+
+/// A warning for each CNAME at `front` whose target nearly names a proxy.
+fn near_misses(
+    zone: &ZoneKey,
+    front: &HostName,
+    by_name: &HashMap<HostName, Vec<(&str, Option<DomainName>)>>,
+    proxies: &[HostName],
+) -> Vec<Warning> {
+    let sets = by_name.get(front).map_or(&[][..], Vec::as_slice);
+    sets.iter()
+        .filter(|(rtype, _)| *rtype == FRONT_TYPE)
+        .filter_map(|(_, target)| target.as_ref()?.to_host().ok())
+        .filter_map(|target| near_proxy(&target, proxies))
+        .map(|near| Warning::NearProxy {
+            zone: zone.clone(),
+            front: front.clone(),
+            near,
+        })
+        .collect()
 }
 
 impl Rule {

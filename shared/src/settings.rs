@@ -38,6 +38,7 @@ pub const CONFIGURE_VARIABLES: &[&str] = &[
     "COMMAND_LOG_GROUP",
     "CONFIG_BUCKET",
     "FLEET_SILENT_AFTER_MINUTES",
+    "DELIVERY_TIMEOUT_SECONDS",
 ];
 
 pub const DEFAULT_CONFIG_KEY: &str = "haproxy/haproxy.cfg";
@@ -294,10 +295,19 @@ pub struct ConfigureSettings {
     /// A record older than this is silent in the fleet report: its instance stopped applying
     /// (terminated, or its SSM agent is down). Longer than twice the association's interval.
     pub fleet_silent_after_seconds: u64,
+    /// SSM's `TimeoutSeconds` for a push: how long SSM tries to deliver it to an instance
+    /// before giving that instance up (Delivery Timed Out, not counted against `MAX_ERRORS`),
+    /// so an instance whose agent is gone does not hold a rolling push's slot for SSM's
+    /// default hour.
+    pub delivery_timeout_seconds: i32,
 }
 
 /// Three runs of the default 30-minute association.
 pub const DEFAULT_FLEET_SILENT_AFTER_MINUTES: u64 = 90;
+
+/// Two minutes: an online SSM agent takes a command within seconds, so this leaves room for
+/// one reconnecting, and a gone instance holds a rolling push two minutes, not SSM's hour.
+pub const DEFAULT_DELIVERY_TIMEOUT_SECONDS: i32 = 120;
 
 impl ConfigureSettings {
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
@@ -345,6 +355,13 @@ impl ConfigureSettings {
                     "whole minutes from 1 to 525600",
                     |m: &u64| (1..=525_600).contains(m),
                 )?,
+            delivery_timeout_seconds: number(
+                "DELIVERY_TIMEOUT_SECONDS",
+                get("DELIVERY_TIMEOUT_SECONDS"),
+                DEFAULT_DELIVERY_TIMEOUT_SECONDS,
+                "whole seconds from 30 to 2592000 (SSM's range for TimeoutSeconds)",
+                |s: &i32| (30..=2_592_000).contains(s),
+            )?,
         })
     }
 

@@ -22,6 +22,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tracing::{info, warn};
 
+use crate::explain::{self, ExplainError, Explanation};
 use crate::plan::{self, Plan, Write};
 use crate::trigger::{self, TriggerError};
 
@@ -109,6 +110,8 @@ pub enum GenerateError {
     #[error(transparent)]
     Trigger(#[from] TriggerError),
     #[error(transparent)]
+    Explain(#[from] ExplainError),
+    #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
     Sweep(#[from] SweepError),
@@ -128,7 +131,7 @@ pub enum GenerateError {
 impl From<GenerateError> for Diagnostic {
     fn from(err: GenerateError) -> Self {
         let kind = match &err {
-            GenerateError::Trigger(_) => "InvalidEvent",
+            GenerateError::Trigger(_) | GenerateError::Explain(_) => "InvalidEvent",
             GenerateError::Store(_) => "S3Error",
             GenerateError::Sweep(_) => "ScanFailed",
             GenerateError::ProxyVpcs(_) => "ProxyVpcsFailed",
@@ -158,15 +161,30 @@ pub struct Summary {
     pub config: Option<String>,
 }
 
+/// What one invocation returns. Untagged: each kind serialises exactly as its own type, so a
+/// run answers as it always has.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum Reply {
+    /// A run: every trigger but `explain`.
+    Run(Summary),
+    /// For `{"explain": "<name>"}` (boxed: it is much larger than a summary).
+    Explain(Box<Explanation>),
+}
+
 /// Time kept back from the Lambda deadline for rendering and publishing after the sweep.
 pub const PUBLISH_RESERVE: Duration = Duration::from_secs(60);
 
-/// The Lambda entry point: the sweep stops starting zone reads [`PUBLISH_RESERVE`] before the
-/// function's deadline.
+/// The Lambda entry point: `{"explain": …}` answers without running; anything else is a run
+/// whose sweep stops starting zone reads [`PUBLISH_RESERVE`] before the function's deadline.
 pub async fn function_handler(
     deps: &Deps,
     event: LambdaEvent<Value>,
-) -> Result<Summary, GenerateError> {
+) -> Result<Reply, GenerateError> {
+    if let Some(request) = explain::request(&event.payload) {
+        let answer = explain::explain(deps, &request?).await?;
+        return Ok(Reply::Explain(Box::new(answer)));
+    }
     // A deadline already past when the invocation starts is not one Lambda sends: `cargo lambda
     // watch` (1.9) sends the timeout itself (600000 ms), which reads as 1970. Under it every
     // run would read no zone at all; run without a budget instead.
@@ -179,10 +197,14 @@ pub async fn function_handler(
             deadline_ms = event.context.deadline,
             "the invocation's deadline has already passed (a local emulator?): no time budget"
         );
-        return handle_until(deps, &event.payload, &now_rfc3339(), None).await;
+        return handle_until(deps, &event.payload, &now_rfc3339(), None)
+            .await
+            .map(Reply::Run);
     };
     let deadline = tokio::time::Instant::now() + remaining.saturating_sub(PUBLISH_RESERVE);
-    handle_until(deps, &event.payload, &now_rfc3339(), Some(deadline)).await
+    handle_until(deps, &event.payload, &now_rfc3339(), Some(deadline))
+        .await
+        .map(Reply::Run)
 }
 
 /// One run without a time budget, callable from tests: `generated_at` is the time stamped
@@ -396,7 +418,10 @@ fn report_run(plan: &Plan, zones_scanned: usize, calls: &Route53Calls, started: 
 
 /// Every zone associated with one of the proxy VPCs, as listed by the VPCs' owner (this
 /// account).
-async fn vpc_zones(deps: &Deps, vpcs: &[ProxyVpc]) -> Result<BTreeSet<ZoneKey>, GenerateError> {
+pub(crate) async fn vpc_zones(
+    deps: &Deps,
+    vpcs: &[ProxyVpc],
+) -> Result<BTreeSet<ZoneKey>, GenerateError> {
     let owner = deps.vpc_owner.as_ref().ok_or_else(|| {
         GenerateError::ProxyVpcs("no Route53 client for the VPCs' own account".to_owned())
     })?;

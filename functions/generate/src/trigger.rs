@@ -51,7 +51,7 @@ pub enum TriggerError {
     #[error(
         "expected an EventBridge \"Scheduled Event\", an EventBridge \"AWS API Call via \
          CloudTrail\" event from aws.route53 ({}), or a manual object {{\"dry_run\": bool, \
-         \"force\": bool}} (both optional); got {got}",
+         \"force\": bool}} (both optional), or {{\"explain\": \"<name>\"}}; got {got}",
         ROUTE53_EVENTS.join(", ")
     )]
     Unrecognised { got: String },

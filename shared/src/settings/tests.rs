@@ -145,8 +145,12 @@ fn configure_defaults_and_errors() {
     let s = ConfigureSettings::from_lookup(|n| map.get(n).map(|v| (*v).to_owned())).unwrap();
     assert_eq!(s.config_bucket.as_deref(), Some("autoproxy-config"));
     assert_eq!(s.fleet_silent_after_seconds, 90 * 60);
+    assert_eq!(s.delivery_timeout_seconds, 120);
     for (variable, bad) in [
         ("MAX_ERRORS", "x"),
+        ("DELIVERY_TIMEOUT_SECONDS", "29"),
+        ("DELIVERY_TIMEOUT_SECONDS", "2592001"),
+        ("DELIVERY_TIMEOUT_SECONDS", "2m"),
         ("FLEET_SILENT_AFTER_MINUTES", "0"),
         ("FLEET_SILENT_AFTER_MINUTES", "90m"),
         ("FLEET_SILENT_AFTER_MINUTES", "525601"),
@@ -159,10 +163,12 @@ fn configure_defaults_and_errors() {
     let map: HashMap<&str, &str> = [
         ("APPLY_DOCUMENT", "doc"),
         ("FLEET_SILENT_AFTER_MINUTES", "150"),
+        ("DELIVERY_TIMEOUT_SECONDS", "30"),
     ]
     .into();
     let s = ConfigureSettings::from_lookup(|n| map.get(n).map(|v| (*v).to_owned())).unwrap();
     assert_eq!(s.fleet_silent_after_seconds, 150 * 60);
+    assert_eq!(s.delivery_timeout_seconds, 30);
     let err = ConfigureSettings::from_lookup(|_| None).unwrap_err();
     assert_eq!(err.variable, "APPLY_DOCUMENT");
 }

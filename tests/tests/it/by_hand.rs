@@ -92,7 +92,15 @@ fn the_readme_commands_for_invoking_by_hand_work_as_written() {
         });
         let reply: Value = serde_json::from_str(out.trim())
             .unwrap_or_else(|err| panic!("{line}: not JSON ({err}): {out}"));
-        if line.contains("autoproxy-generate") {
+        if line.contains("explain") {
+            assert_eq!(reply["routed"], Value::Bool(true), "{line}: {reply}");
+            assert!(
+                reply["why"].as_array().is_some_and(|why| why
+                    .iter()
+                    .any(|step| step.as_str().is_some_and(|s| s.contains("routes it")))),
+                "{line}: {reply}"
+            );
+        } else if line.contains("autoproxy-generate") {
             let rules = reply["rules"].as_u64().unwrap_or(0);
             assert!(rules >= 3, "{line}: the sample zones route: {reply}");
             if line.contains("manual-dry-run") {

@@ -160,6 +160,9 @@ async fn sends_the_apply_document_to_the_tagged_fleet_with_the_version() {
     assert_eq!(parameters["ConfigVersion"], std::slice::from_ref(&version));
     assert_eq!(command.max_concurrency(), Some("1"));
     assert_eq!(command.max_errors(), Some("0"));
+    // A gone instance is given up after two minutes, not after SSM's default hour (which moto
+    // reports when the request carries none).
+    assert_eq!(command.timeout_seconds(), Some(120));
     assert_eq!(
         command.comment(),
         Some(format!("autoproxy generation 7 (version {version})").as_str())
@@ -177,6 +180,7 @@ async fn rate_control_and_tag_come_from_settings() {
         ("MAX_ERRORS", "1"),
         ("TARGET_TAG_VALUE", "bastion"),
         ("COMMAND_LOG_GROUP", "/autoproxy/apply"),
+        ("DELIVERY_TIMEOUT_SECONDS", "45"),
     ])
     .await;
     let version = put_config(&fx, KEY, 8).await;
@@ -184,6 +188,7 @@ async fn rate_control_and_tag_come_from_settings() {
     let command = commands(&fx).await.remove(0);
     assert_eq!(command.max_concurrency(), Some("25%"));
     assert_eq!(command.max_errors(), Some("1"));
+    assert_eq!(command.timeout_seconds(), Some(45));
     assert_eq!(command.targets()[0].values(), ["bastion"]);
     assert_eq!(command.target_count(), 1);
 }

@@ -26,6 +26,7 @@ use aws_sdk_s3::operation::list_object_versions::ListObjectVersionsOutput;
 use serde_json::{Value, json};
 
 mod costs;
+mod explain;
 mod generations;
 mod safety;
 mod spelling;

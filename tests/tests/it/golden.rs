@@ -72,7 +72,25 @@ fn wrong_target() {
         route_lines(&config).is_empty(),
         "a CNAME to anything but the proxy must not route"
     );
-    assert!(warnings.is_empty(), "{warnings:?}");
+    // A name one edit from the proxy's, or beside it in its zone, is a mistake worth a
+    // warning; someone else's name (even one that starts with the proxy's) is not.
+    assert_eq!(
+        warnings,
+        [
+            "zone Z0AAA in account 111111111111: proxy.api.k8s.qa.example.internal is a CNAME \
+             to peering-prxoy.tools.example.com, one edit away from the peering proxy's name \
+             peering-proxy.tools.example.com (a typo?): no route until it points at \
+             peering-proxy.tools.example.com",
+            "zone Z0BBB in account 111111111111: proxy.api.uat.example.internal is a CNAME to \
+             old-proxy.tools.example.com, another name under the proxy's zone \
+             tools.example.com, not the peering proxy peering-proxy.tools.example.com: no \
+             route until it points at peering-proxy.tools.example.com",
+            "zone Z0BBB in account 111111111111: *.int.uat.example.internal is a CNAME to \
+             peering-proxy.tools.example.co, one edit away from the peering proxy's name \
+             peering-proxy.tools.example.com (a typo?): no route until it points at \
+             peering-proxy.tools.example.com",
+        ]
+    );
 }
 
 #[test]

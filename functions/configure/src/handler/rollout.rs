@@ -298,6 +298,8 @@ pub(super) async fn send(
         .parameters("ConfigVersion", vec![dispatch.version_id.clone()])
         .max_concurrency(&settings.max_concurrency)
         .max_errors(&settings.max_errors)
+        // An instance whose agent is gone is given up after this, not after SSM's hour.
+        .timeout_seconds(settings.delivery_timeout_seconds)
         .comment(command_comment(generation, &dispatch.version_id))
         .cloud_watch_output_config(output.build())
         .send()

@@ -1,0 +1,479 @@
+//! The reasoning of `explain`, without I/O: from the published config, the manifest and the
+//! records read from Route53 just now, the steps that say why a name is or is not routed.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use autoproxy::artifact::{self, ROUTE_LINE, SUFFIX_LINE};
+use autoproxy::manifest::{Manifest, ZoneEntry};
+use autoproxy::model::{RecordSet, SniMatch, Zone, ZoneKey, ZoneRecords};
+use autoproxy::names::{HostName, normalize};
+use autoproxy::near_miss::near_proxy;
+use autoproxy::ownership::{self, Mode, Owned, Refusal};
+use autoproxy::rules::{DEFAULT_RULES, FRONT_TYPE, Rule, zone_routes};
+use autoproxy::s3::CurrentConfig;
+
+use super::{CarriedRoute, Explanation, ZoneRef};
+
+/// Labels HAProxy strips from an SNI, one at a time, looking for a suffix route (the
+/// frontend's `field(2,.,0)` … `field(9,.,0)` lookups in the template).
+const SUFFIX_DEPTH: usize = 8;
+
+/// What Route53 answered for one zone just now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ZoneRead {
+    Records(Vec<RecordSet>),
+    /// The zone no longer exists.
+    Gone,
+    /// The zone's account is not among those this generator scans.
+    NotScanned,
+    Failed(String),
+}
+
+/// Everything `explain` read.
+#[derive(Debug, Clone, Copy)]
+pub struct Facts<'a> {
+    pub name: &'a HostName,
+    pub config: Option<&'a CurrentConfig>,
+    pub manifest: Option<&'a Manifest>,
+    pub proxies: &'a [HostName],
+    /// The zones of the proxy VPCs with `PROXY_VPCS`; `None` for first-holder ownership.
+    pub associated: Option<&'a BTreeSet<ZoneKey>>,
+    pub reads: &'a BTreeMap<ZoneKey, ZoneRead>,
+}
+
+/// The zones the manifest knows that are `name` or a parent of it, deepest first.
+pub fn candidates<'a>(name: &HostName, manifest: Option<&'a Manifest>) -> Vec<&'a ZoneEntry> {
+    let Some(manifest) = manifest else {
+        return Vec::new();
+    };
+    let mut found: Vec<(usize, &ZoneEntry)> = manifest
+        .zones
+        .values()
+        .filter_map(|entry| {
+            let zone = normalize(&entry.name).to_host().ok()?;
+            let holds = name.as_str() == zone.as_str()
+                || name
+                    .as_str()
+                    .strip_suffix(zone.as_str())
+                    .is_some_and(|head| head.ends_with('.'));
+            holds.then(|| (zone.as_str().len(), entry))
+        })
+        .collect();
+    found.sort_by(|(a, x), (b, y)| b.cmp(a).then(x.account.cmp(&y.account)));
+    found.into_iter().map(|(_, entry)| entry).collect()
+}
+
+/// Why `facts.name` is or is not routed.
+pub fn explain(facts: &Facts<'_>) -> Explanation {
+    let name = facts.name;
+    let mut out = Explanation {
+        name: name.as_str().to_owned(),
+        routed: false,
+        why: Vec::new(),
+        generation: None,
+        route: None,
+        account: None,
+        zone: None,
+        rule: None,
+        records: Vec::new(),
+        ownership: None,
+        refusal: None,
+        warnings: Vec::new(),
+    };
+    config_step(&mut out, facts.config);
+    let zones = candidates(name, facts.manifest);
+    let Some(manifest) = facts.manifest.filter(|_| !zones.is_empty()) else {
+        unknown_step(&mut out, facts.manifest);
+        return out;
+    };
+    let mode = facts.associated.map_or(Mode::FirstHolder, Mode::Vpc);
+    let owned = ownership::owned_routes(&manifest.zones, &manifest.holders, mode);
+    let findings: Vec<Finding> = zones
+        .iter()
+        .map(|entry| zone_finding(facts, manifest, &owned, entry))
+        .collect();
+    // The zone the answer is about: the one whose route carries the name, else one refused,
+    // else the deepest a rule would route it from.
+    let carrier = out.route.as_ref();
+    let rank = |finding: &Finding| match carrier {
+        Some(route) if route.account == finding.key.account && route.zone_id == finding.key.id => 0,
+        _ if finding.refusal.is_some() => 1,
+        _ if finding.rule.is_some() => 2,
+        _ => 3,
+    };
+    let chosen = (0..findings.len())
+        .min_by_key(|&i| rank(&findings[i]))
+        .unwrap_or(0);
+    for finding in &findings {
+        out.why.extend(finding.why.iter().cloned());
+        for warning in &finding.warnings {
+            if !out.warnings.contains(warning) {
+                out.warnings.push(warning.clone());
+            }
+        }
+    }
+    if let Some(finding) = findings.into_iter().nth(chosen) {
+        out.account = Some(finding.key.account);
+        out.zone = Some(ZoneRef {
+            id: finding.key.id,
+            name: finding.name.as_str().to_owned(),
+        });
+        out.rule = finding.rule.map(|rule| rule.id.to_owned());
+        out.records = finding.records;
+        out.ownership = finding.ownership;
+        out.refusal = finding.refusal;
+    }
+    out.why.push(if out.routed {
+        format!("so {name} is routed")
+    } else {
+        format!("so {name} is not routed")
+    });
+    out
+}
+
+/// What the published config says: the route that carries the name, if any.
+fn config_step(out: &mut Explanation, config: Option<&CurrentConfig>) {
+    let Some(config) = config else {
+        out.why
+            .push("no config has been published yet: nothing is routed".to_owned());
+        return;
+    };
+    let header = config.header.as_ref();
+    out.generation = header.map(|h| h.generation);
+    let published = header.map_or_else(
+        || "the published config (no autoproxy header)".to_owned(),
+        |h| {
+            format!(
+                "generation {} (published {} by {})",
+                h.generation, h.generated_at, h.trigger
+            )
+        },
+    );
+    match carried(&config.text, &out.name) {
+        Some(route) => {
+            let matched = match route.sni_match {
+                SniMatch::Exact => format!("SNI {}", route.sni),
+                SniMatch::Suffix => format!("SNI ending in {}", route.sni),
+            };
+            out.why.push(format!(
+                "{published} routes it: {matched} → {} (rule {}, zone {} in account {})",
+                route.backend, route.rule, route.zone_id, route.account
+            ));
+            out.routed = true;
+            out.route = Some(route);
+        }
+        None => out.why.push(format!(
+            "{published} has no route for SNI {} nor for any name it ends in: the proxy refuses \
+             a connection for it",
+            out.name
+        )),
+    }
+}
+
+/// The route of a config's route tables that HAProxy picks for `sni`: the exact name, else
+/// the longest suffix, up to [`SUFFIX_DEPTH`] labels stripped.
+pub fn carried(text: &str, sni: &str) -> Option<CarriedRoute> {
+    let mut exact = BTreeMap::new();
+    let mut suffixes = BTreeMap::new();
+    for line in artifact::body(text).lines() {
+        let (table, entry, sni_match) = if let Some(entry) = line.strip_prefix(ROUTE_LINE) {
+            (&mut exact, entry, SniMatch::Exact)
+        } else if let Some(entry) = line.strip_prefix(SUFFIX_LINE) {
+            (&mut suffixes, entry, SniMatch::Suffix)
+        } else {
+            continue;
+        };
+        let fields: Vec<&str> = entry.split_whitespace().collect();
+        if let [key, backend, rule, account, zone_id, ..] = fields.as_slice() {
+            table.insert(
+                (*key).to_owned(),
+                CarriedRoute {
+                    sni: match sni_match {
+                        SniMatch::Exact => (*key).to_owned(),
+                        SniMatch::Suffix => format!(".{key}"),
+                    },
+                    sni_match,
+                    backend: (*backend).to_owned(),
+                    rule: (*rule).to_owned(),
+                    account: (*account).to_owned(),
+                    zone_id: (*zone_id).to_owned(),
+                },
+            );
+        }
+    }
+    if let Some(route) = exact.remove(sni) {
+        return Some(route);
+    }
+    let labels: Vec<&str> = sni.split('.').collect();
+    (1..labels.len().min(SUFFIX_DEPTH + 1))
+        .find_map(|strip| suffixes.remove(&labels[strip..].join(".")))
+}
+
+fn unknown_step(out: &mut Explanation, manifest: Option<&Manifest>) {
+    let Some(manifest) = manifest else {
+        out.why
+            .push("there is no manifest yet (no run has finished): no zone is known".to_owned());
+        out.why.push(format!("so {} is not routed", out.name));
+        return;
+    };
+    out.why.push(format!(
+        "none of the {} private zones the last run knew (generation {}) is {} or a parent of \
+         it: its zone is public, in an account this generator does not scan, in IGNORE_ZONES, \
+         or created since the last run (the next one reads it)",
+        manifest.zones.len(),
+        manifest.generation,
+        out.name
+    ));
+    out.why.push(format!("so {} is not routed", out.name));
+}
+
+/// What one zone says about the name.
+#[derive(Debug)]
+struct Finding {
+    key: ZoneKey,
+    name: HostName,
+    rule: Option<&'static Rule>,
+    records: Vec<RecordSet>,
+    ownership: Option<String>,
+    refusal: Option<String>,
+    why: Vec<String>,
+    warnings: Vec<String>,
+}
+
+fn zone_finding(
+    facts: &Facts<'_>,
+    manifest: &Manifest,
+    owned: &Owned,
+    entry: &ZoneEntry,
+) -> Finding {
+    let key = ZoneKey {
+        account: entry.account.clone(),
+        id: entry.id.clone(),
+    };
+    // `candidates` admitted only zones whose name is a host name.
+    let zone_name = normalize(&entry.name)
+        .to_host()
+        .unwrap_or_else(|_| facts.name.clone());
+    let rule = DEFAULT_RULES
+        .iter()
+        .find(|rule| fits(rule, &key, &zone_name, facts.name));
+    let mut finding = Finding {
+        why: vec![format!("zone {zone_name} ({key}) holds the name")],
+        key,
+        name: zone_name,
+        rule,
+        records: Vec::new(),
+        ownership: None,
+        refusal: None,
+        warnings: entry.warnings.clone(),
+    };
+    let Some(rule) = rule else {
+        let fronts: Vec<String> = DEFAULT_RULES
+            .iter()
+            .map(|r| finding.name.with_prefix(r.front).to_string())
+            .collect();
+        finding.why.push(format!(
+            "no rule routes {} from this zone: the rules' names there are {}",
+            facts.name,
+            fronts.join(", ")
+        ));
+        return finding;
+    };
+    records_step(&mut finding, facts, rule, entry);
+    manifest_step(&mut finding, manifest, rule, entry);
+    ownership_step(&mut finding, manifest, owned);
+    finding
+}
+
+/// Whether `rule` in this zone routes `name`: its exact SNI, or a name ending in its suffix
+/// no deeper than HAProxy looks.
+fn fits(rule: &Rule, zone: &ZoneKey, zone_name: &HostName, name: &HostName) -> bool {
+    let route = rule.route(zone, zone_name);
+    match route.sni_match {
+        SniMatch::Exact => route.sni == name.as_str(),
+        SniMatch::Suffix => name
+            .as_str()
+            .strip_suffix(&route.sni)
+            .is_some_and(|head| !head.is_empty() && head.split('.').count() <= SUFFIX_DEPTH),
+    }
+}
+
+/// The rule's two records as Route53 has them now, and what they make of the rule.
+fn records_step(finding: &mut Finding, facts: &Facts<'_>, rule: &Rule, entry: &ZoneEntry) {
+    let front = finding.name.with_prefix(rule.front);
+    let back = finding.name.with_prefix(rule.back);
+    finding.why.push(format!(
+        "rule {}: {front} must be a CNAME to the peering proxy and {back} a {} record; HAProxy \
+         then forwards to {back}:{}",
+        rule.id,
+        rule.back_types.join("/"),
+        rule.port
+    ));
+    let records = match facts.reads.get(&finding.key) {
+        Some(ZoneRead::Records(records)) => records,
+        Some(ZoneRead::Gone) => {
+            finding.why.push(
+                "Route53 no longer has this zone: the next run drops what it gave".to_owned(),
+            );
+            return;
+        }
+        Some(ZoneRead::NotScanned) | None => {
+            finding.why.push(format!(
+                "account {} is not among the accounts this generator scans: the manifest is all \
+                 there is",
+                finding.key.account
+            ));
+            return;
+        }
+        Some(ZoneRead::Failed(err)) => {
+            finding.why.push(format!(
+                "reading the zone from Route53 failed ({err}): the manifest is as of the last run"
+            ));
+            return;
+        }
+    };
+    let named = |wanted: &HostName| {
+        records
+            .iter()
+            .filter(|set| normalize(&set.name).to_host().is_ok_and(|n| n == *wanted))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let fronts = named(&front);
+    let backs = named(&back);
+    finding
+        .why
+        .push(describe_front(&front, &fronts, facts.proxies));
+    finding.why.push(if backs.is_empty() {
+        format!("Route53 has no record {back}")
+    } else if backs
+        .iter()
+        .any(|set| rule.back_types.contains(&set.rtype.as_str()))
+    {
+        format!(
+            "{back} is a {} record: the backend exists",
+            rule.back_types.join("/")
+        )
+    } else {
+        let types: Vec<&str> = backs.iter().map(|set| set.rtype.as_str()).collect();
+        format!(
+            "{back} is a {} record, not {}",
+            types.join("/"),
+            rule.back_types.join("/")
+        )
+    });
+    finding.records = fronts.into_iter().chain(backs).collect();
+    change_step(finding, facts.proxies, rule, entry, records);
+}
+
+/// Whether Route53 now says otherwise than the last run read, and what the matcher warns of.
+fn change_step(
+    finding: &mut Finding,
+    proxies: &[HostName],
+    rule: &Rule,
+    entry: &ZoneEntry,
+    records: &[RecordSet],
+) {
+    let zone = Zone {
+        account: entry.account.clone(),
+        id: entry.id.clone(),
+        name: entry.name.clone(),
+        private: true,
+    };
+    let records = records.to_vec();
+    let now = zone_routes(&[*rule], &ZoneRecords { zone, records }, proxies);
+    let then = entry.routes.iter().any(|route| route.rule == rule.id);
+    match (now.routes.is_empty(), then) {
+        (false, false) => finding.why.push(
+            "Route53 now gives this route, which the last run did not read: the next run (the \
+             schedule, or the change's event) publishes it"
+                .to_owned(),
+        ),
+        (true, true) => finding.why.push(
+            "Route53 no longer gives this route, which the last run read: the next run drops it"
+                .to_owned(),
+        ),
+        _ => {}
+    }
+    finding
+        .warnings
+        .extend(now.warnings.iter().map(ToString::to_string));
+}
+
+/// What the front record is, and whether it points at the proxy.
+fn describe_front(front: &HostName, sets: &[RecordSet], proxies: &[HostName]) -> String {
+    let Some(set) = sets.first() else {
+        return format!("Route53 has no record {front}: the zone has not opted in to this rule");
+    };
+    if set.rtype != FRONT_TYPE {
+        return format!(
+            "{front} is a {} record, not a CNAME to the peering proxy",
+            set.rtype
+        );
+    }
+    let raw = set.values.first().map_or("", String::as_str);
+    let Ok(target) = HostName::parse(raw) else {
+        return format!("{front} is a CNAME to {raw:?}, which is not a host name");
+    };
+    if proxies.contains(&target) {
+        return format!("{front} is a CNAME to the peering proxy {target}");
+    }
+    match near_proxy(&target, proxies) {
+        Some(near) => format!("{front} {near}"),
+        None => format!(
+            "{front} is a CNAME to {target}, not to the peering proxy ({})",
+            proxies
+                .iter()
+                .map(HostName::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// What the last run read from the zone for this rule.
+fn manifest_step(finding: &mut Finding, manifest: &Manifest, rule: &Rule, entry: &ZoneEntry) {
+    let gave = entry.routes.iter().any(|route| route.rule == rule.id);
+    finding.why.push(format!(
+        "the last run (manifest of generation {}) read {} route for rule {} from this zone",
+        manifest.generation,
+        if gave { "a" } else { "no" },
+        rule.id
+    ));
+    let key = autoproxy::manifest::zone_key(&finding.key);
+    if manifest.pending.contains(&key) {
+        finding.why.push(
+            "the zone is pending: the last sweep ran out of time before reading it again"
+                .to_owned(),
+        );
+    }
+}
+
+/// Whether this zone may route its name (docs/ARCHITECTURE.md, "Who may route a zone name").
+fn ownership_step(finding: &mut Finding, manifest: &Manifest, owned: &Owned) {
+    let name = finding.name.as_str();
+    let refusal = owned.refusals.iter().find(|refusal| {
+        let zone = match refusal {
+            Refusal::NotInVpc { zone, .. }
+            | Refusal::HeldByAnother { zone, .. }
+            | Refusal::Unsettled { zone, .. } => zone,
+        };
+        *zone == finding.key
+    });
+    let holder = match manifest.holders.get(name) {
+        Some(holder) if *holder == finding.key => format!("this zone holds the name {name}"),
+        Some(holder) => format!("the name {name} is held by zone {holder}"),
+        None => format!("no zone is known to hold the name {name}"),
+    };
+    let ownership = match refusal {
+        Some(refusal) => {
+            let text = refusal.to_string();
+            finding.why.push(format!("refused: {text}"));
+            finding.refusal = Some(text);
+            format!("refused; {holder}")
+        }
+        None => holder,
+    };
+    finding.why.push(format!("ownership: {ownership}"));
+    finding.ownership = Some(ownership);
+}
