@@ -1,9 +1,11 @@
 //! autoproxy: keeps a fleet of HAProxy peering proxies in step with Route53.
 //!
 //! The pure core (no I/O): [`names`], [`rules`], [`model`], [`render`], [`artifact`], [`ownership`],
-//! [`diff`], [`fleet`], [`manifest`], [`publish`], [`settings`]. The edges are few and named for
-//! what they talk to: [`route53`], [`discovery`], [`s3`], [`metrics`].
+//! [`diff`], [`fleet`], [`manifest`], [`publish`], [`settings`], [`accounts`]. The edges are few
+//! and named for what they talk to: [`route53`], [`organizations`], [`discovery`], [`s3`],
+//! [`metrics`].
 
+pub mod accounts;
 pub mod artifact;
 pub mod diff;
 pub mod discovery;
@@ -12,6 +14,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod model;
 pub mod names;
+pub mod organizations;
 pub mod ownership;
 pub mod publish;
 pub mod ratelimit;
