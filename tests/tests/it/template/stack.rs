@@ -29,6 +29,8 @@ pub(crate) fn stack(template: &serde_yaml::Value) -> Stack {
         ("HasBreakGlassRole", false),
         ("HasAlarmTopic", false),
         ("HasMemberAccounts", false),
+        ("ListsMemberAccounts", false),
+        ("ReadsOrganization", false),
     ] {
         stack.conditions.insert(condition.into(), holds);
     }
