@@ -67,30 +67,36 @@ const GENERATE: &[(&str, Check)] = &[
     ("ReadTemplate", Check::Needed),
 ];
 
-/// The generator's statements with `MemberAccounts` naming units: the Organizations listing
-/// is proven against IAM like the rest.
-const GENERATE_MEMBERS: &[(&str, Check)] = &[
+const MEMBER_ROLES: &str = "moto lets any role be assumed and the listing here finds no member \
+                            (their Route53 would be denied under enforcement); the statement is \
+                            checked statically (template::grants::what_moto_cannot_check_is_exactly_this)";
+
+/// The generator's statements with `MemberAccounts` naming units: each Organizations call is
+/// proven against IAM like the rest.
+const GENERATE_UNITS: &[(&str, Check)] = &[
     ("ListHostedZones", Check::Static(ROUTE53)),
     ("ReadHostedZones", Check::Static(ROUTE53)),
-    (
-        "ListConfigBucket",
-        Check::Static(
-            "moto answers GetObject of a missing key 404 with or without s3:ListBucket (AWS \
-             answers 403 without it)",
-        ),
-    ),
+    ("ListConfigBucket", Check::Static(LIST_BUCKET)),
     ("ReadWriteConfigAndManifest", Check::Needed),
     ("ReadTemplate", Check::Needed),
-    ("ListMemberAccounts", Check::Needed),
-    (
-        "AssumeMemberRoles",
-        Check::Static(
-            "moto lets any role be assumed and the unit here holds no account (their Route53 \
-             would be denied under enforcement); the statement is checked statically \
-             (template::grants::what_moto_cannot_check_is_exactly_this)",
-        ),
-    ),
+    ("ListUnitAccounts", Check::Needed),
+    ("ListUnitChildren", Check::Needed),
+    ("AssumeMemberRoles", Check::Static(MEMBER_ROLES)),
 ];
+
+/// The same with `MemberAccounts=organization`.
+const GENERATE_ORGANIZATION: &[(&str, Check)] = &[
+    ("ListHostedZones", Check::Static(ROUTE53)),
+    ("ReadHostedZones", Check::Static(ROUTE53)),
+    ("ListConfigBucket", Check::Static(LIST_BUCKET)),
+    ("ReadWriteConfigAndManifest", Check::Needed),
+    ("ReadTemplate", Check::Needed),
+    ("ListOrganizationAccounts", Check::Needed),
+    ("AssumeMemberRoles", Check::Static(MEMBER_ROLES)),
+];
+
+const LIST_BUCKET: &str = "moto answers GetObject of a missing key 404 with or without \
+                           s3:ListBucket (AWS answers 403 without it)";
 
 const CONFIGURE: &[(&str, Check)] = &[
     ("SendApplyDocument", Check::ActionOnly(SSM_RESOURCES)),
@@ -384,11 +390,32 @@ async fn each_function_works_with_exactly_its_template_policy() {
     );
 }
 
-/// The generator listing its members from a unit: without `ListMemberAccounts` the first run
-/// fails; later runs fall back on the members the manifest names and say so in a warning,
-/// which is what this run reports as its failure.
+/// The generator listing its members, from units and from the whole organization: without
+/// one of its Organizations grants the first run fails; later runs fall back on the members
+/// the manifest names and say so in a warning, which is what a run reports as its failure.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_generator_lists_members_with_exactly_its_template_policy() {
+    assert_eq!(
+        prove_member_listing(false).await,
+        [
+            "ReadWriteConfigAndManifest",
+            "ReadTemplate",
+            "ListUnitAccounts",
+            "ListUnitChildren"
+        ]
+    );
+    assert_eq!(
+        prove_member_listing(true).await,
+        [
+            "ReadWriteConfigAndManifest",
+            "ReadTemplate",
+            "ListOrganizationAccounts"
+        ]
+    );
+}
+
+/// [`prove`] for a generator whose members are listed from a unit, or the whole organization.
+async fn prove_member_listing(whole_organization: bool) -> Vec<String> {
     use autoproxy_generate::members::Members;
     use autoproxy_tests::organization::Organization;
 
@@ -410,6 +437,11 @@ async fn the_generator_lists_members_with_exactly_its_template_policy() {
         .unit(&organization.root, "workloads")
         .await
         .unwrap();
+    let source = if whole_organization {
+        "organization"
+    } else {
+        unit.as_str()
+    };
     let route53 = Moto::start();
     let route53_sdk = route53.sdk_config().await;
     let zone = "lp.example.internal";
@@ -417,7 +449,7 @@ async fn the_generator_lists_members_with_exactly_its_template_policy() {
         .seed_zone(ZoneSpec::private(zone, api_pair(zone, PROXY)))
         .await
         .unwrap();
-    let settings = member_settings(&unit);
+    let settings = member_settings(source);
     let members = settings.member_accounts.clone().unwrap();
     let accounts = vec![AccountRoute53::new(
         OWN_ACCOUNT,
@@ -427,14 +459,24 @@ async fn the_generator_lists_members_with_exactly_its_template_policy() {
     let mut deps = Deps::with_accounts(settings, &principal, accounts).unwrap();
     deps.members = Some(Members::new(members, &principal, "aws", 1000.0));
     let mut stack = stack(&template);
-    stack.conditions.insert("ListsMemberAccounts".into(), true);
-    stack.conditions.insert("ReadsOrganization".into(), true);
+    for (condition, holds) in [
+        ("ListsMemberAccounts", true),
+        ("ListsWholeOrganization", whole_organization),
+        ("ListsUnits", !whole_organization),
+    ] {
+        stack.conditions.insert(condition.into(), holds);
+    }
     stack
         .refs
         .insert("MemberRoleName".into(), json!("autoproxy-route53-read"));
     let statements = statements_in(&template, "GenerateFunction", &stack);
-    let checks = classified(&statements, GENERATE_MEMBERS);
-    let proven = prove(&iam, checks, || async {
+    let expected = if whole_organization {
+        GENERATE_ORGANIZATION
+    } else {
+        GENERATE_UNITS
+    };
+    let checks = classified(&statements, expected);
+    prove(&iam, checks, || async {
         let summary = generate::handle(&deps, &json!({}), AT)
             .await
             .map_err(|err| err.to_string())?;
@@ -447,26 +489,18 @@ async fn the_generator_lists_members_with_exactly_its_template_policy() {
             None => Ok(()),
         }
     })
-    .await;
-    assert_eq!(
-        proven,
-        [
-            "ReadWriteConfigAndManifest",
-            "ReadTemplate",
-            "ListMemberAccounts"
-        ]
-    );
+    .await
 }
 
-/// The generator's settings with its members listed from `unit`.
-fn member_settings(unit: &str) -> GenerateSettings {
+/// The generator's settings with its members listed from `source` (`MEMBER_ACCOUNTS`).
+fn member_settings(source: &str) -> GenerateSettings {
     GenerateSettings::from_lookup(|name| {
         match name {
             "CONFIG_BUCKET" => Some(BUCKET),
             "CONFIG_KEY" => Some(KEY),
             "PEERING_PROXY_HOSTNAME" => Some(PROXY),
             "TEMPLATE_KEY" => Some(TEMPLATE_KEY),
-            "MEMBER_ACCOUNTS" => Some(unit),
+            "MEMBER_ACCOUNTS" => Some(source),
             "MEMBER_ROLE_NAME" => Some("autoproxy-route53-read"),
             _ => None,
         }

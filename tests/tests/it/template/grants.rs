@@ -137,7 +137,6 @@ fn what_moto_cannot_check_is_exactly_this() {
         .refs
         .insert("AccountRoleArns".into(), serde_json::json!([MEMBER_ROLE]));
     stack.conditions.insert("ListsMemberAccounts".into(), true);
-    stack.conditions.insert("ReadsOrganization".into(), true);
     stack.refs.insert(
         "MemberRoleName".into(),
         serde_json::json!("autoproxy-route53-read"),

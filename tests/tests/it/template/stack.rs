@@ -30,7 +30,8 @@ pub(crate) fn stack(template: &serde_yaml::Value) -> Stack {
         ("HasAlarmTopic", false),
         ("HasMemberAccounts", false),
         ("ListsMemberAccounts", false),
-        ("ReadsOrganization", false),
+        ("ListsWholeOrganization", false),
+        ("ListsUnits", false),
     ] {
         stack.conditions.insert(condition.into(), holds);
     }
