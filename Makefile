@@ -50,6 +50,8 @@ templates: tools
 ## sweeps through per-account recording proxies, renders, runs haproxy -c, sizes the Lambda
 ## binaries, then sweeps 10,000 zones in 50 accounts for the generator's peak memory; prints
 ## the table and writes docs/BENCHMARKS.md. Smaller: BENCH_ARGS="--zones 400 --memory-zones 0".
+## With BENCH_ARGS="--organizations true" the member accounts are created in an organization's
+## unit in moto and the generator lists them from it (MEMBER_ACCOUNTS), counting the calls.
 ## The binaries are (re)built for the host arch (x86_64 here; arm64 needs a toolchain download);
 ## cargo-lambda links through the Zig its venv carries (.ci/zig.sh finds it, for both).
 ## Then the data-plane benchmark (about 3 min, as root: HAProxy runs in a private mount

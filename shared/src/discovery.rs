@@ -4,12 +4,13 @@
 //! Accounts are swept concurrently, each paced by its own limiter; within an account a few
 //! zones are read at once so the pace, not the latency, sets the speed.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use futures_util::{StreamExt, stream};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use crate::accounts::{Outcome, never_assumed};
 use crate::manifest::{Manifest, ZoneEntry, zone_key};
 use crate::model::{Zone, ZoneKey, ZoneRecords};
 use crate::names::HostName;
@@ -63,6 +64,8 @@ pub struct Swept {
     /// Sources (accounts or zones) that failed and kept their last known routes.
     pub failures: Vec<String>,
     pub warnings: Vec<String>,
+    /// How each account swept ended (a full sweep; empty when only zones were read).
+    pub outcomes: BTreeMap<String, Outcome>,
 }
 
 /// A sweep that cannot be trusted: something failed and there is no manifest to fall back on.
@@ -99,6 +102,7 @@ pub async fn sweep(
         zones_scanned: 0,
         failures: Vec::new(),
         warnings: Vec::new(),
+        outcomes: BTreeMap::new(),
     };
     match scope {
         Scope::Full => {
@@ -109,7 +113,8 @@ pub async fn sweep(
             )
             .await;
             for (account, result) in accounts.iter().zip(results) {
-                merge_account(&mut swept, base, &account.account, result);
+                let outcome = merge_account(&mut swept, base, &account.account, result);
+                swept.outcomes.insert(account.account.clone(), outcome);
             }
         }
         Scope::Zones(keys) => {
@@ -118,8 +123,8 @@ pub async fn sweep(
             for key in keys {
                 let Some(account) = accounts.iter().find(|a| a.account == key.account) else {
                     swept.warnings.push(format!(
-                        "event for zone {key}: that account is not configured (ACCOUNT_ROLE_ARNS); \
-                         ignored"
+                        "event for zone {key}: that account is not configured (ACCOUNT_ROLE_ARNS, \
+                         or an onboarded member of MEMBER_ACCOUNTS); ignored"
                     ));
                     continue;
                 };
@@ -223,34 +228,63 @@ async fn read_zone(
     Ok(Some(entry))
 }
 
-fn merge_account(swept: &mut Swept, base: &Manifest, account: &str, result: AccountSweep) {
+fn merge_account(
+    swept: &mut Swept,
+    base: &Manifest,
+    account: &str,
+    result: AccountSweep,
+) -> Outcome {
     match result {
+        // Never onboarded (no state says it was assumed, no zone of it is known): it has no
+        // routes to keep and does not fail the run.
+        AccountSweep::Failed(err)
+            if err.assume_denied
+                && never_assumed(&base.accounts, account)
+                && base.account_zones(account).next().is_none() =>
+        {
+            info!(account, error = %err, "member role refused and never assumed: not onboarded");
+            Outcome::AssumeDenied(err.to_string())
+        }
         AccountSweep::Failed(err) => {
-            let kept: Vec<&ZoneEntry> = base.account_zones(account).collect();
-            // Still unread: the zones this account had pending stay pending.
-            let still_pending = base
-                .pending
-                .iter()
-                .filter(|key| key.starts_with(&format!("{account}/")))
-                .cloned();
-            swept.manifest.pending.extend(still_pending);
-            warn!(account, error = %err, kept = kept.len(), "account scan failed");
-            swept.failures.push(format!(
-                "{err}; keeping its {} zone(s) from the last manifest",
-                kept.len()
-            ));
-            for entry in kept {
-                swept
-                    .manifest
-                    .zones
-                    .insert(format!("{}/{}", entry.account, entry.id), entry.clone());
-            }
+            keep_account(swept, base, account, &err);
+            Outcome::Failed(err.to_string())
         }
         AccountSweep::Listed(zones) => {
+            let failures_before = swept.failures.len();
             for (zone, read) in zones {
                 merge_zone(swept, base, &zone, read);
             }
+            match &swept.failures[failures_before..] {
+                [] => Outcome::Read,
+                [first, ..] => Outcome::Failed(format!(
+                    "{} zone read(s) failed, the first: {first}",
+                    swept.failures.len() - failures_before
+                )),
+            }
         }
+    }
+}
+
+/// A failed account: its zones as the last manifest knew them, its pending zones still
+/// pending, and a failure naming it.
+fn keep_account(swept: &mut Swept, base: &Manifest, account: &str, err: &ScanError) {
+    let kept: Vec<&ZoneEntry> = base.account_zones(account).collect();
+    let still_pending = base
+        .pending
+        .iter()
+        .filter(|key| key.starts_with(&format!("{account}/")))
+        .cloned();
+    swept.manifest.pending.extend(still_pending);
+    warn!(account, error = %err, kept = kept.len(), "account scan failed");
+    swept.failures.push(format!(
+        "{err}; keeping its {} zone(s) from the last manifest",
+        kept.len()
+    ));
+    for entry in kept {
+        swept
+            .manifest
+            .zones
+            .insert(format!("{}/{}", entry.account, entry.id), entry.clone());
     }
 }
 

@@ -1,9 +1,11 @@
 //! autoproxy: keeps a fleet of HAProxy peering proxies in step with Route53.
 //!
 //! The pure core (no I/O): [`names`], [`near_miss`], [`rules`], [`model`], [`render`],
-//! [`artifact`], [`ownership`], [`diff`], [`fleet`], [`manifest`], [`publish`], [`settings`]. The edges are few and named for
-//! what they talk to: [`route53`], [`discovery`], [`s3`], [`metrics`].
+//! [`artifact`], [`ownership`], [`diff`], [`fleet`], [`manifest`], [`publish`], [`settings`],
+//! [`accounts`]. The edges are few and named for what they talk to: [`route53`],
+//! [`organizations`], [`discovery`], [`s3`], [`metrics`].
 
+pub mod accounts;
 pub mod artifact;
 pub mod diff;
 pub mod discovery;
@@ -13,6 +15,7 @@ pub mod metrics;
 pub mod model;
 pub mod names;
 pub mod near_miss;
+pub mod organizations;
 pub mod ownership;
 pub mod publish;
 pub mod ratelimit;

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::accounts::AccountState;
 use crate::model::{Route, Zone, ZoneKey};
 use crate::names::{HostName, normalize};
 use crate::rules::DEFAULT_RULES;
@@ -27,6 +28,9 @@ pub struct Manifest {
     /// Normalised zone name → the zone that held it first (see [`crate::ownership`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub holders: BTreeMap<String, ZoneKey>,
+    /// Every account's state, since when and why (see [`crate::accounts`]), by account id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accounts: Vec<AccountState>,
 }
 
 /// What one zone gave when it was last read.
@@ -51,6 +55,7 @@ impl Default for Manifest {
             zones: BTreeMap::new(),
             pending: BTreeSet::new(),
             holders: BTreeMap::new(),
+            accounts: Vec::new(),
         }
     }
 }
@@ -85,6 +90,7 @@ impl Manifest {
         self.zones == other.zones
             && self.pending == other.pending
             && self.holders == other.holders
+            && self.accounts == other.accounts
             && self.format == other.format
     }
 
@@ -142,6 +148,17 @@ impl Manifest {
             if !well_formed {
                 return Err(format!(
                     "pending zone {key:?}: expected <12-digit account>/<zone id>"
+                ));
+            }
+        }
+        for state in &self.accounts {
+            if !crate::model::is_account_id(&state.account)
+                || crate::accounts::unix_seconds(&state.since).is_none()
+            {
+                return Err(format!(
+                    "account state {:?} since {:?}: expected a 12-digit account and an RFC 3339 \
+                     time",
+                    state.account, state.since
                 ));
             }
         }

@@ -1,5 +1,11 @@
 //! Whether a rendered config goes out: publish only on change, and never a sudden mass
 //! deletion without `force` (docs/ARCHITECTURE.md, "Safety"); and which generation it carries.
+//!
+//! The guard works per account ([`holds`]) against the last manifest; [`decide`]'s estate-wide
+//! count against the config's header is the guard only when there is no manifest to compare
+//! accounts with.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What the current config in S3 says about itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +67,82 @@ pub fn decide(
         ));
     }
     Decision::Publish
+}
+
+/// `force` of a manual run: nothing, everything, or these accounts' held changes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Force {
+    #[default]
+    None,
+    All,
+    Accounts(BTreeSet<String>),
+}
+
+impl Force {
+    pub fn releases(&self, account: &str) -> bool {
+        match self {
+            Force::None => false,
+            Force::All => true,
+            Force::Accounts(accounts) => accounts.contains(account),
+        }
+    }
+}
+
+/// An account whose routes would fall beyond the threshold: its deletions, and its
+/// additions with them, wait; every other account publishes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    pub account: String,
+    pub before: usize,
+    pub after: usize,
+    pub max_drop_percent: u8,
+}
+
+impl std::fmt::Display for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Hold {
+            account,
+            before,
+            after,
+            max_drop_percent,
+        } = self;
+        write!(
+            f,
+            "holding account {account}: its routes would drop from {before} to {after} ({}%), \
+             more than MAX_RULE_DROP_PERCENT={max_drop_percent}%{}; its last published routes \
+             stay (additions in it wait too) while every other account publishes; check its \
+             Route53 and the warnings, then invoke with {{\"force\": \"{account}\"}} if this is \
+             intended",
+            (before - after) * 100 / before,
+            if *after == 0 { " and to zero" } else { "" },
+        )
+    }
+}
+
+/// The per-account mass-deletion guard: each account's route count before (the last
+/// manifest) and after (this run), by account. An account missing from `after` has none left
+/// (it left the Organization's units, or lost every zone).
+pub fn holds(
+    before: &BTreeMap<String, usize>,
+    after: &BTreeMap<String, usize>,
+    max_drop_percent: u8,
+    force: &Force,
+) -> Vec<Hold> {
+    before
+        .iter()
+        .filter(|(account, before)| **before > 0 && !force.releases(account))
+        .filter_map(|(account, &before)| {
+            let after = after.get(account).copied().unwrap_or(0);
+            let dropped = before.saturating_sub(after);
+            let too_many = dropped * 100 > usize::from(max_drop_percent) * before;
+            (after == 0 || too_many).then(|| Hold {
+                account: account.clone(),
+                before,
+                after,
+                max_drop_percent,
+            })
+        })
+        .collect()
 }
 
 /// The generation of the next config: one more than the highest generation published, or the
@@ -144,6 +226,30 @@ mod tests {
         };
         assert!(reason.contains("from 10 to 2 (80%)"), "{reason}");
         assert!(reason.contains("\"force\": true"), "{reason}");
+    }
+
+    #[test]
+    fn the_guard_holds_only_the_accounts_that_drop_too_far() {
+        let counts = |pairs: &[(&str, usize)]| -> BTreeMap<String, usize> {
+            pairs.iter().map(|(a, n)| ((*a).to_owned(), *n)).collect()
+        };
+        let before = counts(&[("a", 10), ("b", 10), ("c", 1), ("d", 0), ("e", 4)]);
+        // a loses 60 %, b exactly 50 %, c goes to zero, d had nothing, e left the listing.
+        let after = counts(&[("a", 4), ("b", 5), ("c", 0), ("d", 0), ("f", 100)]);
+        let held = |force: &Force| -> Vec<String> {
+            holds(&before, &after, 50, force)
+                .into_iter()
+                .map(|h| h.account)
+                .collect()
+        };
+        assert_eq!(held(&Force::None), ["a", "c", "e"]);
+        assert!(held(&Force::All).is_empty());
+        let some = Force::Accounts(["a".to_owned(), "e".to_owned()].into());
+        assert_eq!(held(&some), ["c"]);
+        let reason = holds(&before, &after, 50, &Force::None)[0].to_string();
+        assert!(reason.contains("account a"), "{reason}");
+        assert!(reason.contains("from 10 to 4 (60%)"), "{reason}");
+        assert!(reason.contains("{\"force\": \"a\"}"), "{reason}");
     }
 
     #[test]

@@ -27,6 +27,10 @@ pub struct ScanError {
     pub account: String,
     pub operation: &'static str,
     pub message: String,
+    /// STS refused the account's role (AccessDenied before any Route53 answer): the role does
+    /// not exist, or does not trust the generator. History tells a member never onboarded
+    /// from one whose role broke (see `accounts`).
+    pub assume_denied: bool,
 }
 
 /// Counts every HTTP attempt a client makes (retries included): the real cost in Route53's
@@ -42,8 +46,9 @@ impl CallCounter {
     }
 }
 
+/// The interceptor behind [`CallCounter`], for any SDK client (Organizations' too).
 #[derive(Debug)]
-struct CountAttempts(Arc<CallCounter>);
+pub struct CountAttempts(pub Arc<CallCounter>);
 
 impl Intercept for CountAttempts {
     fn name(&self) -> &'static str {
@@ -111,10 +116,14 @@ impl AccountRoute53 {
     where
         E: std::error::Error + 'static,
     {
+        // No HTTP answer from Route53: the credentials (the assumed role) failed first.
+        let no_answer = err.raw_response().is_none();
+        let message = DisplayErrorContext(err).to_string();
         ScanError {
             account: self.account.clone(),
             operation,
-            message: DisplayErrorContext(err).to_string(),
+            assume_denied: no_answer && message.contains("AccessDenied"),
+            message,
         }
     }
 
@@ -125,6 +134,7 @@ impl AccountRoute53 {
             account: self.account.clone(),
             operation,
             message: message.to_owned(),
+            assume_denied: false,
         }
     }
 

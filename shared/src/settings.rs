@@ -11,6 +11,9 @@ use crate::model::is_account_id;
 use crate::names::{HostName, normalize};
 use crate::render::RenderOptions;
 
+mod members;
+pub use members::{MemberAccounts, MemberSource, is_unit_id};
+
 /// Every variable the generator reads. `template.yaml` must set exactly these (a test checks).
 pub const GENERATE_VARIABLES: &[&str] = &[
     "CONFIG_BUCKET",
@@ -25,6 +28,8 @@ pub const GENERATE_VARIABLES: &[&str] = &[
     "ROUTE53_REQUESTS_PER_SECOND",
     "SCAN_OWN_ACCOUNT",
     "PROXY_VPCS",
+    "MEMBER_ACCOUNTS",
+    "MEMBER_ROLE_NAME",
 ];
 
 /// Every variable the configure function reads.
@@ -180,6 +185,9 @@ pub struct GenerateSettings {
     pub config_key: String,
     pub proxy_hostnames: Vec<HostName>,
     pub account_roles: Vec<RoleArn>,
+    /// Accounts listed at run time (`MEMBER_ACCOUNTS`, `MEMBER_ROLE_NAME`), besides
+    /// `account_roles`.
+    pub member_accounts: Option<MemberAccounts>,
     pub ignore_zones: IgnoreZones,
     /// Whether the function's own account is scanned (on unless `SCAN_OWN_ACCOUNT=false`).
     pub scan_own_account: bool,
@@ -217,8 +225,11 @@ impl GenerateSettings {
                 .map(|raw| RoleArn::parse(&raw))
                 .collect::<Result<Vec<_>, _>>()?,
         );
-        let scan_own_account =
-            scan_own_account(get("SCAN_OWN_ACCOUNT").as_deref(), &account_roles)?;
+        let member_accounts = members::parse(get("MEMBER_ACCOUNTS"), get("MEMBER_ROLE_NAME"))?;
+        let scan_own_account = scan_own_account(
+            get("SCAN_OWN_ACCOUNT").as_deref(),
+            !account_roles.is_empty() || member_accounts.is_some(),
+        )?;
         let template_key = match get("TEMPLATE_KEY") {
             None => None,
             Some(raw) => Some(object_key("TEMPLATE_KEY", Some(raw))?),
@@ -228,6 +239,7 @@ impl GenerateSettings {
             config_key: object_key("CONFIG_KEY", get("CONFIG_KEY"))?,
             proxy_hostnames: proxy_hostnames(get("PEERING_PROXY_HOSTNAME"))?,
             account_roles,
+            member_accounts,
             ignore_zones: IgnoreZones::parse(list(get("IGNORE_ZONES")))?,
             scan_own_account,
             proxy_vpcs: sorted(
@@ -414,17 +426,17 @@ fn proxy_hostnames(raw: Option<String>) -> Result<Vec<HostName>, SettingsError> 
 }
 
 /// `SCAN_OWN_ACCOUNT`: on unless `false`, and off only with member accounts to scan instead.
-fn scan_own_account(raw: Option<&str>, roles: &[RoleArn]) -> Result<bool, SettingsError> {
+fn scan_own_account(raw: Option<&str>, has_members: bool) -> Result<bool, SettingsError> {
     let scan = match raw {
         None | Some("true") => true,
         Some("false") => false,
         Some(other) => return Err(invalid("SCAN_OWN_ACCOUNT", "true or false", other)),
     };
-    if !scan && roles.is_empty() {
+    if !scan && !has_members {
         return Err(invalid(
             "SCAN_OWN_ACCOUNT",
-            "true, or ACCOUNT_ROLE_ARNS naming the accounts to scan (with false and no roles \
-             there is nothing to scan)",
+            "true, or ACCOUNT_ROLE_ARNS or MEMBER_ACCOUNTS naming the accounts to scan (with \
+             false and neither there is nothing to scan)",
             "false",
         ));
     }

@@ -1,12 +1,16 @@
 //! The scale benchmark's building blocks: a synthetic estate of zones × records
 //! across accounts, seeded into moto; the generator's Route53 clients pointed at one
 //! [`RecordingProxy`](crate::recording_proxy::RecordingProxy) per account; the minimum number
-//! of Route53 calls a full sweep needs; and a synthetic route set of any size for the renderer.
+//! of Route53 calls a full sweep needs; a synthetic route set of any size for the renderer;
+//! and the timings of a render, a `haproxy -c` and the release binaries' sizes.
 
 use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::time::Instant;
 
 use autoproxy::model::{RecordSet, Route, Zone, ZoneRecords};
 use autoproxy::names::HostName;
+use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, RenderOptions, Renderer};
 use autoproxy::route53::{AccountRoute53, RECORDS_PER_PAGE, ZONES_PER_PAGE};
 use autoproxy::rules::{DEFAULT_RULES, resolve, zone_routes};
 use autoproxy::settings::RoleArn;
@@ -14,6 +18,7 @@ use aws_config::SdkConfig;
 use aws_config::sts::AssumeRoleProvider;
 use futures_util::future::try_join_all;
 
+use crate::check::haproxy_check;
 use crate::estate::{self, Account, EstateError, Seeded, Wildcard, ZoneSpec};
 use crate::moto::OWN_ACCOUNT;
 
@@ -83,19 +88,46 @@ pub async fn seed(
     shape: &Shape,
     parallelism: usize,
 ) -> Result<BTreeMap<String, Vec<Seeded>>, EstateError> {
-    let seeded = try_join_all(shape.account_ids().into_iter().enumerate().map(
-        |(index, id)| async move {
-            let account = if id == OWN_ACCOUNT {
-                Account::own(sdk)
-            } else {
-                Account::assume(sdk, &id).await?
-            };
-            let zones = account.seed(shape.zone_specs(index), parallelism).await?;
-            Ok::<_, EstateError>((id, zones))
-        },
-    ))
+    seed_accounts(sdk, shape, shape.account_ids(), parallelism).await
+}
+
+/// [`seed`] into these accounts (the own one first), e.g. accounts an organization created.
+pub async fn seed_accounts(
+    sdk: &SdkConfig,
+    shape: &Shape,
+    ids: Vec<String>,
+    parallelism: usize,
+) -> Result<BTreeMap<String, Vec<Seeded>>, EstateError> {
+    let seeded = try_join_all(ids.into_iter().enumerate().map(|(index, id)| async move {
+        let account = if id == OWN_ACCOUNT {
+            Account::own(sdk)
+        } else {
+            Account::assume(sdk, &id).await?
+        };
+        let zones = account.seed(shape.zone_specs(index), parallelism).await?;
+        Ok::<_, EstateError>((id, zones))
+    }))
     .await?;
     Ok(seeded.into_iter().collect())
+}
+
+/// An organization with one unit holding `members` new accounts (moto picks their ids): the
+/// unit's id and the accounts', the own (management) account first.
+pub async fn organization_unit(
+    sdk: &SdkConfig,
+    members: usize,
+) -> Result<(String, Vec<String>), EstateError> {
+    use futures_util::{StreamExt, TryStreamExt, stream};
+    let organization = crate::organization::Organization::create(sdk).await?;
+    let unit = organization.unit(&organization.root, "bench").await?;
+    let (organization, unit_id) = (&organization, unit.as_str());
+    let mut ids: Vec<String> = stream::iter(0..members)
+        .map(|i| async move { organization.account(&format!("bench{i}"), unit_id).await })
+        .buffered(8)
+        .try_collect()
+        .await?;
+    ids.insert(0, OWN_ACCOUNT.to_owned());
+    Ok((unit, ids))
 }
 
 /// The fewest Route53 calls that read every private zone of an account once: its pages of
@@ -219,9 +251,74 @@ pub fn machine(extra: &str) -> String {
 }
 
 fn output(program: &str, args: &[&str]) -> String {
-    std::process::Command::new(program)
+    Command::new(program)
         .args(args)
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
         .unwrap_or_default()
+}
+
+/// Median of five renders, in ms, and the rendered text.
+pub fn time_render(routes: &[Route]) -> (f64, String) {
+    let renderer = Renderer::new(DEFAULT_TEMPLATE).expect("default template");
+    let resolvers = ["169.254.169.253:53".parse().unwrap()];
+    let options = RenderOptions::default();
+    let input = RenderInput {
+        routes,
+        resolvers: &resolvers,
+        options: &options,
+        generation: 1,
+        generated_at: "2026-01-01T00:00:00Z",
+        trigger: "bench",
+    };
+    let mut times = Vec::new();
+    let mut text = String::new();
+    for _ in 0..5 {
+        let started = Instant::now();
+        text = renderer.render(&input).expect("render").text;
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    times.sort_by(f64::total_cmp);
+    (times[2], text)
+}
+
+/// `haproxy -c -dW` as the tests run it (server names mapped in a private /etc/hosts), ms.
+pub fn time_check(config: &str) -> (f64, bool) {
+    let started = Instant::now();
+    let checked = haproxy_check(config);
+    if !checked.success {
+        println!("haproxy -c:\n{}", checked.output);
+    }
+    (started.elapsed().as_secs_f64() * 1000.0, checked.success)
+}
+
+/// The size of `target/lambda/<function>/bootstrap`, and a note if it is missing or is not
+/// the real function (a stale stub exits 0; the real one refuses to start without settings).
+pub fn binary_size(function: &str) -> (String, Option<String>) {
+    let path = crate::root().join(format!("target/lambda/{function}/bootstrap"));
+    let Ok(meta) = std::fs::metadata(&path) else {
+        return (
+            "missing".into(),
+            Some(format!(
+                "{}: not built (make bench builds it)",
+                path.display()
+            )),
+        );
+    };
+    let size = format!("{:.2} MB", meta.len() as f64 / 1e6);
+    match Command::new(&path)
+        .env_clear()
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+    {
+        Ok(status) if !status.success() => (size, None),
+        _ => (
+            format!("{size} (NOT the function)"),
+            Some(format!(
+                "{}: started without settings it did not refuse to run: a stale or stub build",
+                path.display()
+            )),
+        ),
+    }
 }

@@ -40,7 +40,7 @@ pub struct EstateError {
 }
 
 impl EstateError {
-    fn sdk<E>(operation: &'static str, target: &str, err: SdkError<E>) -> Self
+    pub(crate) fn sdk<E>(operation: &'static str, target: &str, err: SdkError<E>) -> Self
     where
         E: std::error::Error + 'static,
     {

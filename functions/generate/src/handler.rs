@@ -4,9 +4,9 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use autoproxy::discovery::{self, Matching, SweepError};
+use autoproxy::accounts::{self, Counts};
+use autoproxy::discovery::{self, Matching, Scope, SweepError};
 use autoproxy::manifest::Manifest;
-use autoproxy::metrics::Metrics;
 use autoproxy::model::{Route, ZoneKey};
 use autoproxy::publish::Decision;
 use autoproxy::render::{DEFAULT_TEMPLATE, RenderError, RenderInput, Renderer};
@@ -23,7 +23,9 @@ use serde_json::Value;
 use tracing::{info, warn};
 
 use crate::explain::{self, ExplainError, Explanation};
+use crate::members::Members;
 use crate::plan::{self, Plan, Write};
+use crate::report::{Costs, Route53Calls, report_run};
 use crate::trigger::{self, TriggerError};
 
 /// The SDK configuration the function runs with: the environment's, with adaptive retries
@@ -45,16 +47,29 @@ pub struct Deps {
     /// The own account's Route53, which owns the proxy VPCs and lists the zones associated
     /// with them (`PROXY_VPCS`); `None` when built by [`Deps::with_accounts`].
     pub vpc_owner: Option<AccountRoute53>,
+    /// The accounts of `MEMBER_ACCOUNTS`, listed at each run.
+    pub members: Option<Members>,
     pub default_renderer: Renderer,
 }
 
 impl Deps {
-    /// Builds the clients: the own account's Route53 and one assumed-role client per
-    /// `ACCOUNT_ROLE_ARNS` entry (credentials are fetched lazily, on first use).
+    /// [`Deps::new_in`] in the `aws` partition.
     pub async fn new(
         settings: GenerateSettings,
         sdk: &SdkConfig,
         own_account: &str,
+    ) -> Result<Self, GenerateError> {
+        Self::new_in(settings, sdk, own_account, "aws").await
+    }
+
+    /// Builds the clients: the own account's Route53, one assumed-role client per
+    /// `ACCOUNT_ROLE_ARNS` entry (credentials are fetched lazily, on first use), and the
+    /// member accounts' source (`MEMBER_ACCOUNTS`; role ARNs in the caller's `partition`).
+    pub async fn new_in(
+        settings: GenerateSettings,
+        sdk: &SdkConfig,
+        own_account: &str,
+        partition: &str,
     ) -> Result<Self, GenerateError> {
         let rate = settings.route53_requests_per_second;
         let own = AccountRoute53::new(own_account, &aws_sdk_route53::Config::new(sdk), rate);
@@ -76,8 +91,13 @@ impl Deps {
                 .build();
             accounts.push(AccountRoute53::new(&role.account, &config, rate));
         }
+        let members = settings
+            .member_accounts
+            .clone()
+            .map(|members| Members::new(members, sdk, partition, rate));
         let mut deps = Self::with_accounts(settings, sdk, accounts)?;
         deps.vpc_owner = Some(own);
+        deps.members = members;
         Ok(deps)
     }
 
@@ -100,6 +120,7 @@ impl Deps {
             store,
             accounts,
             vpc_owner: None,
+            members: None,
         })
     }
 }
@@ -115,6 +136,12 @@ pub enum GenerateError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Sweep(#[from] SweepError),
+    /// With no manifest to fall back on, a run that cannot list the members reads none.
+    #[error(
+        "listing the member accounts (MEMBER_ACCOUNTS) failed and no manifest names them, \
+         nothing published: {0}"
+    )]
+    Members(#[source] autoproxy::organizations::ListError),
     /// With `PROXY_VPCS` set, nobody may route until the VPCs' zones are known.
     #[error("listing the zones of the proxy VPCs failed, nothing published: {0}")]
     ProxyVpcs(String),
@@ -134,6 +161,7 @@ impl From<GenerateError> for Diagnostic {
             GenerateError::Trigger(_) | GenerateError::Explain(_) => "InvalidEvent",
             GenerateError::Store(_) => "S3Error",
             GenerateError::Sweep(_) => "ScanFailed",
+            GenerateError::Members(_) => "OrganizationsFailed",
             GenerateError::ProxyVpcs(_) => "ProxyVpcsFailed",
             GenerateError::Render(_) => "RenderFailed",
             GenerateError::GeneratedAt(_) => "InvalidTime",
@@ -157,6 +185,11 @@ pub struct Summary {
     pub version_id: Option<String>,
     pub diff: String,
     pub warnings: Vec<String>,
+    /// Accounts by state; the manifest names them.
+    pub accounts: Counts,
+    /// The EMF metric documents the run wrote to its log (not part of the JSON answer).
+    #[serde(skip)]
+    pub metrics: Vec<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config: Option<String>,
 }
@@ -166,9 +199,10 @@ pub struct Summary {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum Reply {
-    /// A run: every trigger but `explain`.
-    Run(Summary),
-    /// For `{"explain": "<name>"}` (boxed: it is much larger than a summary).
+    /// A run: every trigger but `explain` (boxed, as the other: both are large, and the reply
+    /// is built once per invocation).
+    Run(Box<Summary>),
+    /// For `{"explain": "<name>"}`.
     Explain(Box<Explanation>),
 }
 
@@ -199,12 +233,12 @@ pub async fn function_handler(
         );
         return handle_until(deps, &event.payload, &now_rfc3339(), None)
             .await
-            .map(Reply::Run);
+            .map(|summary| Reply::Run(Box::new(summary)));
     };
     let deadline = tokio::time::Instant::now() + remaining.saturating_sub(PUBLISH_RESERVE);
     handle_until(deps, &event.payload, &now_rfc3339(), Some(deadline))
         .await
-        .map(Reply::Run)
+        .map(|summary| Reply::Run(Box::new(summary)))
 }
 
 /// One run without a time budget, callable from tests: `generated_at` is the time stamped
@@ -228,24 +262,11 @@ pub async fn handle_until(
     let started = Instant::now();
     let trigger = trigger::parse(payload)?;
     let now_unix = unix_seconds(generated_at)?;
-    let calls_before = Route53Calls::now(deps);
     info!(trigger = %trigger.label(), "run started");
 
     let (current, previous) = read_state(deps).await?;
-    let matching = Matching {
-        rules: DEFAULT_RULES,
-        proxies: &deps.settings.proxy_hostnames,
-        ignore: &deps.settings.ignore_zones,
-    };
     let scope = plan::scope(&trigger, previous.as_ref());
-    let swept = discovery::sweep(
-        &deps.accounts,
-        previous.as_ref(),
-        &scope,
-        matching,
-        deadline,
-    )
-    .await?;
+    let SweepRun { swept, costs } = sweep(deps, &scope, previous.as_ref(), deadline).await?;
     let zones_scanned = swept.zones_scanned;
     let associated = match deps.settings.proxy_vpcs.as_slice() {
         [] => None,
@@ -272,6 +293,7 @@ pub async fn handle_until(
         swept,
         associated: associated.as_ref(),
         now_unix,
+        now: generated_at,
         max_rule_drop_percent: deps.settings.max_rule_drop_percent,
         config_location: &location,
     };
@@ -281,7 +303,7 @@ pub async fn handle_until(
     }
     let version_id = write(deps, &plan, current.as_ref()).await?;
     let published = plan.publishes();
-    report_run(&plan, zones_scanned, &calls_before.since(deps), started);
+    let metrics = report_run(&plan, zones_scanned, &costs, started, now_unix);
     Ok(Summary {
         config: trigger.dry_run().then(|| plan.rendered.text.clone()),
         trigger: label,
@@ -293,7 +315,84 @@ pub async fn handle_until(
         version_id,
         diff: plan.diff,
         warnings: plan.warnings,
+        accounts: accounts::counts(&plan.manifest.accounts),
+        metrics,
     })
+}
+
+/// A sweep and what it cost.
+struct SweepRun {
+    swept: discovery::Swept,
+    costs: Costs,
+}
+
+/// The accounts this run reads (the static ones, and the members listed now), then the sweep
+/// of them.
+async fn sweep(
+    deps: &Deps,
+    scope: &Scope,
+    previous: Option<&Manifest>,
+    deadline: Option<tokio::time::Instant>,
+) -> Result<SweepRun, GenerateError> {
+    let organizations_before = deps
+        .members
+        .as_ref()
+        .map_or(0, Members::organizations_calls);
+    let (accounts, listing_warning) = run_accounts(deps, scope, previous).await?;
+    let organizations = deps
+        .members
+        .as_ref()
+        .map_or(0, Members::organizations_calls)
+        .saturating_sub(organizations_before);
+    let matching = Matching {
+        rules: DEFAULT_RULES,
+        proxies: &deps.settings.proxy_hostnames,
+        ignore: &deps.settings.ignore_zones,
+    };
+    let before = Route53Calls::now(&accounts);
+    let mut swept = discovery::sweep(&accounts, previous, scope, matching, deadline).await?;
+    swept.warnings.extend(listing_warning);
+    Ok(SweepRun {
+        swept,
+        costs: Costs {
+            route53: before.since(&accounts),
+            organizations,
+        },
+    })
+}
+
+/// The accounts to read: the own one and `ACCOUNT_ROLE_ARNS`' (built once), then the
+/// members. A full sweep lists them; a run that reads one zone, or whose listing failed,
+/// takes the onboarded ones the last manifest names (with a warning for a failed listing).
+async fn run_accounts(
+    deps: &Deps,
+    scope: &Scope,
+    previous: Option<&Manifest>,
+) -> Result<(Vec<AccountRoute53>, Option<String>), GenerateError> {
+    let mut accounts = deps.accounts.clone();
+    let Some(members) = &deps.members else {
+        return Ok((accounts, None));
+    };
+    let mut skip: BTreeSet<String> = accounts.iter().map(|a| a.account.clone()).collect();
+    skip.extend(deps.vpc_owner.iter().map(|own| own.account.clone()));
+    let states = previous.map_or(&[][..], |m| m.accounts.as_slice());
+    let mut warning = None;
+    let more = match scope {
+        Scope::Zones(_) => members.known(states, &skip).await,
+        Scope::Full => match members.listed(&skip).await {
+            Ok(listed) => listed,
+            Err(err) if previous.is_some() => {
+                warn!(error = %err, "member listing failed: sweeping the members last known");
+                warning = Some(format!(
+                    "{err}; sweeping the onboarded members the last manifest names instead"
+                ));
+                members.known(states, &skip).await
+            }
+            Err(err) => return Err(GenerateError::Members(err)),
+        },
+    };
+    accounts.extend(more);
+    Ok((accounts, warning))
 }
 
 /// The config and the manifest as S3 holds them. A manifest that cannot be read (or fails its
@@ -362,58 +461,6 @@ async fn write(
             Ok(version_id)
         }
     }
-}
-
-/// Route53 calls so far, summed over the accounts: the difference across a run is its cost.
-struct Route53Calls {
-    calls: u64,
-    retries: u64,
-}
-
-impl Route53Calls {
-    fn now(deps: &Deps) -> Self {
-        Route53Calls {
-            calls: deps.accounts.iter().map(AccountRoute53::calls).sum(),
-            retries: deps.accounts.iter().map(AccountRoute53::retries).sum(),
-        }
-    }
-
-    fn since(&self, deps: &Deps) -> Self {
-        let now = Route53Calls::now(deps);
-        Route53Calls {
-            calls: now.calls.saturating_sub(self.calls),
-            retries: now.retries.saturating_sub(self.retries),
-        }
-    }
-}
-
-/// The run's metrics (EMF) and its last log line.
-fn report_run(plan: &Plan, zones_scanned: usize, calls: &Route53Calls, started: Instant) {
-    let elapsed_ms = started.elapsed().as_millis();
-    let published = plan.publishes();
-    info!(
-        zones_scanned,
-        routes = plan.routes,
-        route53_calls = calls.calls,
-        changed = plan.changed(),
-        published,
-        duration_ms = u64::try_from(elapsed_ms).unwrap_or(u64::MAX),
-        "run finished"
-    );
-    Metrics::new("generate")
-        .count("ZonesScanned", zones_scanned as u64)
-        .count("Routes", plan.routes as u64)
-        .count("OwnershipRefused", plan.refusals.len() as u64)
-        .count("Route53Calls", calls.calls)
-        .count("Throttles", calls.retries)
-        .count("Changed", u64::from(plan.changed()))
-        .count("Published", u64::from(published))
-        .count(
-            "GuardBlocked",
-            u64::from(matches!(plan.decision, Decision::Blocked(_))),
-        )
-        .milliseconds("DurationMs", elapsed_ms)
-        .emit();
 }
 
 /// Every zone associated with one of the proxy VPCs, as listed by the VPCs' owner (this

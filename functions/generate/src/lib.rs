@@ -2,5 +2,7 @@
 
 pub mod explain;
 pub mod handler;
+pub mod members;
 mod plan;
+mod report;
 pub mod trigger;

@@ -8,12 +8,15 @@ use autoproxy::discovery::{Scope, Swept};
 use autoproxy::manifest::Manifest;
 use autoproxy::model::{Route, ZoneKey};
 use autoproxy::ownership::{self, Mode, Refusal};
-use autoproxy::publish::{self, Current, Decision, Guard};
+use autoproxy::publish::{self, Current, Decision, Hold};
 use autoproxy::render::{RenderError, Rendered};
 use autoproxy::rules::resolve;
 use autoproxy::s3::CurrentConfig;
 
 use crate::trigger::Trigger;
+
+mod accounts;
+use accounts::{AccountGuard, guard_accounts};
 
 /// An event names one zone: with a manifest to merge into, only that zone is read again.
 pub fn scope(trigger: &Trigger, previous: Option<&Manifest>) -> Scope {
@@ -32,8 +35,9 @@ pub struct Inputs<'a> {
     pub swept: Swept,
     /// The zones of the proxy VPCs when `PROXY_VPCS` is set; `None` for first-holder mode.
     pub associated: Option<&'a BTreeSet<ZoneKey>>,
-    /// The run's time (the floor of the next generation).
+    /// The run's time (the floor of the next generation), and as RFC 3339 (account states).
     pub now_unix: u64,
+    pub now: &'a str,
     pub max_rule_drop_percent: u8,
     /// Where the current config lives, for the diff's header.
     pub config_location: &'a str,
@@ -63,6 +67,8 @@ pub struct Plan {
     pub refusals: Vec<Refusal>,
     pub warnings: Vec<String>,
     pub diff: String,
+    /// The accounts the per-account guard holds.
+    pub holds: Vec<Hold>,
 }
 
 impl Plan {
@@ -90,6 +96,7 @@ pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError
         swept,
         associated,
         now_unix,
+        now,
         max_rule_drop_percent,
         config_location,
     } = inputs;
@@ -99,6 +106,9 @@ pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError
     warnings.extend(unfinished);
 
     let mut manifest = swept.manifest;
+    let guard = AccountGuard::of(trigger, previous, max_rule_drop_percent, now);
+    let holds = guard_accounts(&mut manifest, previous, &swept.outcomes, &guard);
+    warnings.extend(holds.iter().map(ToString::to_string));
     let remembered = previous.map(|m| m.holders.clone()).unwrap_or_default();
     let mode = associated.map_or(Mode::FirstHolder, Mode::Vpc);
     let owned = ownership::owned_routes(&manifest.zones, &remembered, mode);
@@ -114,10 +124,6 @@ pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError
     let recorded = current_generation.max(previous.map_or(0, |m| m.generation));
     // Rendered with the current generation, an unchanged state gives the current body.
     let same_generation = render(&routes, current_generation)?;
-    let guard = Guard {
-        max_drop_percent: max_rule_drop_percent,
-        force: trigger.force(),
-    };
     let current_header = current.and_then(|c| c.header.as_ref()).map(|h| Current {
         sha256: &h.sha256,
         rules: h.rules,
@@ -126,7 +132,7 @@ pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError
         current_header,
         &same_generation.header.sha256,
         routes.len(),
-        guard,
+        guard.estate(),
     );
     if hold && decision != Decision::Unchanged {
         decision =
@@ -157,6 +163,7 @@ pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError
         refusals: owned.refusals,
         warnings,
         diff,
+        holds,
     })
 }
 
@@ -220,6 +227,7 @@ fn choose_write(decision: &Decision, hold: bool, dry_run: bool, manifest_changed
 #[cfg(test)]
 mod tests {
     use super::*;
+    use autoproxy::publish::Force;
 
     #[test]
     fn every_decision_writes_what_it_should() {
@@ -326,6 +334,7 @@ mod tests {
             zones_scanned: names.len(),
             failures: Vec::new(),
             warnings: Vec::new(),
+            outcomes: std::collections::BTreeMap::new(),
         }
     }
 
@@ -357,6 +366,7 @@ mod tests {
             swept,
             associated: None,
             now_unix: now,
+            now: "2026-11-23T03:14:02Z",
             max_rule_drop_percent: 50,
             config_location: "s3://bucket/haproxy/haproxy.cfg",
         };
@@ -417,7 +427,7 @@ mod tests {
         // A dry run decides the same and writes nothing.
         let dry = Trigger::Manual {
             dry_run: true,
-            force: false,
+            force: Force::None,
         };
         let planned = run(
             &dry,
@@ -428,8 +438,21 @@ mod tests {
         );
         assert_eq!(planned.write, Write::Nothing("dry run: nothing written"));
         assert!(planned.changed() && planned.diff.contains("c.internal"));
+    }
 
-        // Losing every route is refused unless forced.
+    #[test]
+    fn an_account_losing_its_routes_is_held_until_forced() {
+        let schedule = Trigger::Schedule;
+        let first = run(
+            &schedule,
+            swept(&["a.internal", "b.internal"]),
+            None,
+            None,
+            NOW,
+        );
+        let current = published(&first);
+        // Losing every route of an account holds that account unless forced: the config
+        // stays, the manifest records the hold.
         let gone = run(
             &schedule,
             swept(&[]),
@@ -439,21 +462,53 @@ mod tests {
         );
         assert_eq!(
             gone.write,
-            Write::Nothing("mass-deletion guard: nothing written")
+            Write::Manifest("config unchanged; manifest updated")
         );
-        assert!(gone.warnings.iter().any(|w| w.contains("\"force\": true")));
-        let force = Trigger::Manual {
+        assert_eq!((gone.routes, gone.holds.len()), (2, 1));
+        assert!(
+            gone.warnings
+                .iter()
+                .any(|w| w.contains("{\"force\": \"111111111111\"}")),
+            "{:?}",
+            gone.warnings
+        );
+        let held = &gone.manifest.accounts;
+        assert_eq!(held.len(), 1);
+        assert_eq!(held[0].state, autoproxy::accounts::State::Held);
+        for force in [
+            Force::All,
+            Force::Accounts(["111111111111".to_owned()].into()),
+        ] {
+            let trigger = Trigger::Manual {
+                dry_run: false,
+                force: force.clone(),
+            };
+            let forced = run(
+                &trigger,
+                swept(&[]),
+                Some(&first.manifest),
+                Some(&current),
+                NOW,
+            );
+            assert_eq!(
+                (forced.write, forced.routes),
+                (Write::Publish, 0),
+                "{force:?}"
+            );
+        }
+        // Forcing another account releases nothing.
+        let other = Trigger::Manual {
             dry_run: false,
-            force: true,
+            force: Force::Accounts(["222222222222".to_owned()].into()),
         };
-        let forced = run(
-            &force,
+        let still = run(
+            &other,
             swept(&[]),
             Some(&first.manifest),
             Some(&current),
             NOW,
         );
-        assert_eq!((forced.write, forced.routes), (Write::Publish, 0));
+        assert_eq!((still.routes, still.holds.len()), (2, 1));
     }
 
     #[test]

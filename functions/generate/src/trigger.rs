@@ -3,6 +3,7 @@
 
 use autoproxy::excerpt;
 use autoproxy::model::{ZoneKey, is_account_id, is_zone_id};
+use autoproxy::publish::Force;
 use autoproxy::route53::bare_zone_id;
 use serde_json::Value;
 
@@ -22,7 +23,7 @@ pub enum Trigger {
     /// A Route53 change: re-read these zones.
     Route53 { event_name: String, zone: ZoneKey },
     /// `cargo lambda invoke` or a console test: full reconciliation.
-    Manual { dry_run: bool, force: bool },
+    Manual { dry_run: bool, force: Force },
 }
 
 impl Trigger {
@@ -40,8 +41,11 @@ impl Trigger {
         matches!(self, Trigger::Manual { dry_run: true, .. })
     }
 
-    pub fn force(&self) -> bool {
-        matches!(self, Trigger::Manual { force: true, .. })
+    pub fn force(&self) -> Force {
+        match self {
+            Trigger::Manual { force, .. } => force.clone(),
+            _ => Force::None,
+        }
     }
 }
 
@@ -51,7 +55,7 @@ pub enum TriggerError {
     #[error(
         "expected an EventBridge \"Scheduled Event\", an EventBridge \"AWS API Call via \
          CloudTrail\" event from aws.route53 ({}), or a manual object {{\"dry_run\": bool, \
-         \"force\": bool}} (both optional), or {{\"explain\": \"<name>\"}}; got {got}",
+         \"force\": bool, an account id or a list of account ids}} (both optional), or {{\"explain\": \"<name>\"}}; got {got}",
         ROUTE53_EVENTS.join(", ")
     )]
     Unrecognised { got: String },
@@ -78,15 +82,32 @@ pub fn parse(event: &Value) -> Result<Trigger, TriggerError> {
 
 fn manual(object: &serde_json::Map<String, Value>) -> Option<Trigger> {
     let mut dry_run = false;
-    let mut force = false;
+    let mut force = Force::None;
     for (key, value) in object {
         match (key.as_str(), value) {
             ("dry_run", Value::Bool(b)) => dry_run = *b,
-            ("force", Value::Bool(b)) => force = *b,
+            ("force", value) => force = forced(value)?,
             _ => return None,
         }
     }
     Some(Trigger::Manual { dry_run, force })
+}
+
+/// `force`: `true` releases every held change; an account id, or a list of them, releases
+/// only those accounts'.
+fn forced(value: &Value) -> Option<Force> {
+    let ids: Vec<&str> = match value {
+        Value::Bool(true) => return Some(Force::All),
+        Value::Bool(false) => return Some(Force::None),
+        Value::String(id) => vec![id.as_str()],
+        Value::Array(items) if !items.is_empty() => {
+            items.iter().map(Value::as_str).collect::<Option<_>>()?
+        }
+        _ => return None,
+    };
+    ids.iter()
+        .all(|id| is_account_id(id))
+        .then(|| Force::Accounts(ids.iter().map(|id| (*id).to_owned()).collect()))
 }
 
 fn route53(event: &Value) -> Result<Trigger, TriggerError> {
@@ -166,7 +187,7 @@ mod tests {
             parse(&event_file("manual-dry-run.json")),
             Ok(Trigger::Manual {
                 dry_run: true,
-                force: false
+                force: Force::None
             })
         );
         let zone = |id: &str| ZoneKey {
@@ -198,13 +219,27 @@ mod tests {
 
     #[test]
     fn manual_payloads() {
+        let accounts =
+            |ids: &[&str]| Force::Accounts(ids.iter().map(|id| (*id).to_owned()).collect());
         let cases = [
-            (json!({}), Some((false, false))),
-            (json!({"force": true}), Some((false, true))),
+            (json!({}), Some((false, Force::None))),
+            (json!({"force": true}), Some((false, Force::All))),
             (
                 json!({"dry_run": false, "force": true}),
-                Some((false, true)),
+                Some((false, Force::All)),
             ),
+            (
+                json!({"force": "111111111111"}),
+                Some((false, accounts(&["111111111111"]))),
+            ),
+            (
+                json!({"dry_run": true, "force": ["222222222222", "111111111111"]}),
+                Some((true, accounts(&["111111111111", "222222222222"]))),
+            ),
+            (json!({"force": "11111111111"}), None),
+            (json!({"force": ["111111111111", "all"]}), None),
+            (json!({"force": []}), None),
+            (json!({"force": 1}), None),
             (json!({"dry_run": "yes"}), None),
             (json!({"dryrun": true}), None),
             (json!([]), None),

@@ -33,6 +33,17 @@ fn defaults_follow_the_design() {
     let s = generate(&vars).unwrap();
     assert!(!s.scan_own_account);
     assert!(!s.scans_own_account("111111111111"));
+    // Members listed from Organizations are accounts to scan too.
+    let mut members = MINIMAL.to_vec();
+    members.push(("SCAN_OWN_ACCOUNT", "false"));
+    members.push(("MEMBER_ACCOUNTS", "ou-ab12-cdef5678"));
+    members.push(("MEMBER_ROLE_NAME", "autoproxy-route53-read"));
+    let listed = generate(&members).unwrap();
+    assert!(!listed.scan_own_account && listed.account_roles.is_empty());
+    assert_eq!(
+        listed.member_accounts.map(|m| m.role_name),
+        Some("autoproxy-route53-read".to_owned())
+    );
     assert!(
         s.scans_own_account("222222222222"),
         "a role in the own account names it"

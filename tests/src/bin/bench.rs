@@ -7,8 +7,9 @@
 //!
 //! `bench [--zones 2000] [--records 200] [--accounts 10] [--rules-every 4] [--rate 5]
 //!        [--big-routes 10000] [--memory-zones 10000] [--memory-records 20]
-//!        [--memory-accounts 50] [--out docs/BENCHMARKS.md]`
-//! (`--memory-zones 0` skips the memory estate.)
+//!        [--memory-accounts 50] [--organizations false] [--out docs/BENCHMARKS.md]`
+//! (`--memory-zones 0` skips the memory estate; `--organizations true` creates the member
+//! accounts in an organization's unit and has the generator list them from it.)
 #![allow(clippy::print_stdout, clippy::expect_used, clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
@@ -18,13 +19,10 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use autoproxy::model::Route;
-use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, RenderOptions, Renderer};
 use autoproxy::rules::resolve;
 use autoproxy::s3::ConfigStore;
 use autoproxy::settings::manifest_key;
-use autoproxy_tests::bench::{self, Shape};
-use autoproxy_tests::check::haproxy_check;
+use autoproxy_tests::bench::{self, Shape, binary_size, time_check, time_render};
 use autoproxy_tests::estate::{self, role_arn};
 use autoproxy_tests::moto::{Moto, OWN_ACCOUNT};
 use autoproxy_tests::recording_proxy::{RecordingProxy, peak_in_window};
@@ -39,6 +37,8 @@ struct Args {
     memory: Shape,
     rate: f64,
     big_routes: usize,
+    /// The members listed from an organization's unit (`MEMBER_ACCOUNTS`), not given as roles.
+    organizations: bool,
     out: PathBuf,
 }
 
@@ -58,6 +58,7 @@ fn args() -> Args {
         },
         rate: 5.0,
         big_routes: 10_000,
+        organizations: false,
         out: autoproxy_tests::root().join("docs/BENCHMARKS.md"),
     };
     let mut it = std::env::args().skip(1);
@@ -78,6 +79,7 @@ fn args() -> Args {
             "--memory-records" => args.memory.records = number(),
             "--memory-accounts" => args.memory.accounts = number().max(1),
             "--rate" => args.rate = value.parse().expect("--rate: a number"),
+            "--organizations" => args.organizations = value.parse().expect("true or false"),
             "--out" => args.out = PathBuf::from(value),
             other => panic!("unknown flag {other}"),
         }
@@ -96,7 +98,8 @@ async fn main() {
     let mut rows = Vec::new();
     let mut notes = Vec::new();
 
-    let (moto, sdk, seeded, seeding) = seeded_moto(&shape, "estate").await;
+    let (moto, sdk, seeded, seeding, unit) =
+        seeded_moto(&shape, "estate", args.organizations).await;
 
     let upstream = format!("127.0.0.1:{}", moto.port).parse().unwrap();
     let proxies: BTreeMap<String, RecordingProxy> = seeded
@@ -116,7 +119,7 @@ async fn main() {
         .map(|(account, zone)| format!("{account}/{}", zone.id))
         .expect("a zone with rules");
 
-    let mut child = sweep_command(&moto, &seeded, &endpoints, args.rate)
+    let mut child = sweep_command(&moto, &seeded, &endpoints, args.rate, unit.as_deref())
         .env("BENCH_EVENT_ZONE", &event_zone)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -188,6 +191,16 @@ async fn main() {
         format!("{wire_calls} (client counted {client_calls}; largest account {largest})"),
         format!("minimum {minimum} = pages of zones + pages of records"),
     ));
+    if let Some(unit) = &unit {
+        rows.push(Row(
+            format!("Full sweep: Organizations calls (members listed from {unit})"),
+            format!(
+                "{} (the event run: {})",
+                sweep["run"]["organizations_calls"], event["run"]["organizations_calls"]
+            ),
+            "listing pages only".into(),
+        ));
+    }
     rows.push(Row(
         "Full sweep: wall time (S3 reads/writes and render included)".into(),
         format!("{sweep_s:.1} s"),
@@ -322,8 +335,19 @@ async fn main() {
 
 type Seeded = BTreeMap<String, Vec<estate::Seeded>>;
 
-/// A fresh moto seeded with `shape` and the config bucket, and how long the seeding took.
-async fn seeded_moto(shape: &Shape, what: &str) -> (Moto, aws_config::SdkConfig, Seeded, Duration) {
+/// A fresh moto seeded with `shape` and the config bucket, how long the seeding took, and
+/// with `organizations` the unit that holds the member accounts.
+async fn seeded_moto(
+    shape: &Shape,
+    what: &str,
+    organizations: bool,
+) -> (
+    Moto,
+    aws_config::SdkConfig,
+    Seeded,
+    Duration,
+    Option<String>,
+) {
     let moto = Moto::start();
     let sdk = moto.sdk_config().await;
     println!(
@@ -331,7 +355,15 @@ async fn seeded_moto(shape: &Shape, what: &str) -> (Moto, aws_config::SdkConfig,
         shape.zones, shape.records, shape.accounts
     );
     let seeding = Instant::now();
-    let seeded = bench::seed(&sdk, shape, estate::DEFAULT_PARALLELISM)
+    let (unit, ids) = if organizations {
+        let (unit, ids) = bench::organization_unit(&sdk, shape.accounts.max(1) - 1)
+            .await
+            .unwrap_or_else(|err| panic!("the {what}'s organization: {err}"));
+        (Some(unit), ids)
+    } else {
+        (None, shape.account_ids())
+    };
+    let seeded = bench::seed_accounts(&sdk, shape, ids, estate::DEFAULT_PARALLELISM)
         .await
         .unwrap_or_else(|err| panic!("seed the {what}: {err}"));
     estate::versioned_bucket(&sdk, BUCKET)
@@ -339,15 +371,22 @@ async fn seeded_moto(shape: &Shape, what: &str) -> (Moto, aws_config::SdkConfig,
         .expect("config bucket");
     let seeding = seeding.elapsed();
     println!("seeded in {:.1} s", seeding.as_secs_f64());
-    (moto, sdk, seeded, seeding)
+    (moto, sdk, seeded, seeding, unit)
 }
 
 /// `bench_sweep` with the generator's settings for this estate: every member account through
-/// its role, each account's Route53 at its endpoint (`account=url`), `rate` calls/s each.
-fn sweep_command(moto: &Moto, seeded: &Seeded, endpoints: &[String], rate: f64) -> Command {
+/// its role (or, with a `unit`, listed from it), each account's Route53 at its endpoint
+/// (`account=url`), `rate` calls/s each.
+fn sweep_command(
+    moto: &Moto,
+    seeded: &Seeded,
+    endpoints: &[String],
+    rate: f64,
+    unit: Option<&str>,
+) -> Command {
     let roles: Vec<String> = seeded
         .keys()
-        .filter(|a| *a != OWN_ACCOUNT)
+        .filter(|a| *a != OWN_ACCOUNT && unit.is_none())
         .map(|a| role_arn(a))
         .collect();
     let exe = std::env::current_exe()
@@ -362,6 +401,11 @@ fn sweep_command(moto: &Moto, seeded: &Seeded, endpoints: &[String], rate: f64) 
         .env("ACCOUNT_ROLE_ARNS", roles.join(","))
         .env("ROUTE53_REQUESTS_PER_SECOND", rate.to_string())
         .env("BENCH_ROUTE53_ENDPOINTS", endpoints.join(","));
+    if let Some(unit) = unit {
+        command
+            .env("MEMBER_ACCOUNTS", unit)
+            .env("MEMBER_ROLE_NAME", estate::READER_ROLE);
+    }
     command
 }
 
@@ -391,12 +435,12 @@ async fn moto_page_ms(sdk: &aws_config::SdkConfig, zones: &[estate::Seeded]) -> 
 /// is not rate limited here (this measures memory, the sweep's pace is measured above), and
 /// the accounts talk to moto directly.
 async fn memory_row(shape: Shape) -> Row {
-    let (moto, _, seeded, seeding) = seeded_moto(&shape, "memory estate").await;
+    let (moto, _, seeded, seeding, _) = seeded_moto(&shape, "memory estate", false).await;
     let endpoints: Vec<String> = seeded
         .keys()
         .map(|account| format!("{account}=http://127.0.0.1:{}", moto.port))
         .collect();
-    let out = sweep_command(&moto, &seeded, &endpoints, 1000.0)
+    let out = sweep_command(&moto, &seeded, &endpoints, 1000.0, None)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
@@ -433,71 +477,6 @@ async fn memory_row(shape: Shape) -> Row {
     )
 }
 
-/// Median of five renders, in ms, and the rendered text.
-fn time_render(routes: &[Route]) -> (f64, String) {
-    let renderer = Renderer::new(DEFAULT_TEMPLATE).expect("default template");
-    let resolvers = ["169.254.169.253:53".parse().unwrap()];
-    let options = RenderOptions::default();
-    let input = RenderInput {
-        routes,
-        resolvers: &resolvers,
-        options: &options,
-        generation: 1,
-        generated_at: "2026-01-01T00:00:00Z",
-        trigger: "bench",
-    };
-    let mut times = Vec::new();
-    let mut text = String::new();
-    for _ in 0..5 {
-        let started = Instant::now();
-        text = renderer.render(&input).expect("render").text;
-        times.push(started.elapsed().as_secs_f64() * 1000.0);
-    }
-    times.sort_by(f64::total_cmp);
-    (times[2], text)
-}
-
-/// `haproxy -c -dW` as the tests run it (server names mapped in a private /etc/hosts), ms.
-fn time_check(config: &str) -> (f64, bool) {
-    let started = Instant::now();
-    let checked = haproxy_check(config);
-    if !checked.success {
-        println!("haproxy -c:\n{}", checked.output);
-    }
-    (started.elapsed().as_secs_f64() * 1000.0, checked.success)
-}
-
-/// The size of `target/lambda/<function>/bootstrap`, and a note if it is missing or is not
-/// the real function (a stale stub exits 0; the real one refuses to start without settings).
-fn binary_size(function: &str) -> (String, Option<String>) {
-    let path = autoproxy_tests::root().join(format!("target/lambda/{function}/bootstrap"));
-    let Ok(meta) = std::fs::metadata(&path) else {
-        return (
-            "missing".into(),
-            Some(format!(
-                "{}: not built (make bench builds it)",
-                path.display()
-            )),
-        );
-    };
-    let size = format!("{:.2} MB", meta.len() as f64 / 1e6);
-    match Command::new(&path)
-        .env_clear()
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-    {
-        Ok(status) if !status.success() => (size, None),
-        _ => (
-            format!("{size} (NOT the function)"),
-            Some(format!(
-                "{}: started without settings it did not refuse to run: a stale or stub build",
-                path.display()
-            )),
-        ),
-    }
-}
-
 fn report(args: &Args, rows: &[Row], notes: &[String], total: Duration) -> String {
     let mut out = String::new();
     let s = args.shape;
@@ -516,7 +495,8 @@ fn report(args: &Args, rows: &[Row], notes: &[String], total: Duration) -> Strin
     writeln!(
         out,
         "* Run: `bench --zones {} --records {} --accounts {} --rules-every {} --rate {} \
-         --big-routes {} --memory-zones {} --memory-records {} --memory-accounts {}`, {:.0} s \
+         --big-routes {} --memory-zones {} --memory-records {} --memory-accounts {} \
+         --organizations {}`, {:.0} s \
          for the benchmark itself (seeding included, builds not)\n",
         s.zones,
         s.records,
@@ -527,6 +507,7 @@ fn report(args: &Args, rows: &[Row], notes: &[String], total: Duration) -> Strin
         args.memory.zones,
         args.memory.records,
         args.memory.accounts,
+        args.organizations,
         total.as_secs_f64()
     )
     .unwrap();
@@ -559,6 +540,11 @@ const HOW: &str = "
   (measured right after the sweep, calls made directly, one after another) times the calls
   is a second floor, often the higher one here; on Route53 the accounts' calls are served in
   parallel and only the rate limit remains.
+* **Organizations calls** (with `--organizations true`): the member accounts are created in
+  one unit of an organization in moto and the generator lists them from it
+  (`MEMBER_ACCOUNTS`), each member's Route53 still behind its recording proxy; the count is the
+  run's `OrganizationsCalls` metric (every HTTP attempt, as for Route53). The event run lists
+  nothing: it reads the members the manifest knows.
 * **The CloudTrail event** is `events/change-resource-record-sets.json` pointed at a known
   zone of a member account, run right after the sweep (the manifest exists).
 * **Peak RSS** is `VmHWM` from `/proc/self/status` of `bench_sweep`, a child process that

@@ -3,7 +3,9 @@
 //! account's Route53 endpoint taken from `BENCH_ROUTE53_ENDPOINTS` (`account=url,…`, the
 //! recording proxies), runs one full sweep (a scheduled event), prints a JSON line, waits for
 //! a line on stdin, then runs one CloudTrail event for `BENCH_EVENT_ZONE` (`account/zone-id`)
-//! and prints another. Driven by `bench`; not a tool of its own.
+//! and prints another. With `MEMBER_ACCOUNTS` the members are listed from Organizations by the
+//! generator itself, each member's Route53 still at its recording proxy. Driven by `bench`;
+//! not a tool of its own.
 #![allow(clippy::print_stdout, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -12,6 +14,7 @@ use std::time::Instant;
 use autoproxy::route53::AccountRoute53;
 use autoproxy::settings::GenerateSettings;
 use autoproxy_generate::handler::{self, Deps};
+use autoproxy_generate::members::Members;
 use autoproxy_tests::bench;
 use serde_json::{Value, json};
 
@@ -40,7 +43,12 @@ async fn main() {
         settings.route53_requests_per_second,
     )
     .await;
-    let deps = Deps::with_accounts(settings, &sdk, accounts).expect("generator wiring");
+    let members = settings.member_accounts.clone().map(|members| {
+        Members::new(members, &sdk, "aws", settings.route53_requests_per_second)
+            .with_route53_endpoints(endpoints.clone())
+    });
+    let mut deps = Deps::with_accounts(settings, &sdk, accounts).expect("generator wiring");
+    deps.members = members;
 
     let schedule: Value =
         serde_json::from_str(include_str!("../../../events/schedule.json")).expect("event");
@@ -67,24 +75,45 @@ async fn main() {
     }
 }
 
-/// One invocation: wall time, Route53 calls per account (as the client counted them), and
-/// the summary's counts.
+/// Every Route53 client of the run: the own account's and the roles', and the members'.
+async fn clients(deps: &Deps) -> Vec<AccountRoute53> {
+    let mut clients = deps.accounts.clone();
+    if let Some(members) = &deps.members {
+        clients.extend(members.clients().await);
+    }
+    clients
+}
+
+/// One invocation: wall time, Route53 calls per account (as the client counted them),
+/// Organizations calls, and the summary's counts.
 async fn run(deps: &Deps, payload: &Value) -> Value {
-    let before: Vec<u64> = deps.accounts.iter().map(AccountRoute53::calls).collect();
+    let before: BTreeMap<String, u64> = clients(deps)
+        .await
+        .iter()
+        .map(|account| (account.account.clone(), account.calls()))
+        .collect();
     let started = Instant::now();
     let summary = handler::handle(deps, payload, &handler::now_rfc3339())
         .await
         .expect("the generator run succeeds");
     let wall_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let calls: BTreeMap<&str, u64> = deps
-        .accounts
+    let calls: BTreeMap<String, u64> = clients(deps)
+        .await
         .iter()
-        .zip(before)
-        .map(|(account, before)| (account.account.as_str(), account.calls() - before))
+        .map(|account| {
+            let before = before.get(&account.account).copied().unwrap_or(0);
+            (account.account.clone(), account.calls() - before)
+        })
         .collect();
     json!({
         "wall_ms": wall_ms,
         "calls": calls,
+        "organizations_calls": summary
+            .metrics
+            .first()
+            .and_then(|m| m["OrganizationsCalls"].as_f64())
+            .map(|calls| calls as u64),
+        "accounts": summary.accounts,
         "zones_scanned": summary.zones_scanned,
         "rules": summary.rules,
         "published": summary.published,

@@ -67,6 +67,37 @@ const GENERATE: &[(&str, Check)] = &[
     ("ReadTemplate", Check::Needed),
 ];
 
+const MEMBER_ROLES: &str = "moto lets any role be assumed and the listing here finds no member \
+                            (their Route53 would be denied under enforcement); the statement is \
+                            checked statically (template::grants::what_moto_cannot_check_is_exactly_this)";
+
+/// The generator's statements with `MemberAccounts` naming units: each Organizations call is
+/// proven against IAM like the rest.
+const GENERATE_UNITS: &[(&str, Check)] = &[
+    ("ListHostedZones", Check::Static(ROUTE53)),
+    ("ReadHostedZones", Check::Static(ROUTE53)),
+    ("ListConfigBucket", Check::Static(LIST_BUCKET)),
+    ("ReadWriteConfigAndManifest", Check::Needed),
+    ("ReadTemplate", Check::Needed),
+    ("ListUnitAccounts", Check::Needed),
+    ("ListUnitChildren", Check::Needed),
+    ("AssumeMemberRoles", Check::Static(MEMBER_ROLES)),
+];
+
+/// The same with `MemberAccounts=organization`.
+const GENERATE_ORGANIZATION: &[(&str, Check)] = &[
+    ("ListHostedZones", Check::Static(ROUTE53)),
+    ("ReadHostedZones", Check::Static(ROUTE53)),
+    ("ListConfigBucket", Check::Static(LIST_BUCKET)),
+    ("ReadWriteConfigAndManifest", Check::Needed),
+    ("ReadTemplate", Check::Needed),
+    ("ListOrganizationAccounts", Check::Needed),
+    ("AssumeMemberRoles", Check::Static(MEMBER_ROLES)),
+];
+
+const LIST_BUCKET: &str = "moto answers GetObject of a missing key 404 with or without \
+                           s3:ListBucket (AWS answers 403 without it)";
+
 const CONFIGURE: &[(&str, Check)] = &[
     ("SendApplyDocument", Check::ActionOnly(SSM_RESOURCES)),
     ("FollowCommands", Check::Needed),
@@ -357,6 +388,125 @@ async fn each_function_works_with_exactly_its_template_policy() {
             "ListFleetInstances"
         ]
     );
+}
+
+/// The generator listing its members, from units and from the whole organization: without
+/// one of its Organizations grants the first run fails; later runs fall back on the members
+/// the manifest names and say so in a warning, which is what a run reports as its failure.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_generator_lists_members_with_exactly_its_template_policy() {
+    assert_eq!(
+        prove_member_listing(false).await,
+        [
+            "ReadWriteConfigAndManifest",
+            "ReadTemplate",
+            "ListUnitAccounts",
+            "ListUnitChildren"
+        ]
+    );
+    assert_eq!(
+        prove_member_listing(true).await,
+        [
+            "ReadWriteConfigAndManifest",
+            "ReadTemplate",
+            "ListOrganizationAccounts"
+        ]
+    );
+}
+
+/// [`prove`] for a generator whose members are listed from a unit, or the whole organization.
+async fn prove_member_listing(whole_organization: bool) -> Vec<String> {
+    use autoproxy_generate::members::Members;
+    use autoproxy_tests::organization::Organization;
+
+    let template = template();
+    let iam = Enforcing::start().unwrap();
+    let admin = iam.sdk_config(&iam.admin).await;
+    let principal = iam.sdk_config(&iam.principal).await;
+    versioned_bucket(&admin, BUCKET).await.unwrap();
+    aws_sdk_s3::Client::new(&admin)
+        .put_object()
+        .bucket(BUCKET)
+        .key(TEMPLATE_KEY)
+        .body(ByteStream::from_static(DEFAULT_TEMPLATE.as_bytes()))
+        .send()
+        .await
+        .unwrap();
+    let organization = Organization::create(&admin).await.unwrap();
+    let unit = organization
+        .unit(&organization.root, "workloads")
+        .await
+        .unwrap();
+    let source = if whole_organization {
+        "organization"
+    } else {
+        unit.as_str()
+    };
+    let route53 = Moto::start();
+    let route53_sdk = route53.sdk_config().await;
+    let zone = "lp.example.internal";
+    Account::own(&route53_sdk)
+        .seed_zone(ZoneSpec::private(zone, api_pair(zone, PROXY)))
+        .await
+        .unwrap();
+    let settings = member_settings(source);
+    let members = settings.member_accounts.clone().unwrap();
+    let accounts = vec![AccountRoute53::new(
+        OWN_ACCOUNT,
+        &aws_sdk_route53::Config::new(&route53_sdk),
+        1000.0,
+    )];
+    let mut deps = Deps::with_accounts(settings, &principal, accounts).unwrap();
+    deps.members = Some(Members::new(members, &principal, "aws", 1000.0));
+    let mut stack = stack(&template);
+    for (condition, holds) in [
+        ("ListsMemberAccounts", true),
+        ("ListsWholeOrganization", whole_organization),
+        ("ListsUnits", !whole_organization),
+    ] {
+        stack.conditions.insert(condition.into(), holds);
+    }
+    stack
+        .refs
+        .insert("MemberRoleName".into(), json!("autoproxy-route53-read"));
+    let statements = statements_in(&template, "GenerateFunction", &stack);
+    let expected = if whole_organization {
+        GENERATE_ORGANIZATION
+    } else {
+        GENERATE_UNITS
+    };
+    let checks = classified(&statements, expected);
+    prove(&iam, checks, || async {
+        let summary = generate::handle(&deps, &json!({}), AT)
+            .await
+            .map_err(|err| err.to_string())?;
+        match summary
+            .warnings
+            .iter()
+            .find(|w| w.contains("organizations:"))
+        {
+            Some(listing) => Err(listing.clone()),
+            None => Ok(()),
+        }
+    })
+    .await
+}
+
+/// The generator's settings with its members listed from `source` (`MEMBER_ACCOUNTS`).
+fn member_settings(source: &str) -> GenerateSettings {
+    GenerateSettings::from_lookup(|name| {
+        match name {
+            "CONFIG_BUCKET" => Some(BUCKET),
+            "CONFIG_KEY" => Some(KEY),
+            "PEERING_PROXY_HOSTNAME" => Some(PROXY),
+            "TEMPLATE_KEY" => Some(TEMPLATE_KEY),
+            "MEMBER_ACCOUNTS" => Some(source),
+            "MEMBER_ROLE_NAME" => Some("autoproxy-route53-read"),
+            _ => None,
+        }
+        .map(str::to_owned)
+    })
+    .unwrap()
 }
 
 /// The agent publisher, as CloudFormation invokes it for `AgentBinary`: each run publishes a

@@ -1,4 +1,6 @@
-//! What a run refuses to write: nothing unchanged, a failing account's routes kept, the mass-deletion guard, dry runs, bad payloads and templates.
+//! What a run refuses to write: nothing unchanged, a failing account's routes kept, the
+//! mass-deletion guard (per account, and estate-wide without a manifest), dry runs, bad
+//! payloads and templates.
 
 use super::*;
 
@@ -124,6 +126,30 @@ async fn mass_deletion_is_refused_unless_forced() {
     for zone in &zones[1..] {
         estate.own.delete_zone(&zone.id).await.unwrap();
     }
+    // The manifest knows the account's routes: that account is held, its routes stay, and
+    // the hold is recorded.
+    let held = run(&deps, &json!({}), LATER).await;
+    assert!(!held.changed && !held.published, "{held:#?}");
+    assert_eq!((held.rules, held.accounts.held), (4, 1));
+    assert_warning(
+        &held,
+        &[
+            &format!("holding account {OWN_ACCOUNT}"),
+            "from 4 to 1 (75%)",
+            "MAX_RULE_DROP_PERCENT=50%",
+            &format!("{{\"force\": \"{OWN_ACCOUNT}\"}}"),
+        ],
+    );
+    assert_eq!(
+        held.version_id.as_deref(),
+        Some(published.version_id.as_str())
+    );
+    assert_eq!(estate.versions(KEY).await, 1);
+    assert_eq!(estate.versions(MANIFEST_KEY).await, 2);
+    assert_eq!(estate.artifact().await.header, published.header);
+
+    // Without a manifest to compare accounts with, the config's rule count guards the estate.
+    estate.delete_every_version(MANIFEST_KEY).await;
     let blocked = run(&deps, &json!({}), LATER).await;
     assert!(blocked.changed && !blocked.published, "{blocked:#?}");
     assert_eq!(blocked.rules, 1);
@@ -136,12 +162,7 @@ async fn mass_deletion_is_refused_unless_forced() {
             "\"force\": true",
         ],
     );
-    assert_eq!(
-        blocked.version_id.as_deref(),
-        Some(published.version_id.as_str())
-    );
     assert_eq!(estate.versions(KEY).await, 1);
-    assert_eq!(estate.versions(MANIFEST_KEY).await, 1);
     assert_eq!(estate.artifact().await.header, published.header);
 
     let forced = run(&deps, &json!({"force": true}), LATER).await;

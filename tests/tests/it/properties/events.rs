@@ -219,14 +219,26 @@ pub(super) fn check_trigger(payload: &Value, tally: &Tally) -> Result<(), TestCa
             let object = payload.as_object();
             prop_assert!(object.is_some());
             let object = object.unwrap();
+            let account = |v: &Value| v.as_str().is_some_and(autoproxy::model::is_account_id);
             for (key, value) in object {
-                prop_assert!(
-                    (key == "dry_run" || key == "force") && value.is_boolean(),
-                    "accepted {key:?}: {value}"
-                );
+                let accepted = match key.as_str() {
+                    "dry_run" => value.is_boolean(),
+                    // `force` may also name accounts: one id, or a list of ids.
+                    "force" => {
+                        value.is_boolean()
+                            || account(value)
+                            || value
+                                .as_array()
+                                .is_some_and(|ids| !ids.is_empty() && ids.iter().all(account))
+                    }
+                    _ => false,
+                };
+                prop_assert!(accepted, "accepted {key:?}: {value}");
             }
             let flag = |name: &str| object.get(name).and_then(Value::as_bool).unwrap_or(false);
-            prop_assert_eq!((dry_run, force), (flag("dry_run"), flag("force")));
+            prop_assert_eq!(dry_run, flag("dry_run"));
+            let forced_all = force == publish::Force::All;
+            prop_assert_eq!(forced_all, flag("force"));
         }
         Ok(Trigger::Route53 { event_name, zone }) => {
             prop_assert_eq!(detail_type, Some("AWS API Call via CloudTrail"));

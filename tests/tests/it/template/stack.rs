@@ -29,6 +29,9 @@ pub(crate) fn stack(template: &serde_yaml::Value) -> Stack {
         ("HasBreakGlassRole", false),
         ("HasAlarmTopic", false),
         ("HasMemberAccounts", false),
+        ("ListsMemberAccounts", false),
+        ("ListsWholeOrganization", false),
+        ("ListsUnits", false),
     ] {
         stack.conditions.insert(condition.into(), holds);
     }

@@ -1,0 +1,257 @@
+//! Every member account's health across runs, kept in the manifest (docs/ARCHITECTURE.md,
+//! "Member accounts"): `ok`, `failing`, `not_onboarded` or `held`, since when and why.
+//!
+//! AWS answers AccessDenied alike for a role never created and for one that broke, so history
+//! tells them apart: an account whose role was never assumed is `not_onboarded` (it does not
+//! fail the run: onboarding is the member StackSet's, and may lag the account's creation); one
+//! that worked before and fails now, whatever the error, is `failing` and keeps its last
+//! routes.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    Ok,
+    Failing,
+    NotOnboarded,
+    /// The mass-deletion guard holds its changes (see `publish::holds`).
+    Held,
+}
+
+/// One account's state in the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccountState {
+    pub account: String,
+    pub state: State,
+    /// When the account entered this state (RFC 3339).
+    pub since: String,
+    /// Why (empty when `ok`).
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// How reading an account ended in this run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Read,
+    /// STS refused its role.
+    AssumeDenied(String),
+    /// Anything else failed (a denied or throttled Route53 call, a zone read).
+    Failed(String),
+}
+
+/// The run's counts, as the summary and the metrics give them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub ok: usize,
+    pub failing: usize,
+    pub not_onboarded: usize,
+    pub held: usize,
+}
+
+/// How long a reason may be in the manifest: an SDK error can be long.
+const REASON_CHARS: usize = 300;
+
+/// Whether the account's role has never been assumed, as far as the last manifest knows.
+pub fn never_assumed(previous: &[AccountState], account: &str) -> bool {
+    previous
+        .iter()
+        .find(|state| state.account == account)
+        .is_none_or(|state| state.state == State::NotOnboarded)
+}
+
+/// This run's states: from each account's outcome, the guard's holds (account → reason), and
+/// the last states. Accounts with neither outcome nor hold keep their last state when `carry`
+/// (a run that read one zone); otherwise they are gone from the list.
+pub fn next(
+    previous: &[AccountState],
+    outcomes: &BTreeMap<String, Outcome>,
+    holds: &BTreeMap<String, String>,
+    now: &str,
+    carry: bool,
+) -> Vec<AccountState> {
+    let last: BTreeMap<&str, &AccountState> = previous
+        .iter()
+        .map(|state| (state.account.as_str(), state))
+        .collect();
+    let mut states: BTreeMap<String, AccountState> = BTreeMap::new();
+    if carry {
+        for state in previous {
+            states.insert(state.account.clone(), state.clone());
+        }
+    }
+    for (account, outcome) in outcomes {
+        let (state, reason) = match outcome {
+            Outcome::Read => (State::Ok, ""),
+            Outcome::AssumeDenied(reason) if never_assumed(previous, account) => {
+                (State::NotOnboarded, reason.as_str())
+            }
+            Outcome::AssumeDenied(reason) | Outcome::Failed(reason) => {
+                (State::Failing, reason.as_str())
+            }
+        };
+        let state = entered(last.get(account.as_str()), account, state, reason, now);
+        states.insert(account.clone(), state);
+    }
+    for (account, reason) in holds {
+        let state = entered(
+            last.get(account.as_str()),
+            account,
+            State::Held,
+            reason,
+            now,
+        );
+        states.insert(account.clone(), state);
+    }
+    states.into_values().collect()
+}
+
+/// The state, since now unless the account was already in it.
+fn entered(
+    last: Option<&&AccountState>,
+    account: &str,
+    state: State,
+    reason: &str,
+    now: &str,
+) -> AccountState {
+    let since = match last {
+        Some(last) if last.state == state => last.since.clone(),
+        _ => now.to_owned(),
+    };
+    AccountState {
+        account: account.to_owned(),
+        state,
+        since,
+        reason: crate::excerpt(reason, REASON_CHARS),
+    }
+}
+
+pub fn counts(states: &[AccountState]) -> Counts {
+    let mut counts = Counts::default();
+    for state in states {
+        match state.state {
+            State::Ok => counts.ok += 1,
+            State::Failing => counts.failing += 1,
+            State::NotOnboarded => counts.not_onboarded += 1,
+            State::Held => counts.held += 1,
+        }
+    }
+    counts
+}
+
+/// Unix seconds of an RFC 3339 time; `None` when it is not one.
+pub fn unix_seconds(time: &str) -> Option<u64> {
+    use aws_sdk_route53::primitives::{DateTime, DateTimeFormat};
+    DateTime::from_str(time, DateTimeFormat::DateTime)
+        .ok()
+        .and_then(|time| u64::try_from(time.secs()).ok())
+}
+
+/// How long the longest-failing account has failed, in whole minutes (0 when none fails): the
+/// one figure an alarm needs, whatever the number of accounts.
+pub fn longest_failing_minutes(states: &[AccountState], now_unix: u64) -> u64 {
+    states
+        .iter()
+        .filter(|state| state.state == State::Failing)
+        .filter_map(|state| unix_seconds(&state.since))
+        .map(|since| now_unix.saturating_sub(since) / 60)
+        .max()
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: &str = "2026-11-23T03:00:00Z";
+    const T1: &str = "2026-11-23T04:00:00Z";
+    const A: &str = "111111111111";
+
+    fn state(state: State, since: &str) -> AccountState {
+        AccountState {
+            account: A.into(),
+            state,
+            since: since.into(),
+            reason: String::new(),
+        }
+    }
+
+    /// The state and since after one run from `last`, with `outcome` (or a hold).
+    fn check(last: Option<State>, outcome: Option<Outcome>, held: bool) -> (State, String) {
+        let previous: Vec<AccountState> = last.map(|s| state(s, T0)).into_iter().collect();
+        let outcomes: BTreeMap<String, Outcome> =
+            outcome.map(|o| (A.to_owned(), o)).into_iter().collect();
+        let holds: BTreeMap<String, String> = held
+            .then(|| (A.to_owned(), "drop".to_owned()))
+            .into_iter()
+            .collect();
+        let next = next(&previous, &outcomes, &holds, T1, false);
+        assert_eq!(next.len(), 1);
+        (next[0].state, next[0].since.clone())
+    }
+
+    #[test]
+    fn history_tells_a_broken_role_from_one_never_created() {
+        use State::*;
+        let denied = || Some(Outcome::AssumeDenied("AccessDenied".into()));
+        let failed = || Some(Outcome::Failed("Throttling".into()));
+        let read = || Some(Outcome::Read);
+        // last state, outcome, held, expected state, since
+        let cases = [
+            (None, read(), false, Ok, T1),
+            (Some(Ok), read(), false, Ok, T0),
+            (None, denied(), false, NotOnboarded, T1),
+            (Some(NotOnboarded), denied(), false, NotOnboarded, T0),
+            (Some(NotOnboarded), read(), false, Ok, T1),
+            (Some(Ok), denied(), false, Failing, T1),
+            (Some(Held), denied(), false, Failing, T1),
+            (Some(Failing), denied(), false, Failing, T0),
+            (Some(Ok), failed(), false, Failing, T1),
+            (None, failed(), false, Failing, T1),
+            (Some(Failing), failed(), false, Failing, T0),
+            (Some(Failing), read(), false, Ok, T1),
+            (Some(Ok), read(), true, Held, T1),
+            (Some(Held), read(), true, Held, T0),
+            (Some(Held), read(), false, Ok, T1),
+        ];
+        for (last, outcome, held, expected, since) in cases {
+            let what = format!("{last:?} {outcome:?} held={held}");
+            assert_eq!(
+                check(last, outcome, held),
+                (expected, since.to_owned()),
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
+    fn accounts_without_an_outcome_are_carried_or_dropped() {
+        let previous = [state(State::Failing, T0)];
+        let (outcomes, holds) = (BTreeMap::new(), BTreeMap::new());
+        assert_eq!(next(&previous, &outcomes, &holds, T1, true), previous);
+        assert!(next(&previous, &outcomes, &holds, T1, false).is_empty());
+    }
+
+    #[test]
+    fn counts_and_the_longest_failure() {
+        let states = [
+            state(State::Ok, T0),
+            state(State::Failing, T0),
+            state(State::Failing, T1),
+            state(State::NotOnboarded, T0),
+            state(State::Held, T0),
+        ];
+        let counts = counts(&states);
+        assert_eq!(
+            (counts.ok, counts.failing, counts.not_onboarded, counts.held),
+            (1, 2, 1, 1)
+        );
+        let now = unix_seconds(T1).unwrap() + 90;
+        assert_eq!(longest_failing_minutes(&states, now), 61);
+        assert_eq!(longest_failing_minutes(&states[..1], now), 0);
+        assert_eq!(unix_seconds("yesterday"), None);
+    }
+}
