@@ -21,6 +21,18 @@ pub enum State {
     Held,
 }
 
+impl State {
+    /// As the manifest and the reports spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Ok => "ok",
+            State::Failing => "failing",
+            State::NotOnboarded => "not_onboarded",
+            State::Held => "held",
+        }
+    }
+}
+
 /// One account's state in the manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AccountState {

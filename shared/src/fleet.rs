@@ -272,6 +272,10 @@ pub struct FleetReport {
     /// Records that could not be read or parsed, each naming its key; the reader fills them
     /// in, [`report`] leaves them empty.
     pub warnings: Vec<String>,
+    /// The estate beside the fleet: every member account's state, since when and why, as the
+    /// generator's last manifest has them (the reader fills them in; empty without one).
+    #[serde(default)]
+    pub accounts: Vec<crate::accounts::AccountState>,
 }
 
 impl Record {
@@ -444,6 +448,7 @@ fn totals(
         fleet,
         without_record,
         warnings: Vec::new(),
+        accounts: Vec::new(),
     }
 }
 

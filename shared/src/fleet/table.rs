@@ -17,7 +17,9 @@ const HEADER: [&str; 7] = [
 impl FleetReport {
     /// A text table, one line per instance (records and instances without one, by instance
     /// id) after a header: instance, generation, state (how long behind or unhealthy), result,
-    /// routes held until their host has an address, reason, when; then, when the instance list is missing, a line saying so and why.
+    /// routes held until their host has an address, reason, when; then, when the instance list is missing, a line saying so and why;
+    /// then, when the generator's manifest lists member accounts, their counts by state and
+    /// a line for each account that is not `ok`.
     pub fn table(&self) -> String {
         let mut rows: Vec<[String; 7]> = self
             .fleet
@@ -52,7 +54,35 @@ impl FleetReport {
                  unreachable instances are not known"
             );
         }
+        self.estate_lines(&mut out);
         out
+    }
+
+    /// The member accounts: their counts by state, then a line for each that is not `ok`.
+    fn estate_lines(&self, out: &mut String) {
+        if self.accounts.is_empty() {
+            return;
+        }
+        let counts = crate::accounts::counts(&self.accounts);
+        let _ = writeln!(
+            out,
+            "member accounts: {} ok, {} failing, {} not onboarded, {} held",
+            counts.ok, counts.failing, counts.not_onboarded, counts.held
+        );
+        for account in self
+            .accounts
+            .iter()
+            .filter(|a| a.state != crate::accounts::State::Ok)
+        {
+            let _ = writeln!(
+                out,
+                "  {}  {} since {}: {}",
+                account.account,
+                account.state.as_str(),
+                account.since,
+                account.reason
+            );
+        }
     }
 }
 

@@ -491,3 +491,44 @@ fn a_report_reads_back_from_its_json() {
         serde_json::json!({"status": "missing", "reason": "not listed"})
     );
 }
+
+#[test]
+fn the_table_ends_with_the_member_accounts_and_names_each_that_is_not_ok() {
+    use crate::accounts::{AccountState, State as Account};
+    let mut report = records_only(against(PUBLISHED, NOW), vec![record("i-1", LATEST)]);
+    let account = |id: &str, state, reason: &str| AccountState {
+        account: id.to_owned(),
+        state,
+        since: "2026-11-25T10:00:00Z".to_owned(),
+        reason: reason.to_owned(),
+    };
+    report.accounts = vec![
+        account("111111111111", Account::Ok, ""),
+        account(
+            "222222222222",
+            Account::Failing,
+            "AccessDenied on ListHostedZones",
+        ),
+        account("333333333333", Account::NotOnboarded, "no role"),
+        account("444444444444", Account::Ok, ""),
+    ];
+    let table = report.table();
+    assert!(
+        table.contains("member accounts: 2 ok, 1 failing, 1 not onboarded, 0 held\n"),
+        "{table}"
+    );
+    assert!(
+        table.contains(
+            "  222222222222  failing since 2026-11-25T10:00:00Z: AccessDenied on ListHostedZones\n"
+        ),
+        "{table}"
+    );
+    assert!(
+        table.contains("  333333333333  not_onboarded since"),
+        "{table}"
+    );
+    assert!(!table.contains("111111111111"), "{table}");
+    // Without a manifest's accounts, nothing is said of them.
+    report.accounts.clear();
+    assert!(!report.table().contains("member accounts"));
+}

@@ -105,6 +105,8 @@ const CONFIGURE: &[(&str, Check)] = &[
     ("ListFleetRecords", Check::Needed),
     ("ReadFleetRecords", Check::Needed),
     ("WriteFleetReport", Check::Needed),
+    // Without it the report goes without the member accounts, with a warning naming the denial.
+    ("ReadManifestAccounts", Check::Needed),
     ("ListFleetInstances", Check::Needed),
     // The standalone policy attached to the role, listed after the inline ones.
     ("SendToTaggedInstances", Check::ActionOnly(SSM_RESOURCES)),
@@ -385,6 +387,7 @@ async fn each_function_works_with_exactly_its_template_policy() {
             "ListFleetRecords",
             "ReadFleetRecords",
             "WriteFleetReport",
+            "ReadManifestAccounts",
             "ListFleetInstances"
         ]
     );

@@ -34,6 +34,10 @@ pub async fn fleet_report(deps: &Deps) -> Result<FleetReport, ConfigureError> {
     };
     let mut report = fleet::report(against, records, listing);
     report.warnings = warnings;
+    match member_accounts(deps, bucket, config_key).await {
+        Ok(accounts) => report.accounts = accounts,
+        Err(reason) => report.warnings.push(reason),
+    }
     let report_key = fleet::report_key(config_key);
     put_report(deps, bucket, &report_key, &report).await?;
     emit_metrics(&report);
@@ -233,6 +237,43 @@ pub(super) async fn read_records(
         warn!(warning, "fleet record skipped");
     }
     (records, warnings)
+}
+
+/// Every member account's state as the generator's last manifest has them: empty when there
+/// is no manifest yet; else why it could not be read.
+async fn member_accounts(
+    deps: &Deps,
+    bucket: &str,
+    config_key: &str,
+) -> Result<Vec<autoproxy::accounts::AccountState>, String> {
+    /// The one field of the manifest read here (the rest, per zone, can be megabytes).
+    #[derive(serde::Deserialize)]
+    struct Accounts {
+        #[serde(default)]
+        accounts: Vec<autoproxy::accounts::AccountState>,
+    }
+    let key = autoproxy::settings::manifest_key(config_key);
+    let object = match deps.s3.get_object().bucket(bucket).key(&key).send().await {
+        Ok(object) => object,
+        Err(err) if err.as_service_error().is_some_and(|e| e.is_no_such_key()) => {
+            return Ok(Vec::new());
+        }
+        Err(err) => {
+            return Err(format!(
+                "{key}: GetObject failed: {}; the member accounts are not shown",
+                DisplayErrorContext(err)
+            ));
+        }
+    };
+    let body = object
+        .body
+        .collect()
+        .await
+        .map_err(|err| format!("{key}: reading the body failed: {err}"))?
+        .into_bytes();
+    serde_json::from_slice::<Accounts>(&body)
+        .map(|manifest| manifest.accounts)
+        .map_err(|err| format!("{key}: not a manifest ({err}); the member accounts are not shown"))
 }
 
 /// Writes the report as JSON beside the config.

@@ -317,3 +317,78 @@ async fn a_failing_listing_leaves_the_records_and_says_the_join_is_missing() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_report_shows_the_member_accounts_from_the_generators_manifest() {
+    let fx = fixture(&[("CONFIG_BUCKET", BUCKET)]).await;
+    put_config(&fx, KEY, 8).await;
+    put_text(
+        &fx,
+        "haproxy/haproxy.fleet/i-0applied.json",
+        fleet_record("i-0applied", 8, "applied", ""),
+    )
+    .await;
+    let manifest = serde_json::json!({
+        "format": 1,
+        "zones": {},
+        "accounts": [
+            {"account": "111111111111", "state": "ok", "since": "2026-11-25T09:00:00Z", "reason": ""},
+            {"account": "222222222222", "state": "failing", "since": "2026-11-25T10:00:00Z",
+             "reason": "AccessDenied: not authorized to perform route53:ListHostedZones"},
+        ],
+    });
+    put_text(&fx, "haproxy/haproxy.manifest.json", manifest.to_string()).await;
+    let rules = [page(
+        None,
+        vec![instance("i-0applied", PingStatus::Online, 30)],
+        None,
+    )];
+    let deps = Deps {
+        ssm: ssm_answering(&[&rules[0]]),
+        ..fx.deps.clone()
+    };
+    let Reply::Fleet(report) = handler::handle(&deps, &fleet_request(), soon())
+        .await
+        .unwrap()
+    else {
+        panic!("not a fleet report");
+    };
+    let accounts: Vec<(&str, &str)> = report
+        .accounts
+        .iter()
+        .map(|a| (a.account.as_str(), a.state.as_str()))
+        .collect();
+    assert_eq!(
+        accounts,
+        [("111111111111", "ok"), ("222222222222", "failing")]
+    );
+    let table = report.table();
+    assert!(
+        table.contains("member accounts: 1 ok, 1 failing, 0 not onboarded, 0 held"),
+        "{table}"
+    );
+    assert!(
+        table.contains("222222222222  failing since 2026-11-25T10:00:00Z: AccessDenied"),
+        "{table}"
+    );
+    assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+
+    // A manifest that does not read is a warning; the fleet is reported all the same.
+    put_text(&fx, "haproxy/haproxy.manifest.json", "not json".to_owned()).await;
+    let Reply::Fleet(report) = handler::handle(&deps, &fleet_request(), soon())
+        .await
+        .unwrap()
+    else {
+        panic!("not a fleet report");
+    };
+    assert!(report.accounts.is_empty());
+    assert_eq!(report.instances, 1);
+    assert!(
+        report
+            .warnings
+            .iter()
+            .any(|w| w.contains("haproxy/haproxy.manifest.json: not a manifest")),
+        "{:?}",
+        report.warnings
+    );
+}
