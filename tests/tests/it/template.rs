@@ -8,6 +8,7 @@ use autoproxy_tests::root;
 use serde_yaml::Value;
 
 mod bucket;
+mod dataplane;
 mod grants;
 mod parameters;
 pub(super) mod stack;
