@@ -17,6 +17,7 @@ pub mod iam;
 pub mod local;
 pub mod loopback;
 pub mod moto;
+pub mod observe;
 pub mod pipeline;
 pub mod proxy;
 pub mod recording_proxy;
