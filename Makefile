@@ -55,11 +55,14 @@ templates: tools
 ## Then the data-plane benchmark (about 3 min, as root: HAProxy runs in a private mount
 ## namespace with a counting DNS server): CPU per connection, DNS queries, check, start and
 ## reload times, idle CPU and failed connections across reloads, for 1,000 and 10,000 routes,
-## the per-route template against the map-based one; then the apply document's 20 route-only
+## the per-route template against the map-based one; the reject counters' cost per connection
+## at 10,000 routes (the default template against the map-based one before them, both running,
+## measured in turns); then the apply document's 20 route-only
 ## changes (no reload) with connections and a kubectl watch held through the proxy (kubectl
 ## and openssl on PATH); then a cold first install of 4,000 and 10,000 routes (about 90 s:
 ## the routes serve at the address service's 200 queries/s); its section goes at the end of
-## docs/BENCHMARKS.md. Quicker: DATAPLANE_ARGS="--routes 1000 --before-reloads 0 --cold 1000".
+## docs/BENCHMARKS.md. Quicker: DATAPLANE_ARGS="--routes 1000 --before-reloads 0 --cold 1000
+## --counters 1000".
 ## The data-plane benchmark runs on the distribution's HAProxy (2.6 on Debian 12), then again
 ## (as long again) with HAProxy 3.0 first on PATH, into a section of its own after it
 ## ("Data plane on HAProxy 3.0"; AUTOPROXY_EXPECT_HAPROXY stops it on any other version).

@@ -5,7 +5,8 @@
 # only checks. Prints the PATH entry to use on its last line.
 #
 #   .ci/tools.sh [core|all]     core: haproxy, moto, AWS CLI, cargo-lambda (tests and demo),
-#                                     and HAProxy 3.0 built from source (the second test run)
+#                                     promtool (checks HAProxy's /metrics), and HAProxy 3.0
+#                                     built from source (the second test run)
 #                               all:  core + SAM CLI, cfn-lint, checkov (template checks)
 set -euo pipefail
 
@@ -49,6 +50,11 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq --no-install-recommends "$@" >&2
 }
 [ ${#need_apt[@]} -eq 0 ] || apt_install "${need_apt[@]}"
+# apt_update: the package lists, when a look-up found nothing (a fresh machine has none).
+apt_update() {
+  local sudo_="" ; [ "$(id -u)" -ne 0 ] && sudo_=sudo
+  $sudo_ apt-get update -qq >&2 || log "apt-get update failed"
+}
 
 # venv NAME "pip specs" EXECUTABLES...: one venv per tool set, rebuilt when the pins change.
 venv() {
@@ -123,7 +129,40 @@ haproxy30() {
   touch "$dir/.stamp-$stamp"
 }
 
+# promtool, which checks the Prometheus text HAProxy's exporter serves (it::metrics): only that
+# binary, out of Debian 12's `prometheus` package (`apt-get download`, then unpacked, never
+# installed: the package would bring a Prometheus server, its user and its service), kept in
+# $cache/promtool-VERSION, keyed by the package's version, and linked into $bin.
+promtool() {
+  local version dir work
+  version=$(apt-cache policy prometheus 2>/dev/null | sed -n 's/^ *Candidate: //p')
+  if [ -z "$version" ] || [ "$version" = "(none)" ]; then
+    apt_update
+    version=$(apt-cache policy prometheus 2>/dev/null | sed -n 's/^ *Candidate: //p')
+  fi
+  if [ -z "$version" ] || [ "$version" = "(none)" ]; then
+    log "FAILED: no Debian package prometheus to take promtool from"; exit 1
+  fi
+  dir="$cache/promtool-${version//[^A-Za-z0-9.+-]/_}"
+  if [ ! -x "$dir/promtool" ]; then
+    log "promtool from Debian's prometheus $version (into $dir)"
+    work=$(mktemp -d)
+    if ! (cd "$work" && apt-get download -q "prometheus=$version" >"$work/apt.log" 2>&1) ||
+       ! dpkg-deb -x "$work"/prometheus_*.deb "$work/unpacked"; then
+      cat "$work/apt.log" >&2; rm -rf "$work"
+      log "FAILED: apt-get download prometheus=$version"; exit 1
+    fi
+    mkdir -p "$dir"
+    cp "$work/unpacked/usr/bin/promtool" "$dir/promtool.new"
+    mv "$dir/promtool.new" "$dir/promtool"
+    rm -rf "$work"
+  fi
+  "$dir/promtool" --version >/dev/null
+  ln -sf "$dir/promtool" "$bin/promtool"
+}
+
 haproxy30
+promtool
 venv moto "moto[server]==$MOTO_VERSION" moto_server
 venv awscli "awscli==$AWSCLI_VERSION" aws
 venv cargo-lambda "cargo-lambda==$CARGO_LAMBDA_VERSION" cargo-lambda

@@ -142,6 +142,9 @@ pub enum State {
     Current,
     /// It runs an older one.
     Behind,
+    /// Its last apply never heard HAProxy answer (a busy or frozen worker): which generation
+    /// runs is unknown. Counted behind, never current.
+    Unknown,
     /// Its record is older than the silence limit and the instance list is missing, so
     /// whether SSM still manages it is unknown: listed, not counted.
     Silent,
@@ -170,6 +173,7 @@ impl State {
         match self {
             State::Current => "current",
             State::Behind => "behind",
+            State::Unknown => "unknown",
             State::Silent => "silent",
             State::NeverReported => "never reported",
             State::Stale => "stale",
@@ -337,6 +341,8 @@ fn judge_record(against: &Against, record: Record, listed: Option<Option<&Manage
             let ping = listed.flatten().map_or_else(String::new, Managed::ping_str);
             let state = if current {
                 State::Current
+            } else if record.generation == 0 && !record.unconfirmed.is_empty() {
+                State::Unknown
             } else {
                 State::Behind
             };

@@ -23,10 +23,15 @@ pub struct RenderOptions {
     pub https_bind: String,
     /// `bind` of the frontend that redirects plain HTTP to HTTPS.
     pub http_bind: String,
-    /// `bind` of the stats page (keep it on localhost).
+    /// `bind` of the stats listener: the stats page, `/metrics` (HAProxy's Prometheus
+    /// exporter), `/ready` and `/agent/metrics`. Loopback unless something off the instance
+    /// scrapes it (a VPC's Prometheus, a load balancer's health check).
     pub stats_bind: String,
     /// Path of the runtime API socket (`show info` reads the running generation there).
     pub stats_socket: String,
+    /// Path of the address service's HTTP socket, where the stats listener forwards `/ready`
+    /// and `/agent/metrics` (`server agent unix@<path>` of `backend autoproxy_agent`).
+    pub agent_socket: String,
     /// User and group HAProxy drops to; empty keeps the current ones.
     pub user: String,
     pub group: String,
@@ -50,6 +55,7 @@ impl Default for RenderOptions {
             http_bind: ":80".to_owned(),
             stats_bind: "127.0.0.1:8404".to_owned(),
             stats_socket: "/run/haproxy/admin.sock".to_owned(),
+            agent_socket: "/run/haproxy/autoproxy-agent.sock".to_owned(),
             user: "haproxy".to_owned(),
             group: "haproxy".to_owned(),
             chroot: "/var/lib/haproxy".to_owned(),
@@ -405,6 +411,40 @@ mod tests {
         }
         assert_eq!(forbidden_char("x\u{85}"), Some('\u{85}'));
         assert_eq!(forbidden_char("api.example.internal"), None);
+    }
+
+    #[test]
+    fn the_default_template_forwards_readiness_to_the_agent_socket_it_is_given() {
+        let routes = [route("api", "1", "Z1", "a.internal", SniMatch::Exact)];
+        let rendered = render_with(&routes, DEFAULT_TEMPLATE).unwrap();
+        let default = RenderOptions::default().agent_socket;
+        assert!(
+            rendered
+                .text
+                .contains(&format!("\n    server agent unix@{default}\n")),
+            "{}",
+            rendered.text
+        );
+        let resolvers = ["169.254.169.253:53".parse().unwrap()];
+        let renderer = Renderer::new(DEFAULT_TEMPLATE).unwrap();
+        for bad in ["/run/a.sock\n    server x 10.0.0.1:80", "/run/a#b.sock"] {
+            let options = RenderOptions {
+                agent_socket: bad.to_owned(),
+                ..RenderOptions::default()
+            };
+            let err = renderer.render(&RenderInput {
+                routes: &routes,
+                resolvers: &resolvers,
+                options: &options,
+                generation: 3,
+                generated_at: "2026-01-01T00:00:00Z",
+                trigger: "manual",
+            });
+            assert!(
+                matches!(err, Err(RenderError::Render(_))),
+                "{bad:?}: {err:?}"
+            );
+        }
     }
 
     #[test]

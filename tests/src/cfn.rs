@@ -127,68 +127,82 @@ impl Stack {
                     .map(|v| json!(v))
                     .ok_or_else(|| error(name, "no such attribute in this stack"))
             }
-            "!Sub" => match arg {
-                Value::String(text) => self.sub(text, &BTreeMap::new()).map(Json::String),
-                Value::Sequence(items) if items.len() == 2 => {
-                    let text = items[0].as_str().ok_or_else(|| error(arg, "!Sub text"))?;
-                    let mut vars = BTreeMap::new();
-                    for (key, value) in items[1].as_mapping().into_iter().flatten() {
-                        let key = key.as_str().ok_or_else(|| error(key, "!Sub variable"))?;
-                        vars.insert(key.to_owned(), as_text(&self.eval(value)?)?);
-                    }
-                    self.sub(text, &vars).map(Json::String)
-                }
-                _ => Err(error(arg, "!Sub takes a string or [string, map]")),
-            },
-            "!Join" => {
-                let (sep, items) = pair(arg)?;
-                let sep = sep.as_str().ok_or_else(|| error(arg, "!Join separator"))?;
-                let items = match self.eval(items)? {
-                    Json::Array(items) => items,
-                    other => return Err(error(other, "!Join of a non-list")),
-                };
-                let parts = items
-                    .iter()
-                    .filter(|item| item.as_str() != Some(NO_VALUE))
-                    .map(as_text)
-                    .collect::<Result<Vec<_>, _>>()?;
-                Ok(json!(parts.join(sep)))
-            }
+            "!Sub" => self.sub_intrinsic(arg),
+            "!Join" => self.join(arg),
             "!Split" => {
                 let (sep, text) = pair(arg)?;
                 let sep = sep.as_str().ok_or_else(|| error(arg, "!Split separator"))?;
                 let text = as_text(&self.eval(text)?)?;
                 Ok(Json::Array(text.split(sep).map(|p| json!(p)).collect()))
             }
-            "!Select" => {
-                let (index, list) = pair(arg)?;
-                let index = scalar(index)
-                    .and_then(|i| i.parse::<usize>().ok())
-                    .ok_or_else(|| error(arg, "!Select index"))?;
-                match self.eval(list)? {
-                    Json::Array(items) => items
-                        .get(index)
-                        .cloned()
-                        .ok_or_else(|| error(arg, "!Select index out of range")),
-                    other => Err(error(other, "!Select of a non-list")),
-                }
-            }
-            "!If" => {
-                let items = arg
-                    .as_sequence()
-                    .filter(|items| items.len() == 3)
-                    .ok_or_else(|| error(arg, "!If takes [condition, then, else]"))?;
-                let name = items[0]
-                    .as_str()
-                    .ok_or_else(|| error(arg, "!If condition"))?;
-                let holds = self
-                    .conditions
-                    .get(name)
-                    .ok_or_else(|| error(name, "condition not set for this stack"))?;
-                self.eval(&items[if *holds { 1 } else { 2 }])
-            }
+            "!Select" => self.select(arg),
+            "!If" => self.if_intrinsic(arg),
             other => Err(error(other, "an intrinsic this resolver does not know")),
         }
+    }
+
+    /// `!Sub text` or `!Sub [text, {variables}]`.
+    fn sub_intrinsic(&self, arg: &Value) -> Result<Json, CfnError> {
+        match arg {
+            Value::String(text) => self.sub(text, &BTreeMap::new()).map(Json::String),
+            Value::Sequence(items) if items.len() == 2 => {
+                let text = items[0].as_str().ok_or_else(|| error(arg, "!Sub text"))?;
+                let mut vars = BTreeMap::new();
+                for (key, value) in items[1].as_mapping().into_iter().flatten() {
+                    let key = key.as_str().ok_or_else(|| error(key, "!Sub variable"))?;
+                    vars.insert(key.to_owned(), as_text(&self.eval(value)?)?);
+                }
+                self.sub(text, &vars).map(Json::String)
+            }
+            _ => Err(error(arg, "!Sub takes a string or [string, map]")),
+        }
+    }
+
+    /// `!Join [separator, list]`; `AWS::NoValue` items are left out.
+    fn join(&self, arg: &Value) -> Result<Json, CfnError> {
+        let (sep, items) = pair(arg)?;
+        let sep = sep.as_str().ok_or_else(|| error(arg, "!Join separator"))?;
+        let items = match self.eval(items)? {
+            Json::Array(items) => items,
+            other => return Err(error(other, "!Join of a non-list")),
+        };
+        let parts = items
+            .iter()
+            .filter(|item| item.as_str() != Some(NO_VALUE))
+            .map(as_text)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(json!(parts.join(sep)))
+    }
+
+    /// `!Select [index, list]`.
+    fn select(&self, arg: &Value) -> Result<Json, CfnError> {
+        let (index, list) = pair(arg)?;
+        let index = scalar(index)
+            .and_then(|i| i.parse::<usize>().ok())
+            .ok_or_else(|| error(arg, "!Select index"))?;
+        match self.eval(list)? {
+            Json::Array(items) => items
+                .get(index)
+                .cloned()
+                .ok_or_else(|| error(arg, "!Select index out of range")),
+            other => Err(error(other, "!Select of a non-list")),
+        }
+    }
+
+    /// `!If [condition, then, else]`.
+    fn if_intrinsic(&self, arg: &Value) -> Result<Json, CfnError> {
+        let items = arg
+            .as_sequence()
+            .filter(|items| items.len() == 3)
+            .ok_or_else(|| error(arg, "!If takes [condition, then, else]"))?;
+        let name = items[0]
+            .as_str()
+            .ok_or_else(|| error(arg, "!If condition"))?;
+        let holds = self
+            .conditions
+            .get(name)
+            .ok_or_else(|| error(name, "condition not set for this stack"))?;
+        self.eval(&items[if *holds { 1 } else { 2 }])
     }
 
     /// `${Name}`, `${Resource.Attribute}` and `${AWS::…}` in `text`, `vars` first.

@@ -17,14 +17,16 @@ pub struct Checked {
     pub output: String,
 }
 
-/// The host names of every `server` line.
+/// The host names of every `server` line (a socket path, `unix@…`, names no host).
 pub fn server_names(config: &str) -> BTreeSet<String> {
     config
         .lines()
         .filter_map(|line| {
             let mut words = line.split_whitespace();
             (words.next() == Some("server")).then_some(())?;
-            let address = words.nth(1)?;
+            let address = words
+                .nth(1)
+                .filter(|a| !a.contains('@') && !a.starts_with('/'))?;
             let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
             Some(host.to_owned())
         })

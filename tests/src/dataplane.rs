@@ -35,6 +35,11 @@ pub use proxy::*;
 /// The template before the map-based design: one ACL, `use_backend` and backend per route.
 pub const PER_ROUTE_TEMPLATE: &str = include_str!("../data/per-route.cfg.j2");
 
+/// The map-based template before the reject counters and the stats listener's exporter and
+/// agent backend (rejects closed in the frontend), kept verbatim: the baseline the counters'
+/// cost is measured against.
+pub const MAPS_BEFORE_COUNTERS_TEMPLATE: &str = include_str!("../data/maps-before-counters.cfg.j2");
+
 /// Which template a run measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Design {

@@ -19,6 +19,7 @@ pub mod loopback;
 pub mod moto;
 pub mod observe;
 pub mod pipeline;
+pub mod prometheus;
 pub mod proxy;
 pub mod recording_proxy;
 pub mod resolver;

@@ -127,23 +127,7 @@ impl Pipeline {
         dir: Option<PathBuf>,
         say: &dyn Fn(&str),
     ) -> Result<Pipeline, PipelineError> {
-        let (dir, temp) = match dir {
-            Some(dir) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                std::fs::create_dir_all(&dir).map_err(|e| step_error("create the work dir", e))?;
-                (dir, None)
-            }
-            None => {
-                let temp = tempfile::Builder::new()
-                    .prefix("autoproxy-e2e-")
-                    .tempdir()
-                    .map_err(|e| step_error("create a temp dir", e))?;
-                (temp.path().to_owned(), Some(temp))
-            }
-        };
-        std::fs::create_dir_all(dir.join("events"))
-            .map_err(|e| step_error("create the work dir", e))?;
-
+        let (dir, temp) = work_dir(dir)?;
         let moto = Moto::start();
         register(Started::Pid(moto.pid()));
         say(&format!(
@@ -164,19 +148,7 @@ impl Pipeline {
             LEGACY.zone(),
         ));
 
-        // The stack deployed for the HAProxy on this machine: its ConfigPath and ReloadCommand
-        // are the only ones the document accepts.
-        let haproxy = Haproxy::new();
-        register(Started::Haproxy(haproxy.dir().to_owned()));
-        let document = haproxy.apply_document_in(BUCKET)?;
-        crate::agent::Published::publish(&sdk, BUCKET).await;
-        create_document(&sdk, &document).await?;
-        let instance_ids = run_instances(&moto)?;
-        say(&format!(
-            "fleet: SSM document {DOCUMENT} (ApplyConfigDocument from template.yaml); EC2 \
-             instances {} tagged {TAG_KEY}={TAG_VALUE}",
-            instance_ids.join(", ")
-        ));
+        let (haproxy, document, instance_ids) = deploy_fleet(&moto, &sdk, say).await?;
 
         let resolver = Resolver::start(&dir, &vpc_names(&[&own, &member]).await?)?;
         say(&format!(
@@ -185,18 +157,7 @@ impl Pipeline {
             resolver.hosts_path().display()
         ));
 
-        let mut list = Vec::new();
-        for cluster in ALL {
-            list.push((cluster.api_backend(), cluster.api_ip()));
-            list.push((cluster.ingress_backend(), cluster.ingress_ip()));
-        }
-        let backends = TlsBackends::start(&dir, &list)?;
-        say(&format!(
-            "backends: {} openssl s_server on 127.0.0.10-{}:{} (certificate CN = backend name)",
-            list.len(),
-            list.last().map_or(0, |(_, ip)| ip.octets()[3]),
-            backends.port
-        ));
+        let backends = start_backends(&dir, say)?;
 
         say(&format!(
             "peering proxy: HAProxy (master-worker) prepared in {}; TLS on {}; not running \
@@ -205,46 +166,10 @@ impl Pipeline {
             haproxy.https
         ));
 
-        // What the apply document installs as a service on an instance: it resolves the routes'
-        // names through the VPC resolver into the address map HAProxy routes with.
-        let addresses = AddressAgent::start(
-            &haproxy.config_path(),
-            Knobs {
-                refresh_seconds: 5.0,
-                ..Knobs::default()
-            },
-        );
-        register(Started::Pid(addresses.pid()));
-        say(&format!(
-            "address agent: autoproxy-agent resolve (the autoproxy-resolver service) on {}, every name \
-             resolved through {} every 5 s",
-            haproxy.config_path().display(),
-            resolver.addr
-        ));
+        let addresses = start_address_agent(&haproxy, &resolver, say);
 
         let options = haproxy.options(backends.port);
-        let mut env = moto.env();
-        env.extend(
-            [
-                ("CONFIG_BUCKET", BUCKET.to_owned()),
-                ("CONFIG_KEY", CONFIG_KEY.to_owned()),
-                ("PEERING_PROXY_HOSTNAME", PROXY_HOSTNAME.to_owned()),
-                ("ACCOUNT_ROLE_ARNS", estate::role_arn(MEMBER_ACCOUNT)),
-                ("DNS_RESOLVERS", resolver.addr.to_string()),
-                (
-                    "RENDER_OPTIONS",
-                    serde_json::to_string(&options).map_err(|e| step_error("RENDER_OPTIONS", e))?,
-                ),
-                ("ROUTE53_REQUESTS_PER_SECOND", "50".to_owned()),
-                ("APPLY_DOCUMENT", DOCUMENT.to_owned()),
-                ("TARGET_TAG_KEY", TAG_KEY.to_owned()),
-                ("TARGET_TAG_VALUE", TAG_VALUE.to_owned()),
-                ("MAX_CONCURRENCY", "1".to_owned()),
-                ("MAX_ERRORS", "0".to_owned()),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v)),
-        );
+        let env = function_env(&moto, &resolver, &options)?;
         let lambda = match runner {
             Runner::InProcess => None,
             Runner::LambdaRuntime => {
@@ -528,4 +453,118 @@ fn names_in(account: &str, clusters: &[Cluster]) -> String {
         .map(Cluster::zone)
         .collect::<Vec<_>>()
         .join(" and ")
+}
+
+/// The pipeline's work directory: `dir`, emptied, or a new temporary one (kept alive by the
+/// handle returned with it).
+fn work_dir(dir: Option<PathBuf>) -> Result<(PathBuf, Option<tempfile::TempDir>), PipelineError> {
+    let (dir, temp) = match dir {
+        Some(dir) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).map_err(|e| step_error("create the work dir", e))?;
+            (dir, None)
+        }
+        None => {
+            let temp = tempfile::Builder::new()
+                .prefix("autoproxy-e2e-")
+                .tempdir()
+                .map_err(|e| step_error("create a temp dir", e))?;
+            (temp.path().to_owned(), Some(temp))
+        }
+    };
+    std::fs::create_dir_all(dir.join("events"))
+        .map_err(|e| step_error("create the work dir", e))?;
+    Ok((dir, temp))
+}
+
+/// The functions' environment, as the stack would set it for this machine's estate.
+fn function_env(
+    moto: &Moto,
+    resolver: &Resolver,
+    options: &autoproxy::render::RenderOptions,
+) -> Result<Vec<(String, String)>, PipelineError> {
+    let mut env = moto.env();
+    env.extend(
+        [
+            ("CONFIG_BUCKET", BUCKET.to_owned()),
+            ("CONFIG_KEY", CONFIG_KEY.to_owned()),
+            ("PEERING_PROXY_HOSTNAME", PROXY_HOSTNAME.to_owned()),
+            ("ACCOUNT_ROLE_ARNS", estate::role_arn(MEMBER_ACCOUNT)),
+            ("DNS_RESOLVERS", resolver.addr.to_string()),
+            (
+                "RENDER_OPTIONS",
+                serde_json::to_string(&options).map_err(|e| step_error("RENDER_OPTIONS", e))?,
+            ),
+            ("ROUTE53_REQUESTS_PER_SECOND", "50".to_owned()),
+            ("APPLY_DOCUMENT", DOCUMENT.to_owned()),
+            ("TARGET_TAG_KEY", TAG_KEY.to_owned()),
+            ("TARGET_TAG_VALUE", TAG_VALUE.to_owned()),
+            ("MAX_CONCURRENCY", "1".to_owned()),
+            ("MAX_ERRORS", "0".to_owned()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v)),
+    );
+    Ok(env)
+}
+
+/// The clusters' TLS backends on loopback, one per backend name.
+fn start_backends(dir: &Path, say: &dyn Fn(&str)) -> Result<TlsBackends, PipelineError> {
+    let mut list = Vec::new();
+    for cluster in ALL {
+        list.push((cluster.api_backend(), cluster.api_ip()));
+        list.push((cluster.ingress_backend(), cluster.ingress_ip()));
+    }
+    let backends = TlsBackends::start(dir, &list)?;
+    say(&format!(
+        "backends: {} openssl s_server on 127.0.0.10-{}:{} (certificate CN = backend name)",
+        list.len(),
+        list.last().map_or(0, |(_, ip)| ip.octets()[3]),
+        backends.port
+    ));
+    Ok(backends)
+}
+
+/// The address service as the apply document installs it on an instance.
+fn start_address_agent(haproxy: &Haproxy, resolver: &Resolver, say: &dyn Fn(&str)) -> AddressAgent {
+    // What the apply document installs as a service on an instance: it resolves the routes'
+    // names through the VPC resolver into the address map HAProxy routes with.
+    let addresses = AddressAgent::start(
+        &haproxy.config_path(),
+        Knobs {
+            refresh_seconds: 5.0,
+            ..Knobs::default()
+        },
+    );
+    register(Started::Pid(addresses.pid()));
+    say(&format!(
+        "address agent: autoproxy-agent resolve (the autoproxy-resolver service) on {}, every name \
+         resolved through {} every 5 s",
+        haproxy.config_path().display(),
+        resolver.addr
+    ));
+    addresses
+}
+
+/// The stack's fleet side for the HAProxy on this machine: the apply document and the tagged
+/// instances that run it.
+async fn deploy_fleet(
+    moto: &Moto,
+    sdk: &SdkConfig,
+    say: &dyn Fn(&str),
+) -> Result<(Haproxy, Document, Vec<String>), PipelineError> {
+    // The stack deployed for the HAProxy on this machine: its ConfigPath and ReloadCommand
+    // are the only ones the document accepts.
+    let haproxy = Haproxy::new();
+    register(Started::Haproxy(haproxy.dir().to_owned()));
+    let document = haproxy.apply_document_in(BUCKET)?;
+    crate::agent::Published::publish(sdk, BUCKET).await;
+    create_document(sdk, &document).await?;
+    let instance_ids = run_instances(moto)?;
+    say(&format!(
+        "fleet: SSM document {DOCUMENT} (ApplyConfigDocument from template.yaml); EC2 \
+         instances {} tagged {TAG_KEY}={TAG_VALUE}",
+        instance_ids.join(", ")
+    ));
+    Ok((haproxy, document, instance_ids))
 }

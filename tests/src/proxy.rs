@@ -123,7 +123,8 @@ fn socket_command(socket: &Path, command: &str) -> std::io::Result<String> {
 }
 
 /// Render options for an unprivileged HAProxy on loopback: `[https, http, stats]` binds, its
-/// stats socket, every backend on `backend_port`; no user, group or chroot; a maxconn within
+/// stats socket (the agent's socket beside it, `autoproxy-agent.sock`), every backend on
+/// `backend_port`; no user, group or chroot; a maxconn within
 /// this machine's FD limit; logs sent where nobody listens (the tests do not read them, and
 /// every template logs at the same cost).
 pub fn loopback_options(
@@ -137,6 +138,10 @@ pub fn loopback_options(
         http_bind: http.to_string(),
         stats_bind: stats.to_string(),
         stats_socket: stats_socket.display().to_string(),
+        agent_socket: stats_socket
+            .with_file_name("autoproxy-agent.sock")
+            .display()
+            .to_string(),
         user: String::new(),
         group: String::new(),
         chroot: String::new(),

@@ -150,41 +150,73 @@ fn fail<T>(reason: impl Into<String>) -> Result<T, Failure> {
     })
 }
 
-/// The run's state, outside the step future so that a signal can cancel that future and
-/// still know what to undo.
+/// The run, outside the step future so that a signal can cancel that future and still know
+/// what to undo. The stages themselves pass values ([`NewConfig`], `Prepared`, `Activation`);
+/// what lives here is what every stage and the ending share, in four parts: where the files
+/// are, what HAProxy ran, what a failure must undo, and what the record will say.
 #[derive(Debug)]
 struct Run {
     params: Params,
-    dir: PathBuf,
-    last_good: PathBuf,
-    maps_dir: PathBuf,
-    started: Instant,
-    step: &'static str,
-    stage: Stage,
-    outcome: Outcome,
-    version_applied: String,
-    installed_gen: u64,
-    running_gen: u64,
-    generation: u64,
-    /// Files and directories to remove at the end, whatever happens.
-    temps: Vec<PathBuf>,
-    s3: Option<aws_sdk_s3::Client>,
-    _lock: Option<std::fs::File>,
-    /// `haproxy -c` judged the new generation and refused it (not: it could not run, or the
-    /// run stopped while it ran).
-    rejected: bool,
+    paths: Paths,
     /// How this instance says whether HAProxy runs.
     service: Service,
+    s3: Option<aws_sdk_s3::Client>,
+    _lock: Option<std::fs::File>,
+    started: Instant,
+    step: &'static str,
+    state: State,
+    undo: Undo,
+    verdict: Verdict,
+}
+
+/// Where the apply's files are.
+#[derive(Debug)]
+struct Paths {
+    /// The config's directory.
+    dir: PathBuf,
+    last_good: PathBuf,
+    /// The route maps' directory (`<dir>/autoproxy`).
+    maps_dir: PathBuf,
+}
+
+/// What HAProxy ran and said during the run.
+#[derive(Debug)]
+struct State {
     /// What ran when the run took the lock.
     before: Before,
+    /// The generation in the installed config's header.
+    installed_gen: u64,
+    /// The generation HAProxy runs (0: it runs none of autoproxy's).
+    running_gen: u64,
     /// The last generation HAProxy itself reported during this run, and at which step: what
     /// the fleet record says when HAProxy does not answer at the end.
     seen: Option<(u64, &'static str)>,
+}
+
+/// What a failure, or a signal, must undo.
+#[derive(Debug)]
+struct Undo {
+    stage: Stage,
+    /// Files and directories to remove at the end, whatever happens.
+    temps: Vec<PathBuf>,
+    /// When this run's reload command returned: a rollback's reload waits a moment after it.
+    reloaded_at: Option<Instant>,
+}
+
+/// What the fleet record and the exit status will say.
+#[derive(Debug)]
+struct Verdict {
+    outcome: Outcome,
+    /// The S3 version this run installs.
+    version_applied: String,
+    /// The generation this run installs.
+    generation: u64,
+    /// `haproxy -c` judged the new generation and refused it (not: it could not run, or the
+    /// run stopped while it ran).
+    rejected: bool,
     path_taken: Option<PathTaken>,
     /// Names this run in its log lines and its fleet record.
     apply_id: String,
-    /// When this run's reload command returned: a rollback's reload waits a moment after it.
-    reloaded_at: Option<Instant>,
 }
 
 /// Runs the apply with the parameters from the environment; the exit status of the contract.
@@ -218,27 +250,35 @@ pub async fn apply(params: Params) -> u8 {
     let service = Service::of(&params.reload, &params.config);
     let mut run = Run {
         service,
-        last_good: PathBuf::from(format!("{}.last-good", params.config.display())),
-        maps_dir: dir.join("autoproxy"),
-        dir,
+        paths: Paths {
+            last_good: PathBuf::from(format!("{}.last-good", params.config.display())),
+            maps_dir: dir.join("autoproxy"),
+            dir,
+        },
         params,
-        started: Instant::now(),
-        step: "start",
-        stage: Stage::Prepare,
-        outcome: Outcome::Applied,
-        version_applied: String::new(),
-        installed_gen: 0,
-        running_gen: 0,
-        generation: 0,
-        temps: Vec::new(),
         s3: None,
         _lock: None,
-        rejected: false,
-        reloaded_at: None,
-        before: Before::Stopped,
-        seen: None,
-        path_taken: None,
-        apply_id: record::apply_id(),
+        started: Instant::now(),
+        step: "start",
+        state: State {
+            before: Before::Stopped,
+            installed_gen: 0,
+            running_gen: 0,
+            seen: None,
+        },
+        undo: Undo {
+            stage: Stage::Prepare,
+            temps: Vec::new(),
+            reloaded_at: None,
+        },
+        verdict: Verdict {
+            outcome: Outcome::Applied,
+            version_applied: String::new(),
+            generation: 0,
+            rejected: false,
+            path_taken: None,
+            apply_id: record::apply_id(),
+        },
     };
     let signals = Signals::new();
     let result = {
@@ -250,7 +290,7 @@ pub async fn apply(params: Params) -> u8 {
         }
     };
     let code = run.finish(result).await;
-    for path in std::mem::take(&mut run.temps) {
+    for path in std::mem::take(&mut run.undo.temps) {
         if path.is_dir() {
             let _ = std::fs::remove_dir_all(&path);
         } else {
@@ -275,7 +315,7 @@ impl Run {
     async fn ask(&mut self, budget: Duration) -> Answer {
         let answer = Running::ask(self.config(), budget).await;
         if let Answer::Runs(running) = &answer {
-            self.seen = Some((running.generation, self.step));
+            self.state.seen = Some((running.generation, self.step));
         }
         answer
     }
@@ -300,7 +340,7 @@ impl Run {
         }
     }
 
-    /// The run as its stages: each returns the value the next one takes, and `self.stage`
+    /// The run as its stages: each returns the value the next one takes, and `self.undo.stage`
     /// says what a failure from there must undo (see [`Stage`]).
     async fn steps(&mut self) -> Result<(), Failure> {
         self.check_params()?;
@@ -327,10 +367,10 @@ impl Run {
                 self.config().display()
             ));
         }
-        if !self.dir.is_dir() {
+        if !self.paths.dir.is_dir() {
             return fail(format!(
                 "the directory of ConfigPath, {}, does not exist",
-                self.dir.display()
+                self.paths.dir.display()
             ));
         }
         if self.params.reload.is_empty() {
@@ -372,8 +412,8 @@ impl Run {
     /// the run stops here rather than decide from a guess.
     async fn read_state(&mut self) -> Result<(), Failure> {
         self.step = "state";
-        self.installed_gen = config::generation_of(self.config());
-        self.before = match self.ask(SILENT_BUDGET).await {
+        self.state.installed_gen = config::generation_of(self.config());
+        self.state.before = match self.ask(SILENT_BUDGET).await {
             Answer::Runs(running) => Before::Runs(Some(running)),
             Answer::Silent(why) => {
                 return fail(format!(
@@ -396,18 +436,21 @@ impl Run {
                 Err(why) => return fail(format!("whether HAProxy runs is unknown: {why}")),
             },
         };
-        self.running_gen = self
+        self.state.running_gen = self
+            .state
             .before
             .running()
             .map_or(0, |running| running.generation);
-        if self.installed_gen != self.running_gen && self.before != Before::Stopped {
+        if self.state.installed_gen != self.state.running_gen
+            && self.state.before != Before::Stopped
+        {
             log(
                 "state",
                 &format!(
                     "WARNING: {} holds generation {} but HAProxy runs generation {}: the file is not what runs",
                     self.config().display(),
-                    self.installed_gen,
-                    self.running_gen
+                    self.state.installed_gen,
+                    self.state.running_gen
                 ),
             );
         }
@@ -419,17 +462,18 @@ impl Run {
     /// from what runs, which repairs it.
     fn skips(&mut self, generation: u64) -> bool {
         self.step = "compare";
-        let skip = generation < self.running_gen
-            || (generation == self.running_gen && self.installed_gen == self.running_gen);
+        let skip = generation < self.state.running_gen
+            || (generation == self.state.running_gen
+                && self.state.installed_gen == self.state.running_gen);
         if skip {
             log(
                 "skip",
                 &format!(
                     "generation {generation} is not newer than the running generation {}: nothing to do",
-                    self.running_gen
+                    self.state.running_gen
                 ),
             );
-            self.outcome = Outcome::Skipped;
+            self.verdict.outcome = Outcome::Skipped;
             self.remove_leftovers();
         }
         skip
@@ -440,7 +484,7 @@ impl Run {
         if path == "reload" {
             log("install", &format!("reloading: {why}"));
         }
-        self.path_taken = Some(PathTaken {
+        self.verdict.path_taken = Some(PathTaken {
             path,
             why: why.to_owned(),
         });
@@ -450,10 +494,10 @@ impl Run {
     /// `new`.
     async fn reload_and_wait(&mut self, new: &NewConfig) -> Result<(), Failure> {
         self.pause("reload").await;
-        let starting = self.before == Before::Stopped;
-        let replaced = self.before.running().map(|r| r.pid);
+        let starting = self.state.before == Before::Stopped;
+        let replaced = self.state.before.running().map(|r| r.pid);
         let finished = self.reload(starting).await?;
-        self.reloaded_at = Some(Instant::now());
+        self.undo.reloaded_at = Some(Instant::now());
         if !finished.success() {
             return fail(format!(
                 "the reload command ({}) {}: {}",
@@ -471,7 +515,7 @@ impl Run {
         let waited = finish::wait_generation(&new.socket, new.generation, replaced).await;
         match waited {
             Ok(running) => {
-                self.seen = Some((running.generation, "running"));
+                self.state.seen = Some((running.generation, "running"));
                 Ok(())
             }
             Err(seen) => fail(format!(
@@ -485,7 +529,7 @@ impl Run {
 
     /// The end of a run that installed `generation`: HAProxy runs it.
     fn done(&mut self, generation: u64, how: &str) -> Result<(), Failure> {
-        self.running_gen = generation;
+        self.state.running_gen = generation;
         self.step = "tidy";
         self.tidy(generation);
         log(

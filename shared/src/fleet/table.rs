@@ -59,6 +59,7 @@ impl FleetReport {
 fn recorded_row(i: &Instance) -> [String; 7] {
     let state = match i.state {
         State::Behind => format!("behind {}", duration(i.behind_seconds)),
+        State::Unknown => format!("unknown {}", duration(i.behind_seconds)),
         state => state_cell(state, i.unhealthy_seconds),
     };
     [

@@ -59,6 +59,21 @@ fn an_instance_is_current_at_or_above_the_latest_generation() {
 }
 
 #[test]
+fn an_apply_that_never_heard_haproxy_is_unknown_and_counted_behind_never_current() {
+    let mut silent = record("i-1", 0);
+    silent.unconfirmed = "HAProxy did not answer during this run".to_owned();
+    let report = records_only(
+        against(PUBLISHED, NOW),
+        vec![silent, record("i-2", 0), record("i-3", LATEST)],
+    );
+    let states: Vec<&str> = report.fleet.iter().map(|i| i.state.as_str()).collect();
+    // A record of generation 0 without a reason is an instance that runs none: behind.
+    assert_eq!(states, ["unknown", "behind", "current"]);
+    assert_eq!((report.instances, report.behind), (3, 2));
+    assert!(report.table().contains("unknown 5m"), "{}", report.table());
+}
+
+#[test]
 fn behind_never_goes_negative_when_clocks_disagree() {
     let report = records_only(against(NOW + 10, NOW), vec![record("i-1", 1)]);
     assert_eq!((report.behind, report.max_behind_seconds), (1, 0));

@@ -35,32 +35,7 @@ fn main() {
     let dns = DnsServer::start(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).expect("start dns");
     let backends = Backends::start(&["b0"]);
     let haproxy = Haproxy::new();
-    let routes = dataplane::routes(count);
-    let mut names: Vec<String> = routes
-        .iter()
-        .map(|r| r.backend.as_str().to_owned())
-        .collect();
-    names.sort();
-    names.dedup();
-    for (i, name) in names.iter().enumerate() {
-        let i = u32::try_from(i).unwrap();
-        dns.set(
-            name,
-            &[Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 64, 0, 0)) + i)],
-        );
-    }
-    let config = Renderer::new(DEFAULT_TEMPLATE)
-        .expect("the default template compiles")
-        .render(&RenderInput {
-            routes: &routes,
-            resolvers: &[dns.addr()],
-            options: &haproxy.options(backends.port),
-            generation: 1,
-            generated_at: "2026-01-01T00:00:00Z",
-            trigger: "bench",
-        })
-        .expect("render")
-        .text;
+    let (names, config) = seeded_config(count, &dns, &haproxy, backends.port);
     haproxy.start(&config);
     let binary = autoproxy_tests::agent_binary();
     println!(
@@ -99,6 +74,59 @@ fn main() {
         fill_ticks as f64 / TICKS / filled.as_secs_f64() * 100.0
     );
 
+    steady(&agent, &dns, window, knobs.max_qps);
+}
+
+fn rss_kb(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// `count` routes' names, each given an address by `dns`, and the default template's config
+/// for them.
+fn seeded_config(
+    count: usize,
+    dns: &DnsServer,
+    haproxy: &Haproxy,
+    backend_port: u16,
+) -> (Vec<String>, String) {
+    let routes = dataplane::routes(count);
+    let mut names: Vec<String> = routes
+        .iter()
+        .map(|r| r.backend.as_str().to_owned())
+        .collect();
+    names.sort();
+    names.dedup();
+    for (i, name) in names.iter().enumerate() {
+        let i = u32::try_from(i).unwrap();
+        dns.set(
+            name,
+            &[Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 64, 0, 0)) + i)],
+        );
+    }
+    let config = Renderer::new(DEFAULT_TEMPLATE)
+        .expect("the default template compiles")
+        .render(&RenderInput {
+            routes: &routes,
+            resolvers: &[dns.addr()],
+            options: &haproxy.options(backend_port),
+            generation: 1,
+            generated_at: "2026-01-01T00:00:00Z",
+            trigger: "bench",
+        })
+        .expect("render")
+        .text;
+    (names, config)
+}
+
+/// The agent's CPU and DNS queries over `window` once every name is in HAProxy's map.
+fn steady(agent: &Resolver, dns: &DnsServer, window: Duration, max_qps: u32) {
     let from = Instant::now();
     let before = cpu_ticks(agent.pid()).expect("the agent's /proc stat");
     std::thread::sleep(window);
@@ -118,22 +146,11 @@ fn main() {
         queries.len(),
         queries.len() as f64 / seconds,
         dns::max_per_second(&queries),
-        knobs.max_qps,
+        max_qps,
         rss_kb(agent.pid()).unwrap_or(0)
     );
     println!(
         "queries per second: {:?}",
         dns::per_second(&queries, from, to)
     );
-}
-
-fn rss_kb(pid: u32) -> Option<u64> {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }

@@ -101,6 +101,18 @@ async fn story(mut pipeline: Pipeline) -> Result<(), PipelineError> {
         )?;
     }
 
+    let added = add_cluster(&mut pipeline).await?;
+    let removed = remove_cluster(&mut pipeline).await?;
+    say(&format!(
+        "summary: event → route served {} (added), {} (removed)",
+        secs(added),
+        secs(removed)
+    ));
+    fleet_report(&pipeline).await
+}
+
+/// Step 2: a cluster added in Route53, followed until HAProxy serves it; the time it took.
+async fn add_cluster(pipeline: &mut Pipeline) -> Result<Duration, PipelineError> {
     say(&format!(
         "2. Route53 change: zone {} with both rules created in account {}",
         ANALYTICS.zone(),
@@ -117,7 +129,7 @@ async fn story(mut pipeline: Pipeline) -> Result<(), PipelineError> {
     let rollout = pipeline.roll_out(&event, &[]).await?;
     narrate(&rollout)?;
     let served = wait(
-        &pipeline,
+        pipeline,
         &ANALYTICS.api_sni(),
         Some(&ANALYTICS.api_backend()),
     )?;
@@ -127,13 +139,16 @@ async fn story(mut pipeline: Pipeline) -> Result<(), PipelineError> {
         pipeline.probe(&ANALYTICS.api_sni()),
         secs(served)
     ));
-    show_routes(&pipeline, ANALYTICS, true)?;
-    let added = total;
+    show_routes(pipeline, ANALYTICS, true)?;
     say(&format!(
         "   CloudTrail event → HAProxy serving the new route: {}",
-        secs(added)
+        secs(total)
     ));
+    Ok(total)
+}
 
+/// Step 3: a zone deleted, followed until HAProxy no longer routes it; the time it took.
+async fn remove_cluster(pipeline: &mut Pipeline) -> Result<Duration, PipelineError> {
     say(&format!(
         "3. Route53 change: zone {} deleted in account {}",
         STAGING.zone(),
@@ -144,9 +159,9 @@ async fn story(mut pipeline: Pipeline) -> Result<(), PipelineError> {
     let event_sent = Instant::now();
     let rollout = pipeline.roll_out(&event, &[]).await?;
     narrate(&rollout)?;
-    wait(&pipeline, &STAGING.api_sni(), None)?;
+    wait(pipeline, &STAGING.api_sni(), None)?;
     let removed = event_sent.elapsed();
-    show_routes(&pipeline, STAGING, false)?;
+    show_routes(pipeline, STAGING, false)?;
     say(&format!(
         "   CloudTrail event → HAProxy no longer routing the deleted zone: {}",
         secs(removed)
@@ -158,16 +173,15 @@ async fn story(mut pipeline: Pipeline) -> Result<(), PipelineError> {
             .collect::<Vec<_>>()
             .join(", ")
     ));
-    say(&format!(
-        "summary: event → route served {} (added), {} (removed)",
-        secs(added),
-        secs(removed)
-    ));
+    Ok(removed)
+}
 
+/// Step 4: the fleet report, once every record is in.
+async fn fleet_report(pipeline: &Pipeline) -> Result<(), PipelineError> {
     say(
         "4. is the fleet up to date? cargo lambda invoke autoproxy-configure --data-file events/fleet-report.json",
     );
-    let report = fleet_caught_up(&pipeline).await?;
+    let report = fleet_caught_up(pipeline).await?;
     for line in report.table().lines() {
         say(&format!("   {line}"));
     }

@@ -12,6 +12,7 @@ mod generate;
 mod golden;
 mod haproxy_version;
 mod least_privilege;
+mod metrics;
 mod ownership;
 mod properties;
 mod publisher;

@@ -15,12 +15,12 @@ impl Run {
     /// returns the exit status.
     pub(super) async fn finish(&mut self, result: Result<(), Failure>) -> u8 {
         let (code, outcome, reason) = match result {
-            Ok(()) => (0, self.outcome, String::new()),
-            Err(Failure { reason }) if self.stage == Stage::MapsInstalled => {
+            Ok(()) => (0, self.verdict.outcome, String::new()),
+            Err(Failure { reason }) if self.undo.stage == Stage::MapsInstalled => {
                 let code = self.unstage_maps(&reason);
                 (code, Outcome::Failed, reason)
             }
-            Err(Failure { reason }) if self.stage == Stage::Installed => {
+            Err(Failure { reason }) if self.undo.stage == Stage::Installed => {
                 let (code, outcome, reason) = self.rollback(&reason).await;
                 (code, outcome, reason)
             }
@@ -29,7 +29,7 @@ impl Run {
                     "{reason}; nothing changed ({})",
                     self.before_text()
                 ));
-                let outcome = if self.rejected {
+                let outcome = if self.verdict.rejected {
                     Outcome::Rejected
                 } else {
                     Outcome::Failed
@@ -49,11 +49,11 @@ impl Run {
     }
 
     pub(super) async fn rollback(&mut self, why: &str) -> (u8, Outcome, String) {
-        if !self.last_good.is_file() {
+        if !self.paths.last_good.is_file() {
             return self.first_install_failed(why).await;
         }
-        let lg_gen = config::generation_of(&self.last_good);
-        if let Some(ran) = self.before.running()
+        let lg_gen = config::generation_of(&self.paths.last_good);
+        if let Some(ran) = self.state.before.running()
             && lg_gen < ran.generation
         {
             let reason = format!(
@@ -83,23 +83,26 @@ impl Run {
     /// route lines, so the restored config finds its routes when it is read; then the file.
     fn restore_last_good(&mut self, lg_gen: u64) -> Result<(), String> {
         let config = self.config().to_path_buf();
-        let temp = files::temp_path(&self.dir, ".autoproxy-restore");
-        let restored = std::fs::read_to_string(&self.last_good).and_then(|text| {
+        let temp = files::temp_path(&self.paths.dir, ".autoproxy-restore");
+        let restored = std::fs::read_to_string(&self.paths.last_good).and_then(|text| {
             self.restore_maps(&text)?;
-            files::copy_synced(&self.last_good, &temp)?;
+            files::copy_synced(&self.paths.last_good, &temp)?;
             std::fs::rename(&temp, &config)
         });
         if let Err(err) = restored {
             let _ = std::fs::remove_file(&temp);
             return Err(format!(
                 "could not restore last-known-good generation {lg_gen} from {}: {err}",
-                self.last_good.display()
+                self.paths.last_good.display()
             ));
         }
-        if let Err(err) = files::sync_dir(&self.dir) {
+        if let Err(err) = files::sync_dir(&self.paths.dir) {
             log(
                 "rollback",
-                &format!("WARNING: could not flush {}: {err}", self.dir.display()),
+                &format!(
+                    "WARNING: could not flush {}: {err}",
+                    self.paths.dir.display()
+                ),
             );
         }
         log(
@@ -118,7 +121,7 @@ impl Run {
         // worker started serving, before the master is back in its loop (measured: about 4
         // of 10 at once, none 50 ms later): a rollback's reload waits until one second after
         // this run's own.
-        if let Some(reloaded) = self.reloaded_at {
+        if let Some(reloaded) = self.undo.reloaded_at {
             let settle = Duration::from_secs(1).saturating_sub(reloaded.elapsed());
             tokio::time::sleep(settle).await;
         }
@@ -182,11 +185,11 @@ impl Run {
     /// gone); else it goes.
     async fn first_install_failed(&mut self, why: &str) -> (u8, Outcome, String) {
         let runs_new = matches!(self.ask(SILENT_BUDGET).await,
-            Answer::Runs(running) if running.generation == self.generation && self.generation > 0);
+            Answer::Runs(running) if running.generation == self.verdict.generation && self.verdict.generation > 0);
         let reason = if runs_new {
             format!(
                 "{why}; no last-known-good to restore (first install), and HAProxy runs generation {} from it: it stays installed",
-                self.generation
+                self.verdict.generation
             )
         } else {
             let _ = std::fs::remove_file(self.config());
@@ -203,7 +206,7 @@ impl Run {
 
     /// What ran when the run took the lock, as a failure line says it.
     fn before_text(&self) -> String {
-        match self.before {
+        match self.state.before {
             Before::Stopped => "HAProxy was not running".to_owned(),
             Before::Runs(None) => "HAProxy runs no autoproxy generation".to_owned(),
             Before::Runs(Some(running)) => format!("running generation {}", running.generation),
@@ -215,7 +218,7 @@ impl Run {
     async fn at_the_end(&mut self) -> (u64, String) {
         match self.ask(SILENT_BUDGET).await {
             Answer::Runs(running) => (running.generation, String::new()),
-            Answer::Silent(why) => match self.seen {
+            Answer::Silent(why) => match self.state.seen {
                 Some((generation, step)) => (
                     generation,
                     format!(
@@ -256,8 +259,8 @@ impl Run {
         } else {
             String::new()
         };
-        let addresses =
-            std::fs::read_to_string(self.dir.join(crate::address_map::MAP)).unwrap_or_default();
+        let addresses = std::fs::read_to_string(self.paths.dir.join(crate::address_map::MAP))
+            .unwrap_or_default();
         let instance_id = record::instance_id();
         let record = record::Record {
             instance_id: instance_id.clone(),
@@ -265,20 +268,22 @@ impl Run {
             sha256,
             result: outcome,
             reason: reason.to_owned(),
-            version_id: if self.version_applied.is_empty() {
+            version_id: if self.verdict.version_applied.is_empty() {
                 self.params.version.clone()
             } else {
-                self.version_applied.clone()
+                self.verdict.version_applied.clone()
             },
             at: record::now_utc(),
             agent: std::env::var("AUTOPROXY_AGENT_SHA256").unwrap_or_default(),
-            apply_id: self.apply_id.clone(),
+            apply_id: self.verdict.apply_id.clone(),
             path: self
+                .verdict
                 .path_taken
                 .as_ref()
                 .map(|p| p.path.to_owned())
                 .unwrap_or_default(),
             path_reason: self
+                .verdict
                 .path_taken
                 .as_ref()
                 .map(|p| p.why.clone())
@@ -304,7 +309,7 @@ impl Run {
                     "{}: reported generation {generation} running to s3://{}/{key} (apply {})",
                     outcome.as_str(),
                     self.params.bucket,
-                    self.apply_id
+                    self.verdict.apply_id
                 ),
             ),
             Err(err) => log(

@@ -40,9 +40,9 @@ impl Run {
         generation: u64,
         maps: &MapFiles,
     ) -> Result<Staged, Failure> {
-        let maps_dir = self.maps_dir.clone();
+        let maps_dir = self.paths.maps_dir.clone();
         let stage = files::temp_path(&maps_dir, ".stage");
-        self.temps.push(stage.clone());
+        self.undo.temps.push(stage.clone());
         std::fs::create_dir(&stage)
             .and_then(|()| {
                 std::fs::set_permissions(
@@ -61,16 +61,16 @@ impl Run {
         let mut staged = Vec::new();
         for (index, (path, body)) in wanted.iter().enumerate() {
             let staged_rel = format!("autoproxy/{stage_name}/{index}.map");
-            let staged_path = self.dir.join(&staged_rel);
+            let staged_path = self.paths.dir.join(&staged_rel);
             files::write_synced(&staged_path, body.as_bytes(), 0o644)
                 .or_else(|err| fail(format!("cannot write {}: {err}", staged_path.display())))?;
             check_text = check_text.replace(path.as_str(), &staged_rel);
-            staged.push((staged_path, self.dir.join(path)));
+            staged.push((staged_path, self.paths.dir.join(path)));
         }
         files::sync_dir(&stage)
             .or_else(|err| fail(format!("cannot flush {}: {err}", stage.display())))?;
-        let check = files::temp_path(&self.dir, ".autoproxy-check");
-        self.temps.push(check.clone());
+        let check = files::temp_path(&self.paths.dir, ".autoproxy-check");
+        self.undo.temps.push(check.clone());
         files::write_synced(&check, check_text.as_bytes(), 0o644)
             .or_else(|err| fail(format!("cannot write {}: {err}", check.display())))?;
         log(
@@ -96,16 +96,16 @@ impl Run {
     /// is none or it is empty (a per-route config names one server per host), so the first
     /// switch to the map layout drops no route.
     pub(super) async fn seed_address_map(&mut self, maps: &MapFiles) -> Result<(), Failure> {
-        let maps_dir = self.maps_dir.clone();
+        let maps_dir = self.paths.maps_dir.clone();
         std::fs::create_dir_all(&maps_dir)
             .or_else(|err| fail(format!("cannot create {}: {err}", maps_dir.display())))?;
-        let addresses = self.dir.join(&maps.addresses);
+        let addresses = self.paths.dir.join(&maps.addresses);
         if std::fs::metadata(&addresses).is_ok_and(|m| m.len() > 0) {
             return Ok(());
         }
         let seeded = self.seed_addresses().await;
-        let temp = files::temp_path(&self.maps_dir, ".autoproxy-addresses");
-        self.temps.push(temp.clone());
+        let temp = files::temp_path(&self.paths.maps_dir, ".autoproxy-addresses");
+        self.undo.temps.push(temp.clone());
         files::write_synced(&temp, seeded.as_bytes(), 0o644)
             .and_then(|()| std::fs::rename(&temp, &addresses))
             .or_else(|err| fail(format!("cannot write {}: {err}", addresses.display())))?;
@@ -124,11 +124,11 @@ impl Run {
     pub(super) fn install_maps(&mut self, staged: &Staged) -> Result<(), Failure> {
         let mut dirs: Vec<PathBuf> = Vec::new();
         for (from, to) in &staged.files {
-            let parent = to.parent().unwrap_or(&self.dir).to_path_buf();
+            let parent = to.parent().unwrap_or(&self.paths.dir).to_path_buf();
             std::fs::create_dir_all(&parent)
                 .or_else(|err| fail(format!("cannot create {}: {err}", parent.display())))?;
-            if self.stage == Stage::Prepare {
-                self.stage = Stage::MapsInstalled;
+            if self.undo.stage == Stage::Prepare {
+                self.undo.stage = Stage::MapsInstalled;
             }
             std::fs::rename(from, to)
                 .or_else(|err| fail(format!("cannot rename into {}: {err}", to.display())))?;
@@ -151,8 +151,8 @@ impl Run {
     /// swap flushes the maps' directory before it).
     pub(super) fn install_generation_map(&mut self, staged: &Staged) -> Result<(), Failure> {
         if let Some((from, to)) = &staged.generation {
-            if self.stage == Stage::Prepare {
-                self.stage = Stage::MapsInstalled;
+            if self.undo.stage == Stage::Prepare {
+                self.undo.stage = Stage::MapsInstalled;
             }
             std::fs::rename(from, to)
                 .or_else(|err| fail(format!("cannot rename into {}: {err}", to.display())))?;
@@ -168,11 +168,11 @@ impl Run {
         let mut dirs: Vec<PathBuf> = Vec::new();
         let (files, _) = self.serving_files(text, generation, &maps);
         for (path, body) in &files {
-            let target = self.dir.join(path);
-            let parent = target.parent().unwrap_or(&self.dir).to_path_buf();
+            let target = self.paths.dir.join(path);
+            let parent = target.parent().unwrap_or(&self.paths.dir).to_path_buf();
             std::fs::create_dir_all(&parent)?;
             let temp = files::temp_path(&parent, ".restore");
-            self.temps.push(temp.clone());
+            self.undo.temps.push(temp.clone());
             files::write_synced(&temp, body.as_bytes(), 0o644)?;
             std::fs::rename(&temp, &target)?;
             if !dirs.contains(&parent) {
@@ -192,7 +192,7 @@ impl Run {
         if maps.generation.is_none() {
             return Some("its maps are in a directory of their generation".to_owned());
         }
-        let running = match self.before {
+        let running = match self.state.before {
             Before::Stopped => return Some("HAProxy is not running".to_owned()),
             Before::Runs(None) => {
                 return Some(
@@ -205,7 +205,7 @@ impl Run {
         if !running.by_map {
             return Some("the running HAProxy holds no generation map".to_owned());
         }
-        if self.installed_gen != running.generation {
+        if self.state.installed_gen != running.generation {
             return Some(format!("{} is not what runs", self.params.config.display()));
         }
         let installed = std::fs::read_to_string(self.config()).unwrap_or_default();
@@ -235,12 +235,19 @@ impl Run {
         // While the address service runs it is the one writer of the worker's address map
         // (it pushed the new hosts before it answered the apply); only without it does the
         // apply give the worker what it lacks.
-        let control = self.dir.join(crate::resolve::control::SOCKET);
+        let control = self.paths.dir.join(crate::resolve::control::SOCKET);
         let service_writes = std::os::unix::net::UnixStream::connect(&control).is_ok();
         let pushed = if service_writes {
             0
         } else {
-            push_addresses(&mut session, &self.dir, &maps.addresses, text, deadline).await?
+            push_addresses(
+                &mut session,
+                &self.paths.dir,
+                &maps.addresses,
+                text,
+                deadline,
+            )
+            .await?
         };
         if pushed > 0 {
             log(
@@ -290,7 +297,7 @@ impl Run {
             ))
             .await
             .map_err(|err| err.to_string())?;
-        self.seen = Some((generation, "update"));
+        self.state.seen = Some((generation, "update"));
         Ok(())
     }
 }
@@ -392,14 +399,14 @@ impl Run {
         generation: u64,
         maps: &MapFiles,
     ) -> (Vec<(String, String)>, usize) {
-        let addresses = std::fs::read_to_string(self.dir.join(&maps.addresses))
+        let addresses = std::fs::read_to_string(self.paths.dir.join(&maps.addresses))
             .map(|text| crate::address_map::parse(&text).addresses)
             .unwrap_or_default();
         let (routes, suffixes) = MapFiles::route_tables(text);
         let mut files = Vec::new();
         let mut held = 0;
         for (path, wanted) in [(&maps.routes, routes), (&maps.suffixes, suffixes)] {
-            let current = std::fs::read_to_string(self.dir.join(path)).unwrap_or_default();
+            let current = std::fs::read_to_string(self.paths.dir.join(path)).unwrap_or_default();
             let serving = crate::routes::serving(&wanted, &addresses, &current);
             held += serving.held.len();
             files.push((path.clone(), serving.table));

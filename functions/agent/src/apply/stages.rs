@@ -42,10 +42,10 @@ impl Run {
     pub(super) async fn fetch(&mut self) -> Result<Option<NewConfig>, Failure> {
         self.pause("download").await;
         let (text, version) = self.download().await?;
-        self.version_applied.clone_from(&version);
+        self.verdict.version_applied.clone_from(&version);
         self.step = "verify";
         let new = self.verify(text, &version)?;
-        self.generation = new.generation;
+        self.verdict.generation = new.generation;
         Ok((!self.skips(new.generation)).then_some(new))
     }
 
@@ -58,8 +58,8 @@ impl Run {
         self.ensure_addresses(&new.text).await;
         self.step = "maps";
         let maps = self.stage_maps(&new.text, new.generation, &new.maps)?;
-        let config = files::temp_path(&self.dir, ".autoproxy-new");
-        self.temps.push(config.clone());
+        let config = files::temp_path(&self.paths.dir, ".autoproxy-new");
+        self.undo.temps.push(config.clone());
         files::write_synced(&config, new.text.as_bytes(), 0o644)
             .or_else(|err| fail(format!("cannot write {}: {err}", config.display())))?;
         Ok(Prepared { maps, config })
@@ -94,7 +94,7 @@ impl Run {
             Activation::Runtime => {
                 self.step = "update";
                 // From the first command on, HAProxy may hold new routes: a failure rolls back.
-                self.stage = Stage::Installed;
+                self.undo.stage = Stage::Installed;
                 match self.update_runtime(new, &prepared.maps).await {
                     Ok(()) => {
                         log(

@@ -160,8 +160,8 @@ impl Run {
     }
 
     pub(super) async fn ensure_addresses(&mut self, text: &str) {
-        let known =
-            std::fs::read_to_string(self.dir.join("autoproxy/addresses.map")).unwrap_or_default();
+        let known = std::fs::read_to_string(self.paths.dir.join("autoproxy/addresses.map"))
+            .unwrap_or_default();
         let known: std::collections::BTreeSet<&str> = known
             .lines()
             .filter_map(|line| line.split_whitespace().next())
@@ -178,7 +178,7 @@ impl Run {
         }
         let nameservers = artifact::nameservers(text).valid;
         let ensured =
-            crate::addresses::ensure(&self.dir, &wanted, &nameservers, ADDRESS_BUDGET).await;
+            crate::addresses::ensure(&self.paths.dir, &wanted, &nameservers, ADDRESS_BUDGET).await;
         log(
             "addresses",
             &format!(
@@ -203,7 +203,7 @@ impl Run {
             "-f".to_owned(),
             staged.display().to_string(),
         ];
-        let finished = child::run(Path::new("haproxy"), &args, &self.dir, CHECK_TIMEOUT)
+        let finished = child::run(Path::new("haproxy"), &args, &self.paths.dir, CHECK_TIMEOUT)
             .await
             .or_else(|err| fail(format!("cannot run haproxy -c: {err}")))?;
         for line in finished.output.lines().filter(|l| !l.trim().is_empty()) {
@@ -216,7 +216,7 @@ impl Run {
             ));
         }
         if !finished.success() {
-            self.rejected = true;
+            self.verdict.rejected = true;
             let alert = finished
                 .output
                 .lines()
@@ -233,7 +233,7 @@ impl Run {
 
     pub(super) fn keep(&mut self) -> Result<(), Failure> {
         let config = self.config().to_path_buf();
-        if config.is_file() && self.before == Before::Stopped {
+        if config.is_file() && self.state.before == Before::Stopped {
             log(
                 "keep",
                 &format!(
@@ -241,11 +241,14 @@ impl Run {
                     config.display()
                 ),
             );
-        } else if config.is_file() && self.installed_gen != self.running_gen {
+        } else if config.is_file() && self.state.installed_gen != self.state.running_gen {
             // Never verified running: keeping it would make a rollback restore a config that
             // may not work.
-            let kept = if self.last_good.is_file() {
-                format!("generation {}", config::generation_of(&self.last_good))
+            let kept = if self.paths.last_good.is_file() {
+                format!(
+                    "generation {}",
+                    config::generation_of(&self.paths.last_good)
+                )
             } else {
                 "absent".to_owned()
             };
@@ -253,32 +256,32 @@ impl Run {
                 "keep",
                 &format!(
                     "generation {} in {} never ran here: last-known-good stays {kept}",
-                    self.installed_gen,
+                    self.state.installed_gen,
                     config.display()
                 ),
             );
         } else if config.is_file() {
-            let temp = files::temp_path(&self.dir, ".autoproxy-last-good");
-            self.temps.push(temp.clone());
+            let temp = files::temp_path(&self.paths.dir, ".autoproxy-last-good");
+            self.undo.temps.push(temp.clone());
             files::copy_synced(&config, &temp)
-                .and_then(|()| std::fs::rename(&temp, &self.last_good))
+                .and_then(|()| std::fs::rename(&temp, &self.paths.last_good))
                 .or_else(|err| {
                     fail(format!(
                         "cannot keep {} as {}: {err}",
                         config.display(),
-                        self.last_good.display()
+                        self.paths.last_good.display()
                     ))
                 })?;
             log(
                 "keep",
                 &format!(
                     "generation {} kept as last-known-good in {}",
-                    self.installed_gen,
-                    self.last_good.display()
+                    self.state.installed_gen,
+                    self.paths.last_good.display()
                 ),
             );
         } else {
-            let _ = std::fs::remove_file(&self.last_good);
+            let _ = std::fs::remove_file(&self.paths.last_good);
             log(
                 "keep",
                 &format!(
@@ -305,7 +308,7 @@ impl Run {
                 );
             }
         }
-        files::sync_dir(&self.maps_dir)
+        files::sync_dir(&self.paths.maps_dir)
             .and_then(|()| std::fs::File::open(staged)?.sync_all())
             .or_else(|err| {
                 fail(format!(
@@ -315,13 +318,13 @@ impl Run {
             })?;
         std::fs::rename(staged, &config)
             .or_else(|err| fail(format!("cannot rename into {}: {err}", config.display())))?;
-        self.stage = Stage::Installed;
-        if let Err(err) = files::sync_dir(&self.dir) {
+        self.undo.stage = Stage::Installed;
+        if let Err(err) = files::sync_dir(&self.paths.dir) {
             log(
                 "swap",
                 &format!(
                     "WARNING: could not flush {} (the rename of {}) to disk: {err}",
-                    self.dir.display(),
+                    self.paths.dir.display(),
                     config.display()
                 ),
             );
@@ -357,15 +360,15 @@ impl Run {
             .map_or((String::new(), Vec::new()), |(p, a)| {
                 (p.clone(), a.to_vec())
             });
-        child::run(Path::new(&program), &args, &self.dir, RELOAD_TIMEOUT)
+        child::run(Path::new(&program), &args, &self.paths.dir, RELOAD_TIMEOUT)
             .await
             .or_else(|err| fail(format!("cannot run the reload command ({program}): {err}")))
     }
 
     /// Route maps of every generation but the running one and last-known-good's go.
     pub(super) fn tidy(&self, generation: u64) {
-        let keep = config::generation_of(&self.last_good);
-        let Ok(entries) = std::fs::read_dir(&self.maps_dir) else {
+        let keep = config::generation_of(&self.paths.last_good);
+        let Ok(entries) = std::fs::read_dir(&self.paths.maps_dir) else {
             return;
         };
         for entry in entries.flatten() {
@@ -389,11 +392,11 @@ impl Run {
     pub(super) fn remove_leftovers(&self) {
         for (dir, prefixes) in [
             (
-                &self.maps_dir,
+                &self.paths.maps_dir,
                 &[".stage.", ".autoproxy-addresses.", ".restore."][..],
             ),
             (
-                &self.dir,
+                &self.paths.dir,
                 &[
                     ".autoproxy-new.",
                     ".autoproxy-check.",
@@ -412,7 +415,7 @@ impl Run {
                     .file_name()
                     .to_str()
                     .is_some_and(|n| prefixes.iter().any(|p| n.starts_with(p)));
-                if !leftover || self.temps.contains(&path) {
+                if !leftover || self.undo.temps.contains(&path) {
                     continue;
                 }
                 let _ = if path.is_dir() {

@@ -9,9 +9,11 @@
 //!
 //! `bench_dataplane [--routes 1000,10000] [--window 10] [--reloads 20] [--before-reloads 20]
 //!                  [--skip-before] [--skip-after] [--no-agent] [--cold 4000,10000]
-//!                  [--out docs/BENCHMARKS.md] [--haproxy-section]`
+//!                  [--counters 10000] [--out docs/BENCHMARKS.md] [--haproxy-section]`
 //! (`--cold`: the route counts of the cold first install, `cold.rs`, `0` for none; it runs
-//! alone with `--skip-before --skip-after`)
+//! alone with `--skip-before --skip-after`; `--counters`: the route counts at which the reject
+//! counters' cost per connection is measured, the default template against the map-based one
+//! before them, side by side, `counters.rs`, `0` for none)
 //!
 //! The HAProxy measured is the `haproxy` first on PATH (the harness and the agent both run
 //! that one); `AUTOPROXY_EXPECT_HAPROXY=3.0` makes any other version an error. With
@@ -25,6 +27,7 @@
 
 mod apply;
 mod cold;
+mod counters;
 mod env;
 mod measure;
 mod report;
@@ -41,10 +44,10 @@ use autoproxy_tests::dns::DnsServer;
 use autoproxy_tests::haproxy_version;
 use autoproxy_tests::proxy::Backends;
 
-use apply::{ApplyTimes, apply_times};
+use apply::apply_times;
 use env::Env;
 use measure::{Row, measure};
-use report::{section, table};
+use report::{Runs, section, table};
 
 /// Where a resolv.conf can point (port 53); the first free one is used.
 const NAMESERVERS: [Ipv4Addr; 3] = [
@@ -66,6 +69,8 @@ struct Args {
     no_agent: bool,
     /// Route counts of the cold first install.
     cold: Vec<usize>,
+    /// Route counts of the reject counters' comparison.
+    counters: Vec<usize>,
     out: PathBuf,
     /// Report in the section for this HAProxy's branch instead of the main one.
     haproxy_section: bool,
@@ -80,6 +85,7 @@ fn args() -> Args {
         before_reloads: 20,
         no_agent: false,
         cold: vec![4_000, 10_000],
+        counters: vec![10_000],
         out: autoproxy_tests::root().join("docs/BENCHMARKS.md"),
         haproxy_section: false,
     };
@@ -105,6 +111,7 @@ fn args() -> Args {
             "--skip-after" => args.designs.retain(|d| *d != Design::Maps),
             "--no-agent" => args.no_agent = true,
             "--cold" => args.cold = cold::counts(&value()),
+            "--counters" => args.counters = counters::counts(&value()),
             "--out" => args.out = PathBuf::from(value()),
             "--haproxy-section" => args.haproxy_section = true,
             other => panic!("unknown flag {other}"),
@@ -154,8 +161,24 @@ fn main() {
             applies.push(apply);
         }
     }
+    let counters: Vec<counters::Counters> = args
+        .counters
+        .iter()
+        .map(|&count| {
+            println!("\n== reject counters, {count} routes: with and without, side by side ==");
+            let routes = dataplane::routes(count);
+            let ends = resolve_routes(&env, &routes);
+            counters::compare(&env, nameserver, &routes, &ends)
+        })
+        .collect();
     let colds = cold::cold_installs(&env, &args.cold);
-    write_report(&args, &env, &rows, &applies, &colds, started);
+    let runs = Runs {
+        rows: &rows,
+        applies: &applies,
+        counters: &counters,
+        colds: &colds,
+    };
+    write_report(&args, &env, &runs, started);
 }
 
 /// A row per route count and design, reloads under load at the largest count only.
@@ -198,27 +221,14 @@ fn resolve_routes(env: &Env, routes: &[Route]) -> Ends {
 }
 
 /// The section, printed and spliced into the report file.
-fn write_report(
-    args: &Args,
-    env: &Env,
-    rows: &[Row],
-    applies: &[ApplyTimes],
-    colds: &[cold::Cold],
-    started: Instant,
-) {
+fn write_report(args: &Args, env: &Env, runs: &Runs<'_>, started: Instant) {
     let elapsed = started.elapsed();
     let branch = args
         .haproxy_section
         .then(|| haproxy_version::check_expected().map(|h| h.branch()))
         .transpose()
         .unwrap_or_else(|e| panic!("{e}"));
-    let section = section(
-        rows,
-        applies,
-        colds,
-        (elapsed, env.ticks, env.window),
-        branch.as_deref(),
-    );
+    let section = section(runs, (elapsed, env.ticks, env.window), branch.as_deref());
     println!("\n{section}");
     let document = std::fs::read_to_string(&args.out).unwrap_or_default();
     let (begin, end) = dataplane::markers(branch.as_deref());

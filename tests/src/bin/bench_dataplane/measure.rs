@@ -179,7 +179,7 @@ fn start_resolver(env: &Env, proxy: &Proxy) -> Resolver {
 }
 
 /// The address map as autoproxy-resolver leaves it once it has resolved every name.
-fn prefill_addresses(proxy: &Proxy, routes: &[Route], env: &Env) {
+pub(super) fn prefill_addresses(proxy: &Proxy, routes: &[Route], env: &Env) {
     let mut text = String::new();
     for (i, route) in routes.iter().enumerate() {
         let backend = &env.backends.list[i % env.backends.list.len()];
