@@ -1,9 +1,10 @@
-//! The data plane as a test reads it: HTTP answers of the address service's socket (or of the
-//! stats listener that forwards to it), and the CloudWatch metrics the service published to
+//! The data plane as a test reads it: HTTP answers of the address service's socket (the stats
+//! listener that forwards to it is read with [`crate::prometheus::get`]), and the CloudWatch
+//! metrics the service published to
 //! moto (through a stand-in that speaks the SDK's protocol to it).
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -21,13 +22,6 @@ pub struct Answer {
 /// `GET path` on the unix socket at `socket`.
 pub fn get_unix(socket: &Path, path: &str) -> std::io::Result<Answer> {
     let mut stream = UnixStream::connect(socket)?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    exchange(&mut stream, path)
-}
-
-/// `GET path` on the TCP listener at `addr` (HAProxy's stats listener).
-pub fn get_tcp(addr: SocketAddr, path: &str) -> std::io::Result<Answer> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     exchange(&mut stream, path)
 }

@@ -291,12 +291,12 @@ impl Run {
             unconfirmed,
             unresolved_routes: record::unresolved_routes(&installed, &addresses),
         };
-        if let Err(err) = record::write_local(&self.dir, &record) {
+        if let Err(err) = record::write_local(&self.paths.dir, &record) {
             log(
                 "fleet",
                 &format!(
                     "WARNING: could not leave the record in {}: {err}",
-                    self.dir.join(record::LOCAL).display()
+                    self.paths.dir.join(record::LOCAL).display()
                 ),
             );
         }

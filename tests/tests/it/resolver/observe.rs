@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use autoproxy_tests::observe::{Answer, CloudWatch, Points, get_unix, sample};
+use autoproxy_tests::prometheus;
 use autoproxy_tests::proxy::HaproxyFiles;
 use autoproxy_tests::resolver::Resolver;
 
@@ -36,7 +37,8 @@ fn get(f: &Fixture, path: &str) -> Answer {
 }
 
 /// A new instance: `/ready` answers 503, naming the route whose host has no address yet,
-/// until the address arrives; then 200. `/agent/metrics` says the same in numbers.
+/// until the address arrives; then 200. `/agent/metrics` says the same in numbers, in a text
+/// promtool accepts; both also through HAProxy's stats listener.
 #[test]
 fn ready_answers_503_until_every_routes_host_has_an_address() {
     let f = Fixture::start(3, &["b"]);
@@ -56,6 +58,10 @@ fn ready_answers_503_until_every_routes_host_has_an_address() {
         get(&f, "/ready"),
         resolver.output()
     );
+    // The same through HAProxy's stats listener, which forwards to the socket.
+    let forwarded = prometheus::get(f.haproxy.stats, "/ready").expect("the stats listener");
+    assert_eq!(forwarded.status, 503, "{forwarded:?}");
+    assert!(forwarded.body.contains(held), "{forwarded:?}");
     let metrics = get(&f, "/agent/metrics");
     assert_eq!(metrics.status, 200);
     assert_eq!(sample(&metrics.body, "autoproxy_routes"), Some(3.0));
@@ -73,7 +79,19 @@ fn ready_answers_503_until_every_routes_host_has_an_address() {
         resolver.output()
     );
     assert_eq!(get(&f, "/ready").body, "ready\n");
-    let metrics = get(&f, "/agent/metrics").body;
+    let forwarded = prometheus::get(f.haproxy.stats, "/ready").expect("the stats listener");
+    assert_eq!(
+        (forwarded.status, forwarded.body.as_str()),
+        (200, "ready\n")
+    );
+    let metrics = prometheus::get(f.haproxy.stats, "/agent/metrics")
+        .expect("the stats listener")
+        .body;
+    assert_eq!(
+        prometheus::promtool_lint(&metrics),
+        Ok(Vec::new()),
+        "{metrics}"
+    );
     for (name, want) in [
         ("autoproxy_unresolved_routes", 0.0),
         ("autoproxy_ready", 1.0),
