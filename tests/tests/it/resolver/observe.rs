@@ -150,7 +150,12 @@ fn the_cloudwatch_figures_equal_what_was_sent() {
     );
     // And stays so: later publishes add nothing for what was counted once.
     std::thread::sleep(Duration::from_millis(2500));
-    assert_eq!(sums(), want, "rejects published again\n{}", resolver.output());
+    assert_eq!(
+        sums(),
+        want,
+        "rejects published again\n{}",
+        resolver.output()
+    );
     let up = published(&cloudwatch, "HAProxyUp");
     assert_eq!(
         (up.sum, up.max),
