@@ -163,7 +163,9 @@ fn the_cloudwatch_figures_equal_what_was_sent() {
         "HAProxy up at every publish"
     );
     assert_eq!(published(&cloudwatch, "Workers").max, 1.0);
-    assert_eq!(published(&cloudwatch, "UnresolvedRoutes").max, 1.0);
+    // 1 while route 1's host does not answer; 2 at a publish before route 0's answered.
+    let unresolved = published(&cloudwatch, "UnresolvedRoutes").max;
+    assert!((1.0..=2.0).contains(&unresolved), "{unresolved}");
     assert!(published(&cloudwatch, "CurrentConnections").count >= 1.0);
     assert!(published(&cloudwatch, "ConnectionRate").count >= 1.0);
 
@@ -231,7 +233,11 @@ fn a_failed_publish_leaves_routing_untouched() {
     assert_eq!(get(&f, "/ready").status, 200, "{:?}", get(&f, "/ready"));
     assert!(resolver.is_running(), "{}", resolver.output());
     assert!(
-        resolver.output().matches(failed).count() >= 2,
+        f.wait_until(Duration::from_secs(10), |_| resolver
+            .output()
+            .matches(failed)
+            .count()
+            >= 2),
         "retried every interval:\n{}",
         resolver.output()
     );
