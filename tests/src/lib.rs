@@ -18,6 +18,7 @@ pub mod iam;
 pub mod local;
 pub mod loopback;
 pub mod moto;
+pub mod observe;
 pub mod organization;
 pub mod pipeline;
 pub mod prometheus;

@@ -46,8 +46,18 @@ pub struct Resolver {
 }
 
 impl Resolver {
-    /// Starts `autoproxy-agent resolve` on the installed config at `config`.
+    /// Starts `autoproxy-agent resolve` on the installed config at `config`, its CloudWatch
+    /// metrics off.
     pub fn start(config: &Path, knobs: Knobs) -> Resolver {
+        Resolver::start_with(config, knobs, &[("AUTOPROXY_METRICS_SECONDS", "0")])
+    }
+
+    /// The same with more environment (`AUTOPROXY_METRICS_SECONDS`, a moto's endpoint).
+    pub fn start_with<K: AsRef<std::ffi::OsStr>, V: AsRef<std::ffi::OsStr>>(
+        config: &Path,
+        knobs: Knobs,
+        env: &[(K, V)],
+    ) -> Resolver {
         let dir = tempfile::Builder::new()
             .prefix("autoproxy-resolver-")
             .tempdir()
@@ -66,6 +76,7 @@ impl Resolver {
                 "AUTOPROXY_MAX_STALE_SECONDS",
                 knobs.max_stale_seconds.to_string(),
             )
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(output.try_clone().expect("clone the output file"))
             .stderr(output)

@@ -1,5 +1,5 @@
 //! HAProxy's runtime API (the stats socket a config declares): the one place the agent talks
-//! to a running HAProxy, and the one parser of where that socket is.
+//! to a running HAProxy, and ([`declared`]) the one parser of where that socket is.
 //!
 //! No well-kept crate speaks this protocol, and it is small: a command is one line; without
 //! `prompt` HAProxy answers it and closes the connection, with `prompt` it ends each answer with
@@ -18,6 +18,12 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
+
+mod declared;
+
+pub use declared::{
+    AGENT_BACKEND, DeclaredSocket, declared_agent_socket, declared_socket, global_value, socket_of,
+};
 
 /// Why HAProxy could not be asked, or did not answer as expected.
 #[derive(Debug, thiserror::Error)]
@@ -63,78 +69,6 @@ impl RuntimeError {
     }
 }
 
-/// What a config declares as its stats socket, in `global`'s first `stats socket` line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DeclaredSocket {
-    /// No `stats socket` with a path (none at all, or an IP address).
-    None,
-    /// A path that is not only a path: never connected to.
-    Unsafe(String),
-    Path(PathBuf),
-}
-
-/// The stats socket a config's text declares. The only parser of it: the apply and the
-/// resolver both ask here.
-pub fn declared_socket(config: &str) -> DeclaredSocket {
-    let Some(value) = global_value(config, "stats") else {
-        return DeclaredSocket::None;
-    };
-    let mut words = value.split_whitespace();
-    if words.next() != Some("socket") {
-        return DeclaredSocket::None;
-    }
-    let Some(path) = words.next() else {
-        return DeclaredSocket::None;
-    };
-    let path = path.strip_prefix("unix@").unwrap_or(path);
-    if !path.starts_with('/') {
-        return DeclaredSocket::None;
-    }
-    if safe_socket_path(path) {
-        DeclaredSocket::Path(PathBuf::from(path))
-    } else {
-        DeclaredSocket::Unsafe(path.to_owned())
-    }
-}
-
-/// The usable stats socket of the config file at `path`, if it exists and declares one.
-pub fn socket_of(path: &Path) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(path).ok()?;
-    match declared_socket(&text) {
-        DeclaredSocket::Path(socket) => Some(socket),
-        DeclaredSocket::None | DeclaredSocket::Unsafe(_) => None,
-    }
-}
-
-/// The arguments of the first `keyword` line in the `global` section, joined by one space.
-pub fn global_value(text: &str, keyword: &str) -> Option<String> {
-    let mut in_global = false;
-    for line in text.lines() {
-        let mut words = line.split_whitespace();
-        let Some(first) = words.next() else { continue };
-        if !line.starts_with([' ', '\t']) {
-            if !first.starts_with('#') {
-                in_global = first == "global";
-            }
-            continue;
-        }
-        if in_global && first == keyword {
-            return Some(words.collect::<Vec<_>>().join(" "));
-        }
-    }
-    None
-}
-
-/// A socket path that is only a path: letters, digits and `. _ / -`, absolute, no `..`.
-fn safe_socket_path(path: &str) -> bool {
-    path.starts_with('/')
-        && (2..=201).contains(&path.len())
-        && !path.contains("..")
-        && path
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._/-".contains(&b))
-}
-
 /// What `show info` says about the worker that answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Info {
@@ -142,6 +76,10 @@ pub struct Info {
     pub pid: u32,
     /// The `description` of the config it runs (autoproxy writes its generation there).
     pub description: Option<String>,
+    /// `CurrConns`: the connections it holds now.
+    pub current_connections: Option<u64>,
+    /// `ConnRate`: the connections it accepted in the last second.
+    pub connection_rate: Option<u64>,
 }
 
 impl Info {
@@ -355,6 +293,13 @@ impl Session {
         parse_info(&self.ask("show info").await?)
     }
 
+    /// Every backend's cumulated sessions (`stot` of its BACKEND row in `show stat`), by name.
+    pub async fn backend_sessions(&mut self) -> Result<Vec<(String, u64)>, RuntimeError> {
+        let command = "show stat -1 2 -1";
+        let answer = self.ask(command).await?;
+        parse_backend_sessions(command, &answer)
+    }
+
     /// The entries of a map as HAProxy holds them: `(key, value)` in HAProxy's order.
     pub async fn show_map(&mut self, map: &str) -> Result<Vec<(String, String)>, RuntimeError> {
         let command = format!("show map {map}");
@@ -375,11 +320,16 @@ fn check(command: &str) -> Result<(), RuntimeError> {
 fn parse_info(answer: &str) -> Result<Info, RuntimeError> {
     let mut pid = None;
     let mut description = None;
+    let (mut current_connections, mut connection_rate) = (None, None);
     for line in answer.lines() {
         if let Some(value) = line.strip_prefix("Pid: ") {
             pid = value.trim().parse().ok();
         } else if let Some(value) = line.strip_prefix("description: ") {
             description = Some(value.trim().to_owned());
+        } else if let Some(value) = line.strip_prefix("CurrConns: ") {
+            current_connections = value.trim().parse().ok();
+        } else if let Some(value) = line.strip_prefix("ConnRate: ") {
+            connection_rate = value.trim().parse().ok();
         }
     }
     let pid = pid.ok_or_else(|| RuntimeError::Unexpected {
@@ -387,7 +337,45 @@ fn parse_info(answer: &str) -> Result<Info, RuntimeError> {
         expected: "a line 'Pid: N'",
         answer: autoproxy::excerpt(answer, 200),
     })?;
-    Ok(Info { pid, description })
+    Ok(Info {
+        pid,
+        description,
+        current_connections,
+        connection_rate,
+    })
+}
+
+/// `show stat` answers CSV under a header line `# pxname,svname,...,stot,...`; a backend's
+/// own row has `svname` BACKEND.
+fn parse_backend_sessions(command: &str, answer: &str) -> Result<Vec<(String, u64)>, RuntimeError> {
+    let unexpected = |expected| RuntimeError::Unexpected {
+        command: command.to_owned(),
+        expected,
+        answer: autoproxy::excerpt(answer, 200),
+    };
+    let mut lines = answer.lines().filter(|line| !line.trim().is_empty());
+    let header = lines
+        .next()
+        .and_then(|line| line.strip_prefix("# "))
+        .ok_or_else(|| unexpected("a header line '# pxname,svname,...'"))?;
+    let column = |name: &str| header.split(',').position(|field| field == name);
+    let (Some(proxy), Some(service), Some(stot)) =
+        (column("pxname"), column("svname"), column("stot"))
+    else {
+        return Err(unexpected("the columns pxname, svname and stot"));
+    };
+    let mut sessions = Vec::new();
+    for line in lines {
+        let fields: Vec<&str> = line.split(',').collect();
+        if fields.get(service) != Some(&"BACKEND") {
+            continue;
+        }
+        if let (Some(name), Some(total)) = (fields.get(proxy), fields.get(stot)) {
+            let total = total.parse().map_err(|_| unexpected("a number in stot"))?;
+            sessions.push(((*name).to_owned(), total));
+        }
+    }
+    Ok(sessions)
 }
 
 /// `show map` answers `0x55d1c0a0 key value` per entry.
@@ -427,6 +415,37 @@ mod tests {
     }
 
     #[test]
+    fn info_gives_the_connections() {
+        let info = parse_info("Pid: 7\nCurrConns: 12\nConnRate: 3\n").expect("parses");
+        assert_eq!(
+            (info.current_connections, info.connection_rate),
+            (Some(12), Some(3))
+        );
+        let bare = parse_info("Pid: 7\n").expect("parses");
+        assert_eq!(
+            (bare.current_connections, bare.connection_rate),
+            (None, None)
+        );
+    }
+
+    #[test]
+    fn backend_sessions_come_from_the_backend_rows() {
+        let answer = "# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin\n\
+                      reject_no_route,BACKEND,0,0,0,0,1,42,0\n\
+                      passthrough,s1,0,0,0,0,1,9,0\n\
+                      passthrough,BACKEND,0,0,0,0,1,10,0\n\n";
+        assert_eq!(
+            parse_backend_sessions("show stat", answer).expect("parses"),
+            vec![
+                ("reject_no_route".to_owned(), 42),
+                ("passthrough".to_owned(), 10)
+            ]
+        );
+        assert!(parse_backend_sessions("show stat", "Unknown command\n").is_err());
+        assert!(parse_backend_sessions("show stat", "# pxname,svname\nx,BACKEND\n").is_err());
+    }
+
+    #[test]
     fn a_command_that_would_be_two_is_never_sent() {
         for bad in ["show info\nshutdown", "set map a b c;shutdown", "", "x\r"] {
             assert!(
@@ -435,39 +454,6 @@ mod tests {
             );
         }
         assert!(check("add map autoproxy/addresses.map a.b 10.0.0.1").is_ok());
-    }
-
-    #[test]
-    fn the_declared_socket_is_read_from_global_and_only_if_it_is_a_path() {
-        let global =
-            |line: &str| format!("global\n    {line}\n\ndefaults\n    stats socket /elsewhere\n");
-        for (line, want) in [
-            (
-                "stats socket unix@/run/haproxy/admin.sock mode 660 level admin",
-                DeclaredSocket::Path(PathBuf::from("/run/haproxy/admin.sock")),
-            ),
-            (
-                "stats socket /run/a.sock",
-                DeclaredSocket::Path(PathBuf::from("/run/a.sock")),
-            ),
-            ("stats socket ipv4@127.0.0.1:9", DeclaredSocket::None),
-            ("stats timeout 30s", DeclaredSocket::None),
-            ("maxconn 10", DeclaredSocket::None),
-            (
-                "stats socket /tmp/x,ignoreeof",
-                DeclaredSocket::Unsafe("/tmp/x,ignoreeof".to_owned()),
-            ),
-            (
-                "stats socket /run/../etc/x",
-                DeclaredSocket::Unsafe("/run/../etc/x".to_owned()),
-            ),
-        ] {
-            assert_eq!(declared_socket(&global(line)), want, "{line}");
-        }
-        assert_eq!(
-            declared_socket("defaults\n    stats socket /x\n"),
-            DeclaredSocket::None
-        );
     }
 
     #[test]

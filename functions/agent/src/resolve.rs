@@ -19,7 +19,9 @@
 //! second, atomically) and pushes each change over the stats socket (what the running worker
 //! uses). SIGTERM and SIGINT stop it, after a last write of the map if it changed. It answers
 //! the apply's "resolve these names now" on `<config dir>/autoproxy/resolver.sock` (the
-//! protocol is in [`control`]).
+//! protocol is in [`control`]). It shows the instance ([`observe`]): `/ready` and
+//! `/agent/metrics` on the HTTP socket the config's `backend autoproxy_agent` names, and
+//! CloudWatch metrics every `AUTOPROXY_METRICS_SECONDS` (60; 0: off).
 //!
 //! The rules, each a pure function of `schedule` with its table test:
 //! * **Which address.** Every A record at the end of the CNAME chain counts (the chain is
@@ -52,6 +54,7 @@
 pub mod control;
 pub mod dns;
 pub mod knobs;
+pub mod observe;
 pub mod once;
 pub mod schedule;
 pub mod service;
@@ -78,14 +81,21 @@ use crate::address_map::MapFile;
 use config::{Installed, Watched};
 use control::Control;
 use engine::{Engine, Transport};
+use observe::Observer;
 use output::Output;
 use pushing::Pushing;
 use wants::Wants;
 
 /// Runs the address service on the installed config at `config`.
 pub fn main(config: &Path) -> ExitCode {
-    let knobs = match Knobs::from_env() {
-        Ok(knobs) => knobs,
+    let read = Knobs::from_env().and_then(|knobs| {
+        Ok((
+            knobs,
+            knobs::metrics_period(|name| std::env::var(name).ok())?,
+        ))
+    });
+    let (knobs, metrics) = match read {
+        Ok(read) => read,
         Err(err) => {
             log(format_args!("{err}"));
             return ExitCode::from(78);
@@ -102,7 +112,7 @@ pub fn main(config: &Path) -> ExitCode {
             return ExitCode::from(70);
         }
     };
-    match runtime.block_on(run(config, knobs)) {
+    match runtime.block_on(run(config, knobs, metrics)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             log(format_args!("{err}"));
@@ -121,7 +131,7 @@ pub enum RunError {
 /// How often wanted names whose time is up are forgotten.
 const WANTED_CHECK: Duration = Duration::from_secs(5);
 
-async fn run(config: &Path, knobs: Knobs) -> Result<(), RunError> {
+async fn run(config: &Path, knobs: Knobs, metrics: Option<Duration>) -> Result<(), RunError> {
     let config_dir = config.parent().unwrap_or(Path::new(".")).to_path_buf();
     let start = Instant::now();
     let mut engine = Engine::new(knobs);
@@ -133,12 +143,14 @@ async fn run(config: &Path, knobs: Knobs) -> Result<(), RunError> {
     let mut watched = Watched::new(config, start);
     let mut wants = Wants::default();
     let mut pushing = Pushing::new(config, start);
+    let mut observer = Observer::start(config, knobs.refresh, metrics, start);
     let mut cycle = Cycle::new(start);
     let mut next_wanted_check = start + WANTED_CHECK;
     loop {
         let now = Instant::now();
         if let Some(installed) = watched.poll(now) {
             follow(config, &installed, &mut engine, &mut transport, now);
+            observer.follow(&installed, now);
             pushing.set_stats_socket(installed.stats_socket, now).await;
         }
         engine.step(now, &mut transport);
@@ -155,6 +167,7 @@ async fn run(config: &Path, knobs: Knobs) -> Result<(), RunError> {
             wants.push_started();
         }
         cycle.report(&mut engine, knobs.refresh, now);
+        observer.update(&mut engine, output.written(), now);
         let wake = [
             engine.next_wake(now),
             Some(watched.next_check()),
@@ -182,6 +195,7 @@ async fn run(config: &Path, knobs: Knobs) -> Result<(), RunError> {
         output.write(&mut engine, Instant::now());
     }
     control.close();
+    observer.close();
     log(format_args!("stopped"));
     Ok(())
 }

@@ -8,5 +8,6 @@ mod answers;
 mod changes;
 mod ensure;
 mod fixture;
+mod observe;
 mod rate;
 mod service;

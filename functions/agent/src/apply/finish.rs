@@ -291,6 +291,15 @@ impl Run {
             unconfirmed,
             unresolved_routes: record::unresolved_routes(&installed, &addresses),
         };
+        if let Err(err) = record::write_local(&self.paths.dir, &record) {
+            log(
+                "fleet",
+                &format!(
+                    "WARNING: could not leave the record in {}: {err}",
+                    self.paths.dir.join(record::LOCAL).display()
+                ),
+            );
+        }
         let key = record::key(&self.params.key, &instance_id);
         let s3 = self.s3().await;
         match record::put(&s3, &self.params.bucket, &key, &record).await {

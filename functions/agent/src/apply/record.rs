@@ -2,6 +2,8 @@
 //! `<ConfigKey without .cfg>.fleet/<instance id>.json` in the config bucket after every apply,
 //! pushed or the association's (docs/ARCHITECTURE.md, "Fleet records"). Its `generation` is
 //! what HAProxy itself reported at the end of the run, never what the run meant to install.
+//! The same record stays on the instance ([`LOCAL`], beside the maps), where the address
+//! service reads the last apply's result and path for its figures.
 
 pub use autoproxy::fleet::{ApplyResult as Outcome, Record, record_key as key};
 
@@ -21,6 +23,31 @@ pub fn instance_id() -> String {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
     if plain { id } else { "unknown".to_owned() }
+}
+
+/// Where the last apply's record stays on the instance, relative to the config's directory.
+pub const LOCAL: &str = "autoproxy/last-apply.json";
+
+/// Leaves `record` in `config_dir`'s [`LOCAL`] (complete or not at all: written aside and
+/// renamed into place); a failure is logged by the caller and never fails the apply.
+pub fn write_local(config_dir: &std::path::Path, record: &Record) -> std::io::Result<()> {
+    let path = config_dir.join(LOCAL);
+    let dir = path.parent().unwrap_or(config_dir);
+    std::fs::create_dir_all(dir)?;
+    let body = serde_json::to_vec(record).map_err(std::io::Error::other)?;
+    let temp = super::files::temp_path(dir, ".last-apply");
+    let written = super::files::write_synced(&temp, &body, 0o644)
+        .and_then(|()| std::fs::rename(&temp, &path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written
+}
+
+/// The last apply's record left in `config_dir`, if there is one that parses.
+pub fn read_local(config_dir: &std::path::Path) -> Option<Record> {
+    let text = std::fs::read(config_dir.join(LOCAL)).ok()?;
+    serde_json::from_slice(&text).ok()
 }
 
 /// UTC now as `2026-11-24T03:14:02Z`.
@@ -106,6 +133,31 @@ mod tests {
         check(951_782_400, 500_000_000, "2000-02-29T00:00:00Z");
         check(4_102_444_799, 1, "2099-12-31T23:59:59Z");
         assert_eq!(now_utc().len(), 20);
+    }
+
+    #[test]
+    fn the_record_left_on_the_instance_reads_back() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        assert!(read_local(dir.path()).is_none());
+        let record = Record {
+            instance_id: "i-0abc".to_owned(),
+            generation: 7,
+            sha256: String::new(),
+            result: Outcome::Applied,
+            reason: String::new(),
+            version_id: "v7".to_owned(),
+            at: now_utc(),
+            agent: String::new(),
+            apply_id: apply_id(),
+            path: "runtime".to_owned(),
+            path_reason: String::new(),
+            unconfirmed: String::new(),
+            unresolved_routes: 0,
+        };
+        write_local(dir.path(), &record).expect("written");
+        assert_eq!(read_local(dir.path()), Some(record));
+        std::fs::write(dir.path().join(LOCAL), "{").expect("write");
+        assert!(read_local(dir.path()).is_none());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use autoproxy::artifact::{self, MapFiles};
 
-use crate::haproxy::{RuntimeApi, RuntimeError};
+use crate::haproxy::{Info, RuntimeApi, RuntimeError, Session};
 
 /// How long one question on the stats socket may take.
 pub const SOCKET_TIMEOUT: Duration = Duration::from_secs(2);
@@ -48,6 +48,11 @@ impl Running {
     pub async fn read(api: &RuntimeApi) -> Result<Running, RuntimeError> {
         let mut session = api.session().await?;
         let info = session.info().await?;
+        Running::read_on(&mut session, &info).await
+    }
+
+    /// What the worker that answered `info` on `session` runs.
+    pub async fn read_on(session: &mut Session, info: &Info) -> Result<Running, RuntimeError> {
         let map = MapFiles::stable().generation.unwrap_or_default();
         // Only a worker without the map (a config without one) falls back to `description`:
         // any other error is an error, not an older generation.

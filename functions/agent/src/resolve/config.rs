@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::log::log;
+use super::observe::figures::RouteHosts;
+use super::observe::socket;
 
 /// What the resolver reads from the installed config.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -21,6 +23,17 @@ pub struct Installed {
     pub ignored_nameservers: Vec<String>,
     /// The `stats socket` of `global`, when it is a path.
     pub stats_socket: Option<PathBuf>,
+    /// The generation in the header.
+    pub generation: Option<u64>,
+    /// The route lines by host.
+    pub routes: RouteHosts,
+    /// Where to serve `/ready` and `/agent/metrics` (the agent backend's server, inside the
+    /// chroot when there is one).
+    pub agent_socket: Option<PathBuf>,
+    /// An agent backend's server path that is not only a path (never bound).
+    pub unsafe_agent_socket: Option<String>,
+    /// The group HAProxy's workers run as (read from /etc/group by [`Watched::poll`]).
+    pub worker_group: Option<u32>,
 }
 
 /// Reads what the resolver needs from a config's text.
@@ -43,6 +56,14 @@ pub fn read_installed(text: &str) -> Installed {
     // The one parser of the stats socket: a path that is not only a path is never used.
     if let crate::haproxy::DeclaredSocket::Path(socket) = crate::haproxy::declared_socket(text) {
         installed.stats_socket = Some(socket);
+    }
+    installed.generation = autoproxy::artifact::parse_header(text)
+        .ok()
+        .map(|header| header.generation);
+    installed.routes = RouteHosts::of(text);
+    match socket::bind_path(text) {
+        Ok(path) => installed.agent_socket = path,
+        Err(path) => installed.unsafe_agent_socket = Some(path),
     }
     installed
 }
@@ -102,6 +123,8 @@ impl Watched {
             let mut installed = read_installed(&text);
             let dir = self.path.parent().unwrap_or(Path::new("/"));
             installed.add_serving_hosts(dir, &text);
+            let groups = std::fs::read_to_string("/etc/group").unwrap_or_default();
+            installed.worker_group = socket::worker_group(&text, &groups);
             installed
         })
     }

@@ -79,6 +79,10 @@ pub struct Engine {
     /// The map changed since it was last written.
     pub dirty: bool,
     pub stats: Stats,
+    /// The same counters since the engine started (the service's figures).
+    pub totals: Stats,
+    /// When a turn last ended with an answer (an address or a final negative one).
+    pub last_answer: Option<Instant>,
     /// Whether to log each change and failure (the service does; `ensure` reports instead).
     pub verbose: bool,
     /// Where the tick grid starts.
@@ -101,6 +105,8 @@ impl Engine {
             rotation: 0,
             dirty: false,
             stats: Stats::default(),
+            totals: Stats::default(),
+            last_answer: None,
             verbose: true,
             epoch: Instant::now(),
         }
@@ -255,6 +261,13 @@ impl Engine {
         }
     }
 
+    /// How late the name due first is at `now` (zero when none is overdue).
+    pub fn lag(&mut self, now: Instant) -> Duration {
+        self.names
+            .peek_due()
+            .map_or(Duration::ZERO, |due| now.saturating_duration_since(due))
+    }
+
     /// When something must happen next: a query may leave, or one times out.
     pub fn next_wake(&mut self, now: Instant) -> Option<Instant> {
         let send = if self.nameservers.is_empty() {
@@ -342,6 +355,7 @@ impl Engine {
         };
         self.pacer.sent(now, steady);
         self.stats.queries += 1;
+        self.totals.queries += 1;
         let tcp = lookup.tcp;
         let pending = Pending {
             lookup,
@@ -461,12 +475,16 @@ impl Engine {
         };
         if ended.answered {
             self.stats.answered += 1;
+            self.totals.answered += 1;
+            self.last_answer = Some(now);
         } else {
             self.stats.failed += 1;
+            self.totals.failed += 1;
         }
         if ended.changed {
             self.dirty = true;
             self.stats.changed += 1;
+            self.totals.changed += 1;
         }
     }
 }

@@ -81,9 +81,37 @@ impl Knobs {
     }
 }
 
+/// The CloudWatch publish period, read through `get` (`AUTOPROXY_METRICS_SECONDS`, 60 by
+/// default); `None` when it is 0: publishing off.
+pub fn metrics_period(get: impl Fn(&str) -> Option<String>) -> Result<Option<Duration>, KnobError> {
+    const VARIABLE: &str = "AUTOPROXY_METRICS_SECONDS";
+    let Some(text) = get(VARIABLE) else {
+        return Ok(Some(Duration::from_secs(60)));
+    };
+    match text.trim().parse::<f64>() {
+        Ok(seconds) if seconds.abs() < f64::EPSILON => Ok(None),
+        Ok(seconds) if (0.1..1e7).contains(&seconds) => Ok(Some(Duration::from_secs_f64(seconds))),
+        _ => Err(KnobError {
+            variable: VARIABLE,
+            got: text,
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_metrics_period_defaults_to_a_minute_and_0_turns_publishing_off() {
+        let read = |value: Option<&str>| metrics_period(|_| value.map(str::to_owned));
+        assert_eq!(read(None), Ok(Some(Duration::from_secs(60))));
+        assert_eq!(read(Some("1.5")), Ok(Some(Duration::from_millis(1500))));
+        assert_eq!(read(Some("0")), Ok(None));
+        for bad in ["-1", "soon", "0.01", ""] {
+            assert!(read(Some(bad)).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn knobs_come_from_the_environment_or_their_defaults() {

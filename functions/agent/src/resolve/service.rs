@@ -6,9 +6,13 @@
 //! the agent is not root or systemd does not run (the result says which).
 //!
 //! The unit is hardened: a read-only system but for the maps directory (the map file, its
-//! lock and the control socket), which [`ensure`] creates before the unit starts, and which
-//! `ReadWritePaths=-…` tolerates missing (without the `-`, a missing directory fails the
-//! start with 226/NAMESPACE).
+//! lock and the control socket) and the directory of the HTTP socket HAProxy forwards
+//! `/ready` to (when the config names one), which [`ensure`] creates before the unit starts,
+//! and which `ReadWritePaths=-…` tolerates missing (without the `-`, a missing directory
+//! fails the start with 226/NAMESPACE). A config that moves that socket changes the unit's
+//! text, so the apply restarts the service with the new directory writable. The unit sets no
+//! `AUTOPROXY_*` variable: the service's defaults are the production values (CloudWatch
+//! metrics every 60 s, with the instance profile's credentials and the region from IMDS).
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
@@ -80,16 +84,45 @@ pub enum ServiceError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot create the agent socket's directory {path}: {source}")]
+    SocketDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("systemctl {args}: {why}")]
     Systemctl { args: String, why: String },
 }
 
-/// The unit text for `agent` resolving for `config`.
+/// The unit text for `agent` resolving for the config at `config` (read for the directory of
+/// its agent socket).
 pub fn unit(agent: &Path, config: &Path) -> Result<String, ServiceError> {
+    unit_with(agent, config, socket_dir(config).as_deref())
+}
+
+/// The directory of the HTTP socket the config at `config` names, if it names one.
+pub fn socket_dir(config: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(config).ok()?;
+    let path = super::observe::socket::bind_path(&text).ok()??;
+    path.parent().map(Path::to_path_buf)
+}
+
+/// The unit text, the agent socket's directory given.
+pub fn unit_with(
+    agent: &Path,
+    config: &Path,
+    socket_dir: Option<&Path>,
+) -> Result<String, ServiceError> {
     let agent_text = safe(agent, "the agent path")?;
     let config_text = safe(config, "the config path")?;
     let maps = maps_dir(config);
-    let maps_text = safe(&maps, "the maps directory")?;
+    let mut writable = format!("ReadWritePaths=-{}", safe(&maps, "the maps directory")?);
+    if let Some(dir) = socket_dir {
+        writable.push_str(&format!(
+            "\nReadWritePaths=-{}",
+            safe(dir, "the agent socket's directory")?
+        ));
+    }
     Ok(format!(
         "\
 # Written by autoproxy-agent apply; rewritten whenever its text changes.
@@ -106,7 +139,7 @@ RestartSec=5
 TimeoutStopSec=20
 NoNewPrivileges=yes
 ProtectSystem=strict
-ReadWritePaths=-{maps_text}
+{writable}
 ProtectHome=yes
 PrivateTmp=yes
 PrivateDevices=yes
@@ -166,12 +199,17 @@ pub fn ensure(agent: &Path, config: &Path, host: &Host) -> Result<ServiceState, 
     if !host.systemd_marker.is_dir() {
         return Ok(ServiceState::NoSystemd);
     }
-    let text = unit(agent, config)?;
+    let socket_dir = socket_dir(config);
+    let text = unit_with(agent, config, socket_dir.as_deref())?;
     let maps = maps_dir(config);
     std::fs::create_dir_all(&maps).map_err(|source| ServiceError::MapsDir {
         path: maps.clone(),
         source,
     })?;
+    if let Some(dir) = socket_dir {
+        std::fs::create_dir_all(&dir)
+            .map_err(|source| ServiceError::SocketDir { path: dir, source })?;
+    }
     let current = std::fs::read_to_string(&host.unit_path).ok();
     if current.as_deref() != Some(text.as_str()) {
         write_unit(&host.unit_path, &text)?;
@@ -274,6 +312,17 @@ mod tests {
             "\nExecStart=/var/lib/autoproxy/agent/ab12/autoproxy-agent resolve /etc/haproxy/haproxy.cfg\n"
         ));
         assert!(text.contains("\nReadWritePaths=-/etc/haproxy/autoproxy\n"));
+        let with_socket = unit_with(
+            Path::new("/var/lib/autoproxy/agent/ab12/autoproxy-agent"),
+            Path::new("/etc/haproxy/haproxy.cfg"),
+            Some(Path::new("/run/haproxy")),
+        )
+        .expect("a unit");
+        assert!(
+            with_socket.contains(
+                "\nReadWritePaths=-/etc/haproxy/autoproxy\nReadWritePaths=-/run/haproxy\n"
+            )
+        );
         for unsafe_path in ["relative/agent", "/a b/agent", "/a%n/agent", "/a\"/agent"] {
             assert!(
                 matches!(

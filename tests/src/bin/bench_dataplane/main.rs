@@ -143,6 +143,7 @@ fn main() {
         ticks,
         window: Duration::from_secs(args.window),
         agent: !args.no_agent,
+        moto: (!args.no_agent).then(autoproxy_tests::moto::Moto::start),
     };
     println!(
         "DNS on {nameserver}:53 (HAProxy) and {} (resolver agent); backends on 127.0.0.2-5:{}",

@@ -14,10 +14,11 @@ use autoproxy_tests::dataplane::{
     steady,
 };
 use autoproxy_tests::dns::Query;
+use autoproxy_tests::moto::Moto;
 use autoproxy_tests::proxy::HaproxyFiles;
 use autoproxy_tests::resolver::{Knobs, Resolver};
 
-use super::env::Env;
+use super::env::{Env, METRICS_SECONDS};
 use super::under_load::{UnderLoad, reloads_under_load};
 
 /// One row of the table.
@@ -158,11 +159,23 @@ fn install(
     if design == Design::Maps {
         prefill_addresses(&proxy, routes, env);
         if env.agent {
-            agent = Some(Resolver::start(&proxy.config_path(), Knobs::default()));
+            agent = Some(start_resolver(env, &proxy));
             std::thread::sleep(Duration::from_secs(1));
         }
     }
     (proxy, agent)
+}
+
+/// autoproxy-resolver with its production settings, publishing its CloudWatch metrics to the
+/// benchmark's moto every [`METRICS_SECONDS`].
+fn start_resolver(env: &Env, proxy: &Proxy) -> Resolver {
+    let mut vars = env.moto.as_ref().map(Moto::env).unwrap_or_default();
+    vars.push((
+        "AUTOPROXY_METRICS_SECONDS".to_owned(),
+        METRICS_SECONDS.to_string(),
+    ));
+    vars.push(("AUTOPROXY_INSTANCE_ID".to_owned(), "i-0bench".to_owned()));
+    Resolver::start_with(&proxy.config_path(), Knobs::default(), &vars)
 }
 
 /// The address map as autoproxy-resolver leaves it once it has resolved every name.
@@ -192,7 +205,9 @@ fn idle(env: &Env, proxy: &Proxy, agent: Option<&Resolver>) -> Idle {
     let agent_percent = agent_from
         .zip(agent_to)
         .map(|(from, to)| 100.0 * (to - from) as f64 / window / env.ticks as f64);
-    println!("idle worker: {percent:.1} % of a core; agent {agent_percent:.1?} %");
+    println!(
+        "idle worker: {percent:.1} % of a core; resolver {agent_percent:.2?} % (publishing to CloudWatch every {METRICS_SECONDS} s)"
+    );
     Idle {
         window: (steady_from, steady_to),
         ticks_per_second,

@@ -78,7 +78,7 @@ pub(super) fn table(rows: &[Row]) -> String {
         let burst = |b: &Burst| format!("{} ({})", b.total, b.max_per_second);
         let agent = row
             .agent_percent
-            .map_or(String::new(), |a| format!(" (+ resolver {a:.1} %)"));
+            .map_or(String::new(), |a| format!(" (+ resolver {a:.2} %)"));
         let under_load = row.under_load.as_ref().map_or("—".to_owned(), under_load);
         writeln!(
             out,
@@ -214,7 +214,8 @@ How each figure is measured:
   it; the document's size is its `Content` as compact JSON, as CloudFormation sends it to
   SSM (whose cap is 64 KB).
 * **Idle CPU**: the worker's CPU (and the resolver's) in the steady-state window, in % of
-  one core.
+  one core. The resolver publishes its CloudWatch metrics meanwhile, to a local moto, every
+  {metrics} s (the production period is 60 s): its figure is an upper bound.
 * **Reject counters**: what sending rejects to their own backends (`reject_no_route`,
   `reject_no_address`, counted in their sessions) and the stats listener's exporter and agent
   backend cost a routed connection: the default template against the map-based template as it
@@ -230,6 +231,7 @@ How each figure is measured:
   without the backend's banner. The range is the reload times under that load.
 * Other processes share the machine's cores; the figures are from one run.
 ",
-        window = window.as_secs()
+        window = window.as_secs(),
+        metrics = super::env::METRICS_SECONDS,
     )
 }

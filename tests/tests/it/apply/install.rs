@@ -349,6 +349,11 @@ fn every_apply_leaves_a_fleet_record_of_what_runs() {
         record["at"].as_str().is_some_and(|at| at.ends_with('Z')),
         "{record}"
     );
+    // The same record stays on the instance, for the address service's /agent/metrics.
+    let local = f.haproxy.dir().join("autoproxy/last-apply.json");
+    let local: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&local).unwrap()).unwrap();
+    assert_eq!(local, record);
 
     let (run, record) = f.apply_and_record(&version);
     assert!(run.success(), "{run}");

@@ -3,10 +3,13 @@
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use autoproxy::model::{Route, SniMatch};
 use autoproxy::names::HostName;
+use autoproxy::render::DEFAULT_TEMPLATE;
+use autoproxy_agent::haproxy::{DeclaredSocket, declared_agent_socket};
 use autoproxy_tests::dns::DnsServer;
 use autoproxy_tests::proxy::{self, Backends, Haproxy, HaproxyFiles};
 use autoproxy_tests::resolver::{self, ADDRESS_MAP, Knobs, Resolver};
@@ -57,7 +60,9 @@ impl Fixture {
         let backends = Backends::start(backends);
         let haproxy = Haproxy::new();
         let routes: Vec<Route> = (0..routes).map(|i| route(i, backends.port)).collect();
-        let config = proxy::render_with(1, &routes, &haproxy.options(backends.port), &[dns.addr()]);
+        let template = with_agent_backend(&haproxy);
+        let options = haproxy.options(backends.port);
+        let config = proxy::render_template(&template, 1, &routes, &options, &[dns.addr()]);
         haproxy.start(&config);
         Fixture {
             dns,
@@ -68,6 +73,15 @@ impl Fixture {
 
     pub(super) fn resolver(&self, knobs: Knobs) -> Resolver {
         Resolver::start(&self.haproxy.config_path(), knobs)
+    }
+
+    /// The address service's HTTP socket, as the installed config names it.
+    pub(super) fn agent_socket(&self) -> PathBuf {
+        let config = std::fs::read_to_string(self.haproxy.config_path()).expect("the config");
+        match declared_agent_socket(&config) {
+            DeclaredSocket::Path(path) => path,
+            other => panic!("the config names no agent socket: {other:?}"),
+        }
     }
 
     /// The address of backend `name`.
@@ -142,6 +156,18 @@ impl Fixture {
             self.backends.get(backend).banner()
         );
     }
+}
+
+/// The default template, with the backend HAProxy forwards `/ready` to when it has none.
+fn with_agent_backend(haproxy: &Haproxy) -> String {
+    if DEFAULT_TEMPLATE.contains("backend autoproxy_agent") {
+        return DEFAULT_TEMPLATE.to_owned();
+    }
+    let socket = haproxy.dir().join("agent.sock");
+    format!(
+        "{DEFAULT_TEMPLATE}\nbackend autoproxy_agent\n    server agent unix@{}\n",
+        socket.display()
+    )
 }
 
 pub(super) fn expected(entries: &[(String, Ipv4Addr)]) -> BTreeMap<String, String> {

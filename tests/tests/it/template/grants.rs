@@ -258,7 +258,8 @@ fn the_instances_may_read_the_published_agents_and_no_other_key() {
             "ReadAgent",
             "ListAgent",
             "WriteCommandOutput",
-            "FindCommandLogGroup"
+            "FindCommandLogGroup",
+            "PublishMetrics"
         ]
     );
     let agent = grants
@@ -296,4 +297,39 @@ fn the_instances_may_read_the_published_agents_and_no_other_key() {
         config.2,
         ["arn:aws:s3:::autoproxy-123456789012-0f1e2d3c/haproxy/haproxy.cfg"]
     );
+}
+
+/// The instances may publish metrics, and only in the namespace the address service publishes
+/// to: PutMetricData names no resource, so the `cloudwatch:namespace` condition is the whole
+/// limit (moto evaluates no conditions; least_privilege proves the grant is needed).
+#[test]
+fn the_instances_may_publish_metrics_only_in_the_agents_namespace() {
+    let grants = instance_grants();
+    let cloudwatch: Vec<&(String, Vec<String>, Vec<String>)> = grants
+        .iter()
+        .filter(|(_, actions, _)| actions.iter().any(|a| a.starts_with("cloudwatch:")))
+        .collect();
+    assert_eq!(
+        cloudwatch,
+        [&(
+            "PublishMetrics".to_owned(),
+            vec!["cloudwatch:PutMetricData".to_owned()],
+            vec!["*".to_owned()]
+        )]
+    );
+    let template = template();
+    let statements =
+        &template["Resources"]["ProxyInstancePolicy"]["Properties"]["PolicyDocument"]["Statement"];
+    let publish = statements
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|s| s["Sid"].as_str() == Some("PublishMetrics"))
+        .unwrap();
+    let namespace = autoproxy_agent::resolve::observe::cloudwatch::NAMESPACE;
+    let expected: Value = serde_yaml::from_str(&format!(
+        "StringEquals:\n  cloudwatch:namespace: {namespace}\n"
+    ))
+    .unwrap();
+    assert_eq!(publish["Condition"], expected);
 }

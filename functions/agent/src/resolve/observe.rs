@@ -1,0 +1,257 @@
+//! What the address service shows of the instance: `/ready` and `/agent/metrics` on its HTTP
+//! socket (which HAProxy's stats listener forwards to), and the per-instance CloudWatch
+//! metrics (docs/ARCHITECTURE.md, "The data plane, observed").
+//!
+//! The loop only stores its figures ([`figures`]) with [`Observer::update`]; everything that
+//! waits (HTTP clients, HAProxy's answers, CloudWatch) happens in tasks of their own that read
+//! them, so a slow client, a busy worker or an unreachable CloudWatch never holds up the
+//! resolving or the pushing.
+
+pub mod cloudwatch;
+pub mod figures;
+pub mod http;
+pub mod probe;
+pub mod prometheus;
+pub mod publisher;
+pub mod ready;
+pub mod socket;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+
+use super::config::Installed;
+use super::engine::Engine;
+use super::log::log;
+use figures::{Figures, RouteHosts, Shared};
+use http::Response;
+use probe::Probe;
+
+/// How often a socket that could not be bound is tried again.
+const BIND_RETRY: Duration = Duration::from_secs(10);
+
+/// The map the worker is brought to.
+type Addresses = Arc<BTreeMap<Arc<str>, IpAddr>>;
+
+/// Answers the HTTP socket's requests from the shared figures.
+#[derive(Debug, Clone)]
+pub struct Answerer {
+    figures: Shared,
+    probe: Arc<Probe>,
+    config_dir: PathBuf,
+}
+
+impl Answerer {
+    /// The answer to `GET path`.
+    pub async fn get(&self, path: &str) -> Response {
+        let figures = self.figures.get();
+        let seen = self.probe.look(figures.stats_socket.as_deref()).await;
+        let now = Instant::now();
+        let reasons = ready::reasons(&figures, &seen, now);
+        match path {
+            "/ready" if reasons.is_empty() => Response::text(200, "ready\n"),
+            "/ready" => Response::text(503, format!("not ready:\n{}\n", reasons.join("\n"))),
+            "/agent/metrics" => {
+                let last_apply = crate::apply::record::read_local(&self.config_dir);
+                let body = prometheus::render(&prometheus::Exposition {
+                    figures: &figures,
+                    haproxy: &seen,
+                    last_apply: last_apply.as_ref(),
+                    ready: reasons.is_empty(),
+                    now,
+                });
+                Response {
+                    status: 200,
+                    content_type: prometheus::CONTENT_TYPE,
+                    body,
+                }
+            }
+            _ => Response::text(
+                404,
+                "not found: this socket serves /ready and /agent/metrics\n",
+            ),
+        }
+    }
+}
+
+/// The HTTP socket: where the config wants it (path and group) and what is bound.
+#[derive(Debug)]
+enum Endpoint {
+    None,
+    Serving {
+        wanted: (PathBuf, Option<u32>),
+        bound: socket::Bound,
+        task: JoinHandle<()>,
+    },
+    Failed {
+        wanted: (PathBuf, Option<u32>),
+        retry_at: Instant,
+    },
+}
+
+/// The figures the loop keeps, the HTTP socket and the CloudWatch publisher.
+#[derive(Debug)]
+pub struct Observer {
+    figures: Shared,
+    answerer: Answerer,
+    hosts: RouteHosts,
+    /// The map the unresolved routes were last counted against.
+    counted: Option<Addresses>,
+    endpoint: Endpoint,
+    publisher: Option<JoinHandle<()>>,
+}
+
+impl Observer {
+    /// Starts observing the service for `config`; publishes to CloudWatch every `metrics`
+    /// (none: off).
+    pub fn start(
+        config: &Path,
+        refresh: Duration,
+        metrics: Option<Duration>,
+        now: Instant,
+    ) -> Observer {
+        let figures = Shared::new(Figures::new(config.to_path_buf(), refresh, now));
+        let probe = Arc::new(Probe::default());
+        let publisher = match metrics {
+            Some(period) => Some(publisher::spawn(
+                period,
+                figures.clone(),
+                Arc::clone(&probe),
+            )),
+            None => {
+                log(format_args!(
+                    "CloudWatch metrics off (AUTOPROXY_METRICS_SECONDS=0)"
+                ));
+                None
+            }
+        };
+        Observer {
+            answerer: Answerer {
+                figures: figures.clone(),
+                probe,
+                config_dir: config.parent().unwrap_or(Path::new("/")).to_path_buf(),
+            },
+            figures,
+            hosts: RouteHosts::default(),
+            counted: None,
+            endpoint: Endpoint::None,
+            publisher,
+        }
+    }
+
+    /// Takes in what the installed config holds now.
+    pub fn follow(&mut self, installed: &Installed, now: Instant) {
+        self.hosts = installed.routes.clone();
+        self.counted = None;
+        self.figures.update(|f| {
+            f.installed_generation = installed.generation;
+            f.stats_socket.clone_from(&installed.stats_socket);
+            f.routes = self.hosts.routes;
+        });
+        if let Some(path) = &installed.unsafe_agent_socket {
+            log(format_args!(
+                "ignored agent socket {path:?}: expected a plain absolute path"
+            ));
+        }
+        let wanted = installed
+            .agent_socket
+            .clone()
+            .map(|path| (path, installed.worker_group));
+        self.serve(wanted, now);
+    }
+
+    /// Stores the loop's figures (every turn of the loop: a few stores; the routes without an
+    /// address are counted again only when the map changed).
+    pub fn update(&mut self, engine: &mut Engine, written: &Addresses, now: Instant) {
+        if !self
+            .counted
+            .as_ref()
+            .is_some_and(|c| Arc::ptr_eq(c, written))
+        {
+            let unresolved = self.hosts.unresolved(written);
+            self.figures.update(|f| f.unresolved_routes = unresolved);
+            self.counted = Some(Arc::clone(written));
+        }
+        let lag = engine.lag(now);
+        self.figures.update(|f| {
+            f.updated = now;
+            f.names = u64::try_from(engine.len()).unwrap_or(u64::MAX);
+            f.queries_total = engine.totals.queries;
+            f.failures_total = engine.totals.failed;
+            f.lag = lag;
+            f.last_answer = engine.last_answer;
+        });
+        if let Endpoint::Failed { wanted, retry_at } = &self.endpoint
+            && now >= *retry_at
+        {
+            let wanted = wanted.clone();
+            self.endpoint = Endpoint::None;
+            self.bind(wanted, now, false);
+        }
+    }
+
+    /// Serves on `wanted` (path and group) from now on; nothing when it is none.
+    fn serve(&mut self, wanted: Option<(PathBuf, Option<u32>)>, now: Instant) {
+        let current = match &self.endpoint {
+            Endpoint::Serving { wanted, .. } | Endpoint::Failed { wanted, .. } => Some(wanted),
+            Endpoint::None => None,
+        };
+        if current == wanted.as_ref() {
+            return;
+        }
+        self.close_socket();
+        if let Some(wanted) = wanted {
+            self.bind(wanted, now, true);
+        }
+    }
+
+    fn bind(&mut self, wanted: (PathBuf, Option<u32>), now: Instant, first: bool) {
+        match socket::bind(&wanted.0, wanted.1) {
+            Ok((listener, bound)) => {
+                log(format_args!(
+                    "serving /ready and /agent/metrics on {}",
+                    bound.path.display()
+                ));
+                let task = tokio::spawn(http::serve(listener, self.answerer.clone()));
+                self.endpoint = Endpoint::Serving {
+                    wanted,
+                    bound,
+                    task,
+                };
+            }
+            Err(err) => {
+                if first {
+                    log(format_args!(
+                        "cannot serve /ready and /agent/metrics yet ({err}); trying again every {}s",
+                        BIND_RETRY.as_secs()
+                    ));
+                }
+                self.endpoint = Endpoint::Failed {
+                    wanted,
+                    retry_at: now + BIND_RETRY,
+                };
+            }
+        }
+    }
+
+    fn close_socket(&mut self) {
+        if let Endpoint::Serving { bound, task, .. } =
+            std::mem::replace(&mut self.endpoint, Endpoint::None)
+        {
+            task.abort();
+            bound.remove();
+        }
+    }
+
+    /// Stops serving and publishing; removes the socket.
+    pub fn close(&mut self) {
+        self.close_socket();
+        if let Some(publisher) = self.publisher.take() {
+            publisher.abort();
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! What the address service shows of the instance: `/ready` and `/agent/metrics` on its HTTP
+//! socket, and the CloudWatch metrics it publishes (to moto) — equal to what was sent, and
+//! never in the way of the resolving and pushing when CloudWatch is gone.
+
+use std::time::Duration;
+
+use autoproxy_tests::observe::{Answer, CloudWatch, Points, get_unix, sample};
+use autoproxy_tests::prometheus;
+use autoproxy_tests::proxy::HaproxyFiles;
+use autoproxy_tests::resolver::Resolver;
+
+use super::fixture::{Fixture, QUICK, expected, host, sni};
+
+const INSTANCE: &str = "i-0observed";
+
+/// The resolver publishing to `cloudwatch` every second, as instance [`INSTANCE`].
+fn publishing(f: &Fixture, cloudwatch: &CloudWatch) -> Resolver {
+    let mut env = cloudwatch.env();
+    env.push(("AUTOPROXY_METRICS_SECONDS".to_owned(), "1".to_owned()));
+    env.push(("AUTOPROXY_INSTANCE_ID".to_owned(), INSTANCE.to_owned()));
+    Resolver::start_with(&f.haproxy.config_path(), QUICK, &env)
+}
+
+/// What moto holds of `metric` for [`INSTANCE`].
+fn published(cloudwatch: &CloudWatch, metric: &str) -> Points {
+    cloudwatch
+        .points(metric, INSTANCE)
+        .unwrap_or_else(|err| panic!("{metric}: {err}"))
+}
+
+/// `GET path` on the service's socket (an error reads as status 0).
+fn get(f: &Fixture, path: &str) -> Answer {
+    get_unix(&f.agent_socket(), path).unwrap_or_else(|err| Answer {
+        status: 0,
+        body: err.to_string(),
+    })
+}
+
+/// A new instance: `/ready` answers 503, naming the route whose host has no address yet,
+/// until the address arrives; then 200. `/agent/metrics` says the same in numbers, in a text
+/// promtool accepts; both also through HAProxy's stats listener.
+#[test]
+fn ready_answers_503_until_every_routes_host_has_an_address() {
+    let f = Fixture::start(3, &["b"]);
+    let b = f.backend_ip("b");
+    for i in 0..3 {
+        f.dns.set(&host(i), &[b]);
+    }
+    f.dns.drop_queries(&host(2), true);
+    let resolver = f.resolver(QUICK);
+    let held = "1 of 3 routes have no address yet";
+    assert!(
+        f.wait_until(Duration::from_secs(10), |f| {
+            let answer = get(f, "/ready");
+            answer.status == 503 && answer.body.contains(held)
+        }),
+        "503 naming the held route: {:?}\n{}",
+        get(&f, "/ready"),
+        resolver.output()
+    );
+    // The same through HAProxy's stats listener, which forwards to the socket.
+    let forwarded = prometheus::get(f.haproxy.stats, "/ready").expect("the stats listener");
+    assert_eq!(forwarded.status, 503, "{forwarded:?}");
+    assert!(forwarded.body.contains(held), "{forwarded:?}");
+    let metrics = get(&f, "/agent/metrics");
+    assert_eq!(metrics.status, 200);
+    assert_eq!(sample(&metrics.body, "autoproxy_routes"), Some(3.0));
+    assert_eq!(
+        sample(&metrics.body, "autoproxy_unresolved_routes"),
+        Some(1.0)
+    );
+    assert_eq!(sample(&metrics.body, "autoproxy_ready"), Some(0.0));
+
+    f.dns.drop_queries(&host(2), false);
+    assert!(
+        f.wait_until(Duration::from_secs(10), |f| get(f, "/ready").status == 200),
+        "200 once every host has an address: {:?}\n{}",
+        get(&f, "/ready"),
+        resolver.output()
+    );
+    assert_eq!(get(&f, "/ready").body, "ready\n");
+    let forwarded = prometheus::get(f.haproxy.stats, "/ready").expect("the stats listener");
+    assert_eq!(
+        (forwarded.status, forwarded.body.as_str()),
+        (200, "ready\n")
+    );
+    let metrics = prometheus::get(f.haproxy.stats, "/agent/metrics")
+        .expect("the stats listener")
+        .body;
+    assert_eq!(
+        prometheus::promtool_lint(&metrics),
+        Ok(Vec::new()),
+        "{metrics}"
+    );
+    for (name, want) in [
+        ("autoproxy_unresolved_routes", 0.0),
+        ("autoproxy_ready", 1.0),
+        ("autoproxy_haproxy_up", 1.0),
+        ("autoproxy_running_generation", 1.0),
+        ("autoproxy_installed_generation", 1.0),
+    ] {
+        assert_eq!(sample(&metrics, name), Some(want), "{name} in\n{metrics}");
+    }
+    assert!(
+        sample(&metrics, "autoproxy_resolver_queries_total").is_some_and(|q| q >= 3.0),
+        "{metrics}"
+    );
+    f.assert_routes(2, "b");
+}
+
+/// Connections rejected for no route and for no address, counted by HAProxy and published
+/// as per-interval increases: within one publish interval, CloudWatch holds what was sent.
+#[test]
+fn the_cloudwatch_figures_equal_what_was_sent() {
+    let cloudwatch = CloudWatch::start();
+    let f = Fixture::start(2, &["b"]);
+    f.dns.set(&host(0), &[f.backend_ip("b")]);
+    // Route 1's host never answers: its connections have a route but no address.
+    f.dns.drop_queries(&host(1), true);
+    let resolver = publishing(&f, &cloudwatch);
+    let first = |f: &Fixture| {
+        published(&cloudwatch, "HAProxyUp").count >= 1.0 && f.running_map().len() == 1
+    };
+    assert!(
+        f.wait_until(Duration::from_secs(15), first),
+        "a first publish:\n{}",
+        resolver.output()
+    );
+    let (unrouted, unresolved) = (7, 4);
+    for _ in 0..unrouted {
+        assert!(f.haproxy.probe("nobody.test.internal").is_err());
+    }
+    for _ in 0..unresolved {
+        assert!(f.haproxy.probe(&sni(1)).is_err());
+    }
+    f.assert_routes(0, "b");
+    let sums = || {
+        (
+            published(&cloudwatch, "RejectedNoRoute").sum,
+            published(&cloudwatch, "RejectedNoAddress").sum,
+        )
+    };
+    let want = (f64::from(unrouted), f64::from(unresolved));
+    // One interval (1 s) and the publish itself.
+    assert!(
+        f.wait_until(Duration::from_secs(3), |_| sums() == want),
+        "rejects published {:?}, sent {want:?}\n{}",
+        sums(),
+        resolver.output()
+    );
+    // And stays so: later publishes add nothing for what was counted once.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        sums(),
+        want,
+        "rejects published again\n{}",
+        resolver.output()
+    );
+    let up = published(&cloudwatch, "HAProxyUp");
+    assert_eq!(
+        (up.sum, up.max),
+        (up.count, 1.0),
+        "HAProxy up at every publish"
+    );
+    assert_eq!(published(&cloudwatch, "Workers").max, 1.0);
+    // 1 while route 1's host does not answer; 2 at a publish before route 0's answered.
+    let unresolved = published(&cloudwatch, "UnresolvedRoutes").max;
+    assert!((1.0..=2.0).contains(&unresolved), "{unresolved}");
+    assert!(published(&cloudwatch, "CurrentConnections").count >= 1.0);
+    assert!(published(&cloudwatch, "ConnectionRate").count >= 1.0);
+
+    // The failed lookups of route 1's host, per interval, add up to the service's count
+    // once it answers.
+    f.dns.drop_queries(&host(1), false);
+    f.dns.set(&host(1), &[f.backend_ip("b")]);
+    assert!(f.wait_until(Duration::from_secs(10), |f| f.running_map().len() == 2));
+    std::thread::sleep(Duration::from_secs(3));
+    let failures = sample(
+        &get(&f, "/agent/metrics").body,
+        "autoproxy_resolver_failures_total",
+    );
+    assert!(failures.is_some_and(|n| n >= 1.0), "{failures:?}");
+    assert_eq!(
+        Some(published(&cloudwatch, "ResolverFailures").sum),
+        failures
+    );
+}
+
+/// CloudWatch gone (moto stopped): publishing fails and says so, and nothing else changes —
+/// addresses are still pushed, connections still flow, `/ready` still answers 200.
+#[test]
+fn a_failed_publish_leaves_routing_untouched() {
+    let cloudwatch = CloudWatch::start();
+    let f = Fixture::start(1, &["first", "second"]);
+    let (first, second) = (f.backend_ip("first"), f.backend_ip("second"));
+    f.dns.set(&host(0), &[first]);
+    let mut resolver = publishing(&f, &cloudwatch);
+    assert!(
+        f.wait_until(Duration::from_secs(15), |_| published(
+            &cloudwatch,
+            "HAProxyUp"
+        )
+        .count
+            >= 1.0),
+        "a first publish:\n{}",
+        resolver.output()
+    );
+    f.assert_running_map(
+        Duration::from_secs(10),
+        &expected(&[(host(0), first)]),
+        "the first address",
+        &resolver,
+    );
+    f.assert_routes(0, "first");
+    drop(cloudwatch);
+    f.assert_routes(0, "first");
+    let failed = "CloudWatch metrics not published";
+    assert!(
+        f.wait_until(Duration::from_secs(10), |_| resolver
+            .output()
+            .contains(failed)),
+        "the failed publish is logged:\n{}",
+        resolver.output()
+    );
+    f.dns.set(&host(0), &[second]);
+    f.assert_running_map(
+        Duration::from_secs(6),
+        &expected(&[(host(0), second)]),
+        "the new address, pushed while publishing fails",
+        &resolver,
+    );
+    f.assert_routes(0, "second");
+    assert_eq!(get(&f, "/ready").status, 200, "{:?}", get(&f, "/ready"));
+    assert!(resolver.is_running(), "{}", resolver.output());
+    assert!(
+        f.wait_until(Duration::from_secs(10), |_| resolver
+            .output()
+            .matches(failed)
+            .count()
+            >= 2),
+        "retried every interval:\n{}",
+        resolver.output()
+    );
+}
