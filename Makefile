@@ -23,9 +23,8 @@ test: tools lint
 	@$(MAKE) --no-print-directory test-haproxy30
 
 ## The other end of the supported range: the tests that drive a real HAProxy (haproxy -c of
-## the golden configs; apply, its faults and the runtime API; the resolver; the data plane and
-## its counters and exporter;
-## end to end) again, with HAProxy 3.0 (built by .ci/tools.sh) first on PATH, where both the
+## the golden configs; apply, its faults and the runtime API; the resolver; the data plane,
+## its counters and exporter; end to end) again, with HAProxy 3.0 (built by .ci/tools.sh) first on PATH, where both the
 ## harness and the agent's `haproxy -c` find it. haproxy_version:: fails the run if the
 ## haproxy on PATH is not 3.0.
 HAPROXY_TESTS := haproxy_version:: golden:: apply:: runtime_api:: resolver:: dataplane:: metrics:: e2e::
