@@ -277,6 +277,15 @@ fn strip_no_value(value: Json) -> Option<Json> {
     }
 }
 
+/// The statement `sid` of the standalone policy resource `policy` in `template`, as written
+/// (intrinsics unresolved).
+pub fn policy_statement<'a>(template: &'a Value, policy: &str, sid: &str) -> Option<&'a Value> {
+    template["Resources"][policy]["Properties"]["PolicyDocument"]["Statement"]
+        .as_sequence()?
+        .iter()
+        .find(|s| s["Sid"].as_str() == Some(sid))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

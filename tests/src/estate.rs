@@ -441,6 +441,24 @@ impl Account {
     }
 }
 
+/// The text of `key` in `bucket` (a test's read-back: panics when it is not there).
+pub async fn object_text(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> String {
+    let out = s3
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .unwrap_or_else(|err| panic!("GetObject {bucket}/{key}: {err:?}"));
+    let bytes = out
+        .body
+        .collect()
+        .await
+        .expect("the object's body")
+        .into_bytes();
+    String::from_utf8(bytes.to_vec()).expect("UTF-8 text")
+}
+
 /// Creates a bucket with versioning enabled (the config bucket's shape).
 pub async fn versioned_bucket(sdk: &SdkConfig, bucket: &str) -> Result<(), EstateError> {
     use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};

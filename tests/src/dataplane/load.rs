@@ -21,6 +21,18 @@ pub struct Until {
     pub stop: Arc<AtomicBool>,
 }
 
+impl Until {
+    /// One CPU-per-connection sample: 1,000 connections, in 0.4 s at least and 1 s at most.
+    pub fn cpu_sample() -> Until {
+        Until {
+            connections: 1_000,
+            min_time: Duration::from_millis(400),
+            max_time: Duration::from_secs(1),
+            stop: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
 /// `threads` clients, each opening one connection after another with a ClientHello for
 /// `targets` in turn and reading the backend's banner until the peer closes.
 pub fn client_loop(addr: SocketAddr, targets: &[Target], threads: usize, until: &Until) -> Tally {

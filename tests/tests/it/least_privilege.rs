@@ -33,6 +33,7 @@ const PROXY: &str = "peering-proxy.tools.example.com";
 const AT: &str = "2026-11-23T03:14:02Z";
 
 /// What a statement's removal shows.
+#[derive(Clone, Copy)]
 enum Check {
     /// The run fails without it.
     Needed,
@@ -56,13 +57,7 @@ const SSM_RESOURCES: &str = "moto authorises SSM calls against the resource * an
 const GENERATE: &[(&str, Check)] = &[
     ("ListHostedZones", Check::Static(ROUTE53)),
     ("ReadHostedZones", Check::Static(ROUTE53)),
-    (
-        "ListConfigBucket",
-        Check::Static(
-            "moto answers GetObject of a missing key 404 with or without s3:ListBucket (AWS \
-             answers 403 without it)",
-        ),
-    ),
+    ("ListConfigBucket", Check::Static(LIST_BUCKET)),
     ("ReadWriteConfigAndManifest", Check::Needed),
     ("ReadTemplate", Check::Needed),
 ];
@@ -71,29 +66,22 @@ const MEMBER_ROLES: &str = "moto lets any role be assumed and the listing here f
                             (their Route53 would be denied under enforcement); the statement is \
                             checked statically (template::grants::what_moto_cannot_check_is_exactly_this)";
 
-/// The generator's statements with `MemberAccounts` naming units: each Organizations call is
-/// proven against IAM like the rest.
-const GENERATE_UNITS: &[(&str, Check)] = &[
-    ("ListHostedZones", Check::Static(ROUTE53)),
-    ("ReadHostedZones", Check::Static(ROUTE53)),
-    ("ListConfigBucket", Check::Static(LIST_BUCKET)),
-    ("ReadWriteConfigAndManifest", Check::Needed),
-    ("ReadTemplate", Check::Needed),
-    ("ListUnitAccounts", Check::Needed),
-    ("ListUnitChildren", Check::Needed),
-    ("AssumeMemberRoles", Check::Static(MEMBER_ROLES)),
-];
-
-/// The same with `MemberAccounts=organization`.
-const GENERATE_ORGANIZATION: &[(&str, Check)] = &[
-    ("ListHostedZones", Check::Static(ROUTE53)),
-    ("ReadHostedZones", Check::Static(ROUTE53)),
-    ("ListConfigBucket", Check::Static(LIST_BUCKET)),
-    ("ReadWriteConfigAndManifest", Check::Needed),
-    ("ReadTemplate", Check::Needed),
-    ("ListOrganizationAccounts", Check::Needed),
-    ("AssumeMemberRoles", Check::Static(MEMBER_ROLES)),
-];
+/// The generator's statements with `MemberAccounts` naming units (`units`) or the whole
+/// organization: the deployment's, then each Organizations call, proven against IAM like the
+/// rest, then the member roles.
+fn generate_with_members(units: bool) -> Vec<(&'static str, Check)> {
+    let listing: &[&str] = if units {
+        &["ListUnitAccounts", "ListUnitChildren"]
+    } else {
+        &["ListOrganizationAccounts"]
+    };
+    GENERATE
+        .iter()
+        .cloned()
+        .chain(listing.iter().map(|sid| (*sid, Check::Needed)))
+        .chain([("AssumeMemberRoles", Check::Static(MEMBER_ROLES))])
+        .collect()
+}
 
 const LIST_BUCKET: &str = "moto answers GetObject of a missing key 404 with or without \
                            s3:ListBucket (AWS answers 403 without it)";
@@ -209,15 +197,14 @@ where
 /// ("… is not authorized to perform …"), and HeadObject's 403 without a body.
 const DENIED: [&str; 3] = ["AccessDenied", "not authorized", "StatusCode(403)"];
 
-#[tokio::test(flavor = "multi_thread")]
-async fn each_function_works_with_exactly_its_template_policy() {
-    let template = template();
+/// moto under IAM enforcement with the config bucket, the default template in it at
+/// `TEMPLATE_KEY`: the admin's and the principal's SDK configurations.
+async fn enforcing_with_bucket() -> (Enforcing, aws_config::SdkConfig, aws_config::SdkConfig) {
     let iam = Enforcing::start().unwrap();
     let admin = iam.sdk_config(&iam.admin).await;
     let principal = iam.sdk_config(&iam.principal).await;
     versioned_bucket(&admin, BUCKET).await.unwrap();
-    let admin_s3 = aws_sdk_s3::Client::new(&admin);
-    admin_s3
+    aws_sdk_s3::Client::new(&admin)
         .put_object()
         .bucket(BUCKET)
         .key(TEMPLATE_KEY)
@@ -225,6 +212,14 @@ async fn each_function_works_with_exactly_its_template_policy() {
         .send()
         .await
         .unwrap();
+    (iam, admin, principal)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_function_works_with_exactly_its_template_policy() {
+    let template = template();
+    let (iam, admin, principal) = enforcing_with_bucket().await;
+    let admin_s3 = aws_sdk_s3::Client::new(&admin);
 
     // The generator. Route53 lives in a second moto without enforcement.
     let route53 = Moto::start();
@@ -423,18 +418,7 @@ async fn prove_member_listing(whole_organization: bool) -> Vec<String> {
     use autoproxy_tests::organization::Organization;
 
     let template = template();
-    let iam = Enforcing::start().unwrap();
-    let admin = iam.sdk_config(&iam.admin).await;
-    let principal = iam.sdk_config(&iam.principal).await;
-    versioned_bucket(&admin, BUCKET).await.unwrap();
-    aws_sdk_s3::Client::new(&admin)
-        .put_object()
-        .bucket(BUCKET)
-        .key(TEMPLATE_KEY)
-        .body(ByteStream::from_static(DEFAULT_TEMPLATE.as_bytes()))
-        .send()
-        .await
-        .unwrap();
+    let (iam, admin, principal) = enforcing_with_bucket().await;
     let organization = Organization::create(&admin).await.unwrap();
     let unit = organization
         .unit(&organization.root, "workloads")
@@ -473,12 +457,8 @@ async fn prove_member_listing(whole_organization: bool) -> Vec<String> {
         .refs
         .insert("MemberRoleName".into(), json!("autoproxy-route53-read"));
     let statements = statements_in(&template, "GenerateFunction", &stack);
-    let expected = if whole_organization {
-        GENERATE_ORGANIZATION
-    } else {
-        GENERATE_UNITS
-    };
-    let checks = classified(&statements, expected);
+    let expected = generate_with_members(!whole_organization);
+    let checks = classified(&statements, &expected);
     prove(&iam, checks, || async {
         let summary = generate::handle(&deps, &json!({}), AT)
             .await
@@ -521,10 +501,7 @@ async fn the_agent_publisher_works_with_exactly_its_template_policy() {
     use autoproxy_tests::response_url::ResponseUrl;
 
     let template = template();
-    let iam = Enforcing::start().unwrap();
-    let admin = iam.sdk_config(&iam.admin).await;
-    let principal = iam.sdk_config(&iam.principal).await;
-    versioned_bucket(&admin, BUCKET).await.unwrap();
+    let (iam, _admin, principal) = enforcing_with_bucket().await;
     let answers = ResponseUrl::start();
     let dir = tempfile::tempdir().unwrap();
     let deps = PublisherDeps {
@@ -579,14 +556,9 @@ async fn the_address_service_publishes_metrics_with_exactly_its_template_grant()
     use autoproxy_tests::observe::CborShim;
 
     let template = template();
-    let statements =
-        &template["Resources"]["ProxyInstancePolicy"]["Properties"]["PolicyDocument"]["Statement"];
-    let publish = statements
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .find(|s| s["Sid"].as_str() == Some("PublishMetrics"))
-        .expect("a PublishMetrics statement");
+    let publish =
+        autoproxy_tests::cfn::policy_statement(&template, "ProxyInstancePolicy", "PublishMetrics")
+            .expect("a PublishMetrics statement");
     let mut publish = stack(&template).resolve(publish).unwrap();
     // moto names the action by CloudWatch's endpoint prefix (it checks
     // `monitoring:PutMetricData`); IAM's name, which the template must use, is checked here and

@@ -111,15 +111,8 @@ impl Org {
     }
 
     async fn object(&self, key: &str) -> String {
-        let out = aws_sdk_s3::Client::new(&self.admin)
-            .get_object()
-            .bucket(BUCKET)
-            .key(key)
-            .send()
+        autoproxy_tests::estate::object_text(&aws_sdk_s3::Client::new(&self.admin), BUCKET, key)
             .await
-            .unwrap();
-        let bytes = out.body.collect().await.unwrap().into_bytes();
-        String::from_utf8(bytes.to_vec()).unwrap()
     }
 
     /// The manifest's account states: account → (state, since, reason).

@@ -54,19 +54,6 @@ pub(super) struct Cold {
     load: (String, String),
 }
 
-/// The counts of `--cold 4000,10000`; `0` stands for none.
-pub(super) fn counts(value: &str) -> Vec<usize> {
-    value
-        .split(',')
-        .map(|n| {
-            n.trim()
-                .parse()
-                .unwrap_or_else(|_| panic!("--cold: expected numbers, got {value:?}"))
-        })
-        .filter(|n| *n > 0)
-        .collect()
-}
-
 /// A cold first install at each count, printed as it ends.
 pub(super) fn cold_installs(env: &Env, counts: &[usize]) -> Vec<Cold> {
     let mut colds = Vec::new();

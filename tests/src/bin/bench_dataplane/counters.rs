@@ -6,8 +6,6 @@
 //! the machine does weighs on both alike.
 
 use std::net::Ipv4Addr;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use autoproxy::model::Route;
@@ -53,19 +51,6 @@ impl Counters {
     }
 }
 
-/// The route counts to compare at (`--counters 10000`, `0` for none).
-pub(super) fn counts(value: &str) -> Vec<usize> {
-    value
-        .split(',')
-        .map(|n| {
-            n.trim()
-                .parse()
-                .unwrap_or_else(|_| panic!("--counters: expected numbers, got {value:?}"))
-        })
-        .filter(|n| *n > 0)
-        .collect()
-}
-
 /// Both templates on `routes`, measured side by side.
 pub(super) fn compare(env: &Env, nameserver: Ipv4Addr, routes: &[Route], ends: &Ends) -> Counters {
     let mut before = start(env, nameserver, MAPS_BEFORE_COUNTERS_TEMPLATE, routes, ends);
@@ -79,12 +64,7 @@ pub(super) fn compare(env: &Env, nameserver: Ipv4Addr, routes: &[Route], ends: &
     // Let both starts settle, then what each idle worker burns.
     std::thread::sleep(Duration::from_secs(2));
     let idle = idle_ticks_per_second(&[&before, &after], env.window);
-    let until = Until {
-        connections: 1_000,
-        min_time: Duration::from_millis(400),
-        max_time: Duration::from_secs(1),
-        stop: Arc::new(AtomicBool::new(false)),
-    };
+    let until = Until::cpu_sample();
     let mut samples = [CpuSample::default(); 2];
     for round in 0..ROUNDS {
         for target in ends.all() {

@@ -110,14 +110,27 @@ fn args() -> Args {
             "--skip-before" => args.designs.retain(|d| *d != Design::PerRoute),
             "--skip-after" => args.designs.retain(|d| *d != Design::Maps),
             "--no-agent" => args.no_agent = true,
-            "--cold" => args.cold = cold::counts(&value()),
-            "--counters" => args.counters = counters::counts(&value()),
+            "--cold" => args.cold = counts(&flag, &value()),
+            "--counters" => args.counters = counts(&flag, &value()),
             "--out" => args.out = PathBuf::from(value()),
             "--haproxy-section" => args.haproxy_section = true,
             other => panic!("unknown flag {other}"),
         }
     }
     args
+}
+
+/// The counts of a flag such as `--cold 4000,10000`; `0` stands for none.
+fn counts(flag: &str, value: &str) -> Vec<usize> {
+    value
+        .split(',')
+        .map(|n| {
+            n.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("{flag}: expected numbers, got {value:?}"))
+        })
+        .filter(|n| *n > 0)
+        .collect()
 }
 
 fn main() {

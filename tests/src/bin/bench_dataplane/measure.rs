@@ -4,8 +4,6 @@
 
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use autoproxy::model::Route;
@@ -219,12 +217,7 @@ fn idle(env: &Env, proxy: &Proxy, agent: Option<&Resolver>) -> Idle {
 /// CPU per connection on the first and last of `targets`. They alternate, three rounds each,
 /// so that a drift in what else runs on the machine weighs on both alike.
 fn cpu_pair(proxy: &Proxy, targets: [&Target; 2], idle: &Idle, env: &Env) -> [CpuPerConnection; 2] {
-    let until = Until {
-        connections: 1_000,
-        min_time: Duration::from_millis(400),
-        max_time: Duration::from_secs(1),
-        stop: Arc::new(AtomicBool::new(false)),
-    };
+    let until = Until::cpu_sample();
     let mut samples = [CpuSample::default(); 2];
     for _round in 0..3 {
         for (sample, target) in samples.iter_mut().zip(targets) {

@@ -157,7 +157,14 @@ fn map_dirs(f: &Fixture) -> Vec<String> {
     names
 }
 
-const STABLE: [&str; 3] = ["generation.map", "routes.map", "suffixes.map"];
+/// What the maps' directory holds between applies: the three route maps and the last
+/// apply's fleet record (which the address service reads for `/agent/metrics`).
+const STABLE: [&str; 4] = [
+    "generation.map",
+    "last-apply.json",
+    "routes.map",
+    "suffixes.map",
+];
 
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()))

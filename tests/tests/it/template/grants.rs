@@ -278,16 +278,11 @@ fn the_instances_may_read_the_published_agents_and_no_other_key() {
     assert_eq!(list.1, ["s3:ListBucket"]);
     assert_eq!(list.2, ["arn:aws:s3:::autoproxy-123456789012-0f1e2d3c"]);
     let template = template();
-    let statements =
-        &template["Resources"]["ProxyInstancePolicy"]["Properties"]["PolicyDocument"]["Statement"];
-    let condition = statements
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .find(|s| s["Sid"].as_str() == Some("ListAgent"))
-        .unwrap()["Condition"]["StringLike"]["s3:prefix"]
-        .as_str()
-        .map(str::to_owned);
+    let condition =
+        autoproxy_tests::cfn::policy_statement(&template, "ProxyInstancePolicy", "ListAgent")
+            .unwrap()["Condition"]["StringLike"]["s3:prefix"]
+            .as_str()
+            .map(str::to_owned);
     assert_eq!(condition.as_deref(), Some("autoproxy-agent/*"));
     let config = grants
         .iter()
@@ -318,14 +313,9 @@ fn the_instances_may_publish_metrics_only_in_the_agents_namespace() {
         )]
     );
     let template = template();
-    let statements =
-        &template["Resources"]["ProxyInstancePolicy"]["Properties"]["PolicyDocument"]["Statement"];
-    let publish = statements
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .find(|s| s["Sid"].as_str() == Some("PublishMetrics"))
-        .unwrap();
+    let publish =
+        autoproxy_tests::cfn::policy_statement(&template, "ProxyInstancePolicy", "PublishMetrics")
+            .unwrap();
     let namespace = autoproxy_agent::resolve::observe::cloudwatch::NAMESPACE;
     let expected: Value = serde_yaml::from_str(&format!(
         "StringEquals:\n  cloudwatch:namespace: {namespace}\n"
