@@ -29,7 +29,8 @@ pub fn instance_id() -> String {
 pub const LOCAL: &str = "autoproxy/last-apply.json";
 
 /// Leaves `record` in `config_dir`'s [`LOCAL`] (complete or not at all: written aside and
-/// renamed into place); a failure is logged by the caller and never fails the apply.
+/// renamed into place, the rename on disk before it returns, as every file the apply
+/// installs); a failure is logged by the caller and never fails the apply.
 pub fn write_local(config_dir: &std::path::Path, record: &Record) -> std::io::Result<()> {
     let path = config_dir.join(LOCAL);
     let dir = path.parent().unwrap_or(config_dir);
@@ -37,7 +38,8 @@ pub fn write_local(config_dir: &std::path::Path, record: &Record) -> std::io::Re
     let body = serde_json::to_vec(record).map_err(std::io::Error::other)?;
     let temp = super::files::temp_path(dir, ".last-apply");
     let written = super::files::write_synced(&temp, &body, 0o644)
-        .and_then(|()| std::fs::rename(&temp, &path));
+        .and_then(|()| std::fs::rename(&temp, &path))
+        .and_then(|()| super::files::sync_dir(dir));
     if written.is_err() {
         let _ = std::fs::remove_file(&temp);
     }

@@ -247,7 +247,7 @@ fn a_fleet_on_per_generation_maps_moves_to_the_stable_ones_with_one_reload() {
     let first = per_generation(&f.config(1, &[("g1.test", "a")]), 1);
     let run = f.apply(&f.upload(&first));
     assert!(run.success(), "{run}{}", f.haproxy.log());
-    assert_eq!(map_dirs(&f), ["gen-1"]);
+    assert_eq!(map_dirs(&f), ["gen-1", "last-apply.json"]);
     f.assert_routes("g1.test", "a");
 
     let second = f.config(2, &[("g2.test", "b")]);
