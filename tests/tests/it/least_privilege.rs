@@ -197,6 +197,19 @@ where
 /// ("… is not authorized to perform …"), and HeadObject's 403 without a body.
 const DENIED: [&str; 3] = ["AccessDenied", "not authorized", "StatusCode(403)"];
 
+/// Route53 for the generator, in a second moto without enforcement: one private zone with an
+/// API pair pointing at the proxy.
+async fn route53_with_one_zone() -> (Moto, aws_config::SdkConfig) {
+    let route53 = Moto::start();
+    let route53_sdk = route53.sdk_config().await;
+    let zone = "lp.example.internal";
+    Account::own(&route53_sdk)
+        .seed_zone(ZoneSpec::private(zone, api_pair(zone, PROXY)))
+        .await
+        .unwrap();
+    (route53, route53_sdk)
+}
+
 /// moto under IAM enforcement with the config bucket, the default template in it at
 /// `TEMPLATE_KEY`: the admin's and the principal's SDK configurations.
 async fn enforcing_with_bucket() -> (Enforcing, aws_config::SdkConfig, aws_config::SdkConfig) {
@@ -222,13 +235,7 @@ async fn each_function_works_with_exactly_its_template_policy() {
     let admin_s3 = aws_sdk_s3::Client::new(&admin);
 
     // The generator. Route53 lives in a second moto without enforcement.
-    let route53 = Moto::start();
-    let route53_sdk = route53.sdk_config().await;
-    let zone = "lp.example.internal";
-    Account::own(&route53_sdk)
-        .seed_zone(ZoneSpec::private(zone, api_pair(zone, PROXY)))
-        .await
-        .unwrap();
+    let (_route53, route53_sdk) = route53_with_one_zone().await;
     let settings = GenerateSettings::from_lookup(|name| {
         match name {
             "CONFIG_BUCKET" => Some(BUCKET),
@@ -429,13 +436,7 @@ async fn prove_member_listing(whole_organization: bool) -> Vec<String> {
     } else {
         unit.as_str()
     };
-    let route53 = Moto::start();
-    let route53_sdk = route53.sdk_config().await;
-    let zone = "lp.example.internal";
-    Account::own(&route53_sdk)
-        .seed_zone(ZoneSpec::private(zone, api_pair(zone, PROXY)))
-        .await
-        .unwrap();
+    let (_route53, route53_sdk) = route53_with_one_zone().await;
     let settings = member_settings(source);
     let members = settings.member_accounts.clone().unwrap();
     let accounts = vec![AccountRoute53::new(
