@@ -14,19 +14,16 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Write as _};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use autoproxy::rules::resolve;
-use autoproxy::s3::ConfigStore;
-use autoproxy::settings::manifest_key;
-use autoproxy_tests::bench::{self, Shape, binary_size, time_check, time_render};
+use autoproxy_tests::bench::{self, Shape, binary_size};
 use autoproxy_tests::estate::{self, role_arn};
 use autoproxy_tests::moto::{Moto, OWN_ACCOUNT};
-use autoproxy_tests::recording_proxy::{RecordingProxy, peak_in_window};
 use serde_json::Value;
+
+mod sweep;
 
 const BUCKET: &str = "autoproxy-bench";
 const CONFIG_KEY: &str = "haproxy/haproxy.cfg";
@@ -101,208 +98,18 @@ async fn main() {
     let (moto, sdk, seeded, seeding, unit) =
         seeded_moto(&shape, "estate", args.organizations).await;
 
-    let upstream = format!("127.0.0.1:{}", moto.port).parse().unwrap();
-    let proxies: BTreeMap<String, RecordingProxy> = seeded
-        .keys()
-        .map(|account| (account.clone(), RecordingProxy::start(upstream)))
-        .collect();
-    let endpoints: Vec<String> = proxies
-        .iter()
-        .map(|(account, proxy)| format!("{account}={}", proxy.endpoint()))
-        .collect();
-    // The event names a known zone with rules, in a member account when there is one.
-    let event_zone = seeded
-        .iter()
-        .flat_map(|(account, zones)| zones.iter().map(move |zone| (account, zone)))
-        .filter(|(_, zone)| shape.has_rules(&zone.name))
-        .min_by_key(|(account, _)| *account == OWN_ACCOUNT)
-        .map(|(account, zone)| format!("{account}/{}", zone.id))
-        .expect("a zone with rules");
-
-    let mut child = sweep_command(&moto, &seeded, &endpoints, args.rate, unit.as_deref())
-        .env("BENCH_EVENT_ZONE", &event_zone)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|err| panic!("bench_sweep: {err} (cargo build --bins first)"));
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    // The generator also prints its CloudWatch EMF metrics line to stdout: skip those.
-    let mut next_line = || -> Value {
-        loop {
-            let line = lines
-                .next()
-                .expect("bench_sweep ended early")
-                .expect("read bench_sweep");
-            let value: Value = serde_json::from_str(&line).unwrap_or_default();
-            if value.get("phase").is_some() {
-                println!("bench_sweep: {line}");
-                return value;
-            }
-        }
-    };
-    println!("full sweep at {} calls/s per account …", args.rate);
-    let sweep = next_line();
-    let sweep_wire: BTreeMap<&String, Vec<Instant>> =
-        proxies.iter().map(|(a, p)| (a, p.take())).collect();
-    writeln!(child.stdin.as_mut().unwrap()).unwrap();
-    let event = next_line();
-    let event_wire: usize = proxies.values().map(|p| p.take().len()).sum();
-    assert!(child.wait().unwrap().success(), "bench_sweep failed");
-
-    // The sweep, as the harness saw it on the wire.
-    let minimum: u64 = seeded
-        .values()
-        .map(|zones| bench::minimum_calls(zones))
-        .sum();
-    let wire_calls: usize = sweep_wire.values().map(Vec::len).sum();
-    let client_calls: u64 = sweep["run"]["calls"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|v| v.as_u64().unwrap())
-        .sum();
-    let largest = sweep_wire.values().map(Vec::len).max().unwrap_or(0);
-    let peak = sweep_wire
-        .values()
-        .map(|times| peak_in_window(times, Duration::from_secs(1)))
-        .max()
-        .unwrap_or(0);
-    let sweep_s = sweep["run"]["wall_ms"].as_f64().unwrap() / 1000.0;
-    // moto serves every account from one Python thread: the sweep cannot be faster than the
-    // time moto needs for its calls one after another, whatever the limiter allows.
-    let page_ms = moto_page_ms(&sdk, &seeded[OWN_ACCOUNT]).await;
-    let moto_floor_s = page_ms * wire_calls as f64 / 1000.0;
-    let rules = sweep["run"]["rules"].as_u64().unwrap();
-    rows.push(Row(
-        format!(
-            "Estate: {} zones × {} records, {} accounts, 1 in {} zones with both rules",
-            shape.zones, shape.records, shape.accounts, shape.rules_every
-        ),
-        format!(
-            "{} record sets; {rules} routes found (expected {}); seeded in {:.0} s",
-            shape.zones * shape.records,
-            shape.expected_routes(),
-            seeding.as_secs_f64()
-        ),
-        String::new(),
-    ));
-    rows.push(Row(
-        "Full sweep: Route53 calls (counted at the proxies)".into(),
-        format!("{wire_calls} (client counted {client_calls}; largest account {largest})"),
-        format!("minimum {minimum} = pages of zones + pages of records"),
-    ));
-    if let Some(unit) = &unit {
-        rows.push(Row(
-            format!("Full sweep: Organizations calls (members listed from {unit})"),
-            format!(
-                "{} (the event run: {})",
-                sweep["run"]["organizations_calls"], event["run"]["organizations_calls"]
-            ),
-            "listing pages only".into(),
-        ));
-    }
-    rows.push(Row(
-        "Full sweep: wall time (S3 reads/writes and render included)".into(),
-        format!("{sweep_s:.1} s"),
-        format!(
-            "≈ largest account ÷ rate = {:.1} s (all calls ÷ rate would be {:.1} s); moto \
-             alone needs ≈ {moto_floor_s:.0} s for these calls, one at a time",
-            largest as f64 / args.rate,
-            wire_calls as f64 / args.rate
-        ),
-    ));
-    rows.push(Row(
-        "moto's service time for one page of records (sequential, no limiter)".into(),
-        format!("{page_ms:.1} ms (mean of {MOTO_SAMPLES})"),
-        String::new(),
-    ));
-    rows.push(Row(
-        "Peak Route53 calls per account in any 1-s window".into(),
-        peak.to_string(),
-        format!("≤ {}", args.rate),
-    ));
-    let event_s = event["run"]["wall_ms"].as_f64().unwrap() / 1000.0;
-    rows.push(Row(
-        "CloudTrail event (one known zone): Route53 calls, wall time".into(),
-        format!(
-            "{event_wire} calls, {:.2} s (zones scanned: {})",
-            event_s, event["run"]["zones_scanned"]
-        ),
-        "≤ 3 calls".into(),
-    ));
-    let rss = sweep["peak_rss_bytes"].as_u64().unwrap_or(0);
-    rows.push(Row(
-        format!(
-            "Generator peak RSS (VmHWM of bench_sweep) after the sweep of {} zones",
-            shape.zones
-        ),
-        format!("{:.1} MB", rss as f64 / 1e6),
-        String::new(),
-    ));
-
-    // The resulting config: rendered again from the manifest for timing, checked as stored.
-    let store = ConfigStore::new(
-        aws_sdk_s3::Client::new(&sdk),
-        BUCKET,
-        CONFIG_KEY,
-        &manifest_key(CONFIG_KEY),
-    );
-    let stored = store
-        .current_config()
-        .await
-        .expect("read config")
-        .expect("a published config");
-    let manifest = store
-        .manifest()
-        .await
-        .expect("read manifest")
-        .expect("a manifest");
-    // Every zone's routes, as a sweep of distinct zone names gives them (no ownership
-    // refusals: each name has one holder here).
-    let candidates = manifest
-        .zones
-        .values()
-        .flat_map(|entry| entry.routes.iter().cloned())
-        .collect();
-    let (routes, _) = resolve(candidates);
-    let (render_ms, _) = time_render(&routes);
-    let (check_ms, valid) = time_check(&stored.text);
-    rows.push(Row(
-        format!("Render the resulting config ({} routes)", routes.len()),
-        format!("{render_ms:.1} ms"),
-        String::new(),
-    ));
-    rows.push(Row(
-        format!(
-            "`haproxy -c` the resulting config ({} KB)",
-            stored.text.len() / 1024
-        ),
-        format!(
-            "{check_ms:.0} ms, {}",
-            if valid { "valid" } else { "INVALID" }
-        ),
-        String::new(),
-    ));
-    let big = bench::synthetic_routes(args.big_routes / 2);
-    let (big_ms, big_text) = time_render(&big);
-    let (big_check_ms, big_valid) = time_check(&big_text);
-    rows.push(Row(
-        format!("Render {} routes", big.len()),
-        format!("{big_ms:.1} ms"),
-        "< 100 ms".into(),
-    ));
-    rows.push(Row(
-        format!(
-            "`haproxy -c` {} routes ({} KB)",
-            big.len(),
-            big_text.len() / 1024
-        ),
-        format!(
-            "{big_check_ms:.0} ms, {}",
-            if big_valid { "valid" } else { "INVALID" }
-        ),
-        String::new(),
-    ));
+    let swept = sweep::run(&moto, &seeded, &shape, args.rate, unit.as_deref());
+    sweep::rows(
+        &mut rows,
+        &args,
+        &swept,
+        &sdk,
+        &seeded,
+        seeding,
+        unit.as_deref(),
+    )
+    .await;
+    sweep::config_rows(&mut rows, &sdk, args.big_routes).await;
 
     for function in ["autoproxy-generate", "autoproxy-configure"] {
         let (size, note) = binary_size(function);
@@ -313,7 +120,6 @@ async fn main() {
         ));
         notes.extend(note);
     }
-    drop(proxies);
     drop(moto);
 
     if args.memory.zones > 0 {
@@ -483,7 +289,7 @@ fn report(args: &Args, rows: &[Row], notes: &[String], total: Duration) -> Strin
     writeln!(out, "# Benchmarks\n").unwrap();
     writeln!(
         out,
-        "Written by `make bench` (`tests/src/bin/bench.rs`); do not edit by hand, run it again.\n"
+        "Written by `make bench` (`tests/src/bin/bench/`); do not edit by hand, run it again.\n"
     )
     .unwrap();
     writeln!(
