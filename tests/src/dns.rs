@@ -43,12 +43,13 @@ pub struct DnsServer {
 }
 
 impl DnsServer {
-    /// Binds `addr` (port 0 for a free port; `127.0.0.2:53` to be reachable through a
-    /// resolv.conf, as root) and starts answering.
+    /// Binds `addr` over UDP and TCP (port 0 for a port free for both; `127.0.0.2:53` to be
+    /// reachable through a resolv.conf, as root) and starts answering.
     pub fn start(addr: SocketAddr) -> io::Result<DnsServer> {
-        let socket = UdpSocket::bind(addr)?;
+        let (socket, listener) = bind_both(addr)?;
         // The loop wakes up this often to see the stop flag.
         socket.set_read_timeout(Some(Duration::from_millis(100)))?;
+        listener.set_nonblocking(true)?;
         let addr = socket.local_addr()?;
         let shared = Arc::new(Shared::default());
         let stop = Arc::new(AtomicBool::new(false));
@@ -56,20 +57,16 @@ impl DnsServer {
             let (shared, stop) = (Arc::clone(&shared), Arc::clone(&stop));
             std::thread::spawn(move || serve(&socket, &shared, &stop))
         };
-        // TCP on the same port where it is free (it is for a port just chosen by UDP).
-        let tcp_thread = TcpListener::bind(addr)
-            .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
-            .ok()
-            .map(|listener| {
-                let (shared, stop) = (Arc::clone(&shared), Arc::clone(&stop));
-                std::thread::spawn(move || serve_tcp(&listener, &shared, &stop))
-            });
+        let tcp_thread = {
+            let (shared, stop) = (Arc::clone(&shared), Arc::clone(&stop));
+            std::thread::spawn(move || serve_tcp(&listener, &shared, &stop))
+        };
         Ok(DnsServer {
             addr,
             shared,
             stop,
             thread: Some(thread),
-            tcp_thread,
+            tcp_thread: Some(tcp_thread),
         })
     }
 
@@ -188,6 +185,23 @@ impl Drop for DnsServer {
             let _ = thread.join();
         }
     }
+}
+
+/// A UDP socket and a TCP listener on the same port: `addr`'s, or for port 0 one free for
+/// both. A UDP port just chosen can be the local port of some TCP connection, so a port
+/// whose TCP side is taken is given back and another one is tried.
+fn bind_both(addr: SocketAddr) -> io::Result<(UdpSocket, TcpListener)> {
+    const TRIES: usize = 50;
+    let mut last = None;
+    for _ in 0..TRIES {
+        let socket = UdpSocket::bind(addr)?;
+        match TcpListener::bind(socket.local_addr()?) {
+            Ok(listener) => return Ok((socket, listener)),
+            Err(e) if addr.port() == 0 => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::other("no port free for both UDP and TCP")))
 }
 
 fn normalise(name: &str) -> String {
