@@ -48,8 +48,9 @@ templates: tools
 
 ## The scale benchmark: seeds moto with 2,000 zones x 200 records in 10 accounts,
 ## sweeps through per-account recording proxies, renders, runs haproxy -c, sizes the Lambda
-## binaries, then sweeps 10,000 zones in 50 accounts for the generator's peak memory; prints
-## the table and writes docs/BENCHMARKS.md. Smaller: BENCH_ARGS="--zones 400 --memory-zones 0".
+## binaries, then sweeps 10,000 zones in 50 accounts four times, the members named by role ARNs or
+## listed from an organization's unit (calls, time, peak memory side by side); prints
+## the table and writes docs/BENCHMARKS.md. Smaller: BENCH_ARGS="--zones 400 --scale-zones 0".
 ## With BENCH_ARGS="--organizations true" the member accounts are created in an organization's
 ## unit in moto and the generator lists them from it (MEMBER_ACCOUNTS), counting the calls.
 ## The binaries are (re)built for the host arch (x86_64 here; arm64 needs a toolchain download);

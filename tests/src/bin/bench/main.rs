@@ -1,28 +1,30 @@
 //! `make bench`: the scale benchmark. Seeds moto with a synthetic estate, runs the
 //! generator (`bench_sweep`, a child process) through one recording proxy per account for a
 //! full sweep and one CloudTrail event, renders and `haproxy -c`-checks the result and a
-//! 10,000-route config, sizes the Lambda binaries, then measures the generator's peak memory
-//! on a second, wider estate (10,000 zones in 50 accounts: the size the memory
-//! target is set for), prints the table and writes `docs/BENCHMARKS.md`.
+//! 10,000-route config, sizes the Lambda binaries, then sweeps a second, wider estate (10,000
+//! zones in 50 accounts: the size the targets are set for) four times, its members named by
+//! role ARNs or listed from an organization's unit (`scale.rs`), prints the table and writes
+//! `docs/BENCHMARKS.md`.
 //!
 //! `bench [--zones 2000] [--records 200] [--accounts 10] [--rules-every 4] [--rate 5]
-//!        [--big-routes 10000] [--memory-zones 10000] [--memory-records 20]
-//!        [--memory-accounts 50] [--organizations false] [--out docs/BENCHMARKS.md]`
-//! (`--memory-zones 0` skips the memory estate; `--organizations true` creates the member
-//! accounts in an organization's unit and has the generator list them from it.)
+//!        [--big-routes 10000] [--scale-zones 10000] [--scale-records 20]
+//!        [--scale-accounts 50] [--organizations false] [--out docs/BENCHMARKS.md]`
+//! (`--scale-zones 0` skips the scale estate; `--organizations true` creates the first
+//! estate's member accounts in an organization's unit and has the generator list them from
+//! it.)
 #![allow(clippy::print_stdout, clippy::expect_used, clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use autoproxy_tests::bench::{self, Shape, binary_size};
 use autoproxy_tests::estate::{self, role_arn};
 use autoproxy_tests::moto::{Moto, OWN_ACCOUNT};
-use serde_json::Value;
 
+mod scale;
 mod sweep;
 
 const BUCKET: &str = "autoproxy-bench";
@@ -30,8 +32,8 @@ const CONFIG_KEY: &str = "haproxy/haproxy.cfg";
 
 struct Args {
     shape: Shape,
-    /// The estate whose sweep the peak RSS is measured on (`zones` 0: none).
-    memory: Shape,
+    /// The estate swept with its members named and listed (`zones` 0: none).
+    scale: Shape,
     rate: f64,
     big_routes: usize,
     /// The members listed from an organization's unit (`MEMBER_ACCOUNTS`), not given as roles.
@@ -47,7 +49,7 @@ fn args() -> Args {
             accounts: 10,
             rules_every: 4,
         },
-        memory: Shape {
+        scale: Shape {
             zones: 10_000,
             records: 20,
             accounts: 50,
@@ -72,9 +74,9 @@ fn args() -> Args {
             "--accounts" => args.shape.accounts = number().max(1),
             "--rules-every" => args.shape.rules_every = number(),
             "--big-routes" => args.big_routes = number(),
-            "--memory-zones" => args.memory.zones = number(),
-            "--memory-records" => args.memory.records = number(),
-            "--memory-accounts" => args.memory.accounts = number().max(1),
+            "--scale-zones" => args.scale.zones = number(),
+            "--scale-records" => args.scale.records = number(),
+            "--scale-accounts" => args.scale.accounts = number().max(1),
             "--rate" => args.rate = value.parse().expect("--rate: a number"),
             "--organizations" => args.organizations = value.parse().expect("true or false"),
             "--out" => args.out = PathBuf::from(value),
@@ -98,7 +100,14 @@ async fn main() {
     let (moto, sdk, seeded, seeding, unit) =
         seeded_moto(&shape, "estate", args.organizations).await;
 
-    let swept = sweep::run(&moto, &seeded, &shape, args.rate, unit.as_deref());
+    let swept = sweep::run(
+        &moto,
+        &seeded,
+        &shape,
+        args.rate,
+        unit.as_deref(),
+        CONFIG_KEY,
+    );
     sweep::rows(
         &mut rows,
         &args,
@@ -122,8 +131,8 @@ async fn main() {
     }
     drop(moto);
 
-    if args.memory.zones > 0 {
-        rows.push(memory_row(args.memory).await);
+    if args.scale.zones > 0 {
+        rows.extend(scale::rows(args.scale, args.rate).await);
     }
 
     let total = started.elapsed();
@@ -237,52 +246,6 @@ async fn moto_page_ms(sdk: &aws_config::SdkConfig, zones: &[estate::Seeded]) -> 
     started.elapsed().as_secs_f64() * 1000.0 / f64::from(MOTO_SAMPLES)
 }
 
-/// Peak RSS of the generator over a full sweep of a second estate in a fresh moto. Route53
-/// is not rate limited here (this measures memory, the sweep's pace is measured above), and
-/// the accounts talk to moto directly.
-async fn memory_row(shape: Shape) -> Row {
-    let (moto, _, seeded, seeding, _) = seeded_moto(&shape, "memory estate", false).await;
-    let endpoints: Vec<String> = seeded
-        .keys()
-        .map(|account| format!("{account}=http://127.0.0.1:{}", moto.port))
-        .collect();
-    let out = sweep_command(&moto, &seeded, &endpoints, 1000.0, None)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap_or_else(|err| panic!("bench_sweep: {err}"));
-    assert!(
-        out.status.success(),
-        "bench_sweep failed on the memory estate"
-    );
-    let sweep: Value = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .find(|value| value.get("phase").is_some())
-        .expect("bench_sweep printed its sweep");
-    println!("bench_sweep (memory estate): {sweep}");
-    let rules = sweep["run"]["rules"].as_u64().unwrap();
-    assert_eq!(
-        rules as usize,
-        shape.expected_routes(),
-        "the memory estate's sweep found every route"
-    );
-    let rss = sweep["peak_rss_bytes"].as_u64().unwrap_or(0);
-    Row(
-        format!(
-            "Generator peak RSS (VmHWM of bench_sweep) over a full sweep of {} zones × {} \
-             records in {} accounts ({rules} routes; seeded in {:.0} s, swept in {:.0} s)",
-            shape.zones,
-            shape.records,
-            shape.accounts,
-            seeding.as_secs_f64(),
-            sweep["run"]["wall_ms"].as_f64().unwrap_or(0.0) / 1000.0
-        ),
-        format!("{:.1} MB", rss as f64 / 1e6),
-        "< 128 MB for 10,000 zones".into(),
-    )
-}
-
 fn report(args: &Args, rows: &[Row], notes: &[String], total: Duration) -> String {
     let mut out = String::new();
     let s = args.shape;
@@ -301,7 +264,7 @@ fn report(args: &Args, rows: &[Row], notes: &[String], total: Duration) -> Strin
     writeln!(
         out,
         "* Run: `bench --zones {} --records {} --accounts {} --rules-every {} --rate {} \
-         --big-routes {} --memory-zones {} --memory-records {} --memory-accounts {} \
+         --big-routes {} --scale-zones {} --scale-records {} --scale-accounts {} \
          --organizations {}`, {:.0} s \
          for the benchmark itself (seeding included, builds not)\n",
         s.zones,
@@ -310,9 +273,9 @@ fn report(args: &Args, rows: &[Row], notes: &[String], total: Duration) -> Strin
         s.rules_every,
         args.rate,
         args.big_routes,
-        args.memory.zones,
-        args.memory.records,
-        args.memory.accounts,
+        args.scale.zones,
+        args.scale.records,
+        args.scale.accounts,
         args.organizations,
         total.as_secs_f64()
     )
@@ -346,20 +309,26 @@ const HOW: &str = "
   (measured right after the sweep, calls made directly, one after another) times the calls
   is a second floor, often the higher one here; on Route53 the accounts' calls are served in
   parallel and only the rate limit remains.
-* **Organizations calls** (with `--organizations true`): the member accounts are created in
-  one unit of an organization in moto and the generator lists them from it
-  (`MEMBER_ACCOUNTS`), each member's Route53 still behind its recording proxy; the count is the
-  run's `OrganizationsCalls` metric (every HTTP attempt, as for Route53). The event run lists
-  nothing: it reads the members the manifest knows.
+* **The scale estate** (`--scale-*`: 10,000 zones in 50 accounts, the size the targets are
+  set for) is seeded in a fresh moto with its member accounts in one unit of an
+  organization, then swept four times at the same rate, each sweep into a config key of its
+  own (no manifest yet), the members named by role ARNs (`ACCOUNT_ROLE_ARNS`) or listed from
+  the unit (`MEMBER_ACCOUNTS`, `MEMBER_ROLE_NAME`), in the order named, listed, listed,
+  named: moto's pace drifts from sweep to sweep, and that order lays a steady drift on both
+  alike. Calls are counted at the proxies as above; the difference is the listed sweeps'
+  mean against the named ones'.
+* **Organizations calls** are the run's `OrganizationsCalls` metric (every HTTP attempt, as
+  for Route53), each member's Route53 still behind its recording proxy. The event run lists
+  nothing: it reads the members the manifest knows. `--organizations true` lists the first
+  estate's members from a unit the same way.
 * **The CloudTrail event** is `events/change-resource-record-sets.json` pointed at a known
   zone of a member account, run right after the sweep (the manifest exists).
 * **Peak RSS** is `VmHWM` from `/proc/self/status` of `bench_sweep`, a child process that
   builds the generator's `Deps` the way `main.rs` does and calls `handler::handle`: the
   generator's code and SDK clients, not the Lambda runtime client (a few hundred KB). It is
-  read once on the default estate, and once on the memory estate (`--memory-*`: 10,000
-  zones in 50 accounts, the size the target is set for) swept without a rate limit in a
-  fresh moto: what the generator holds grows with zones and routes (manifest, routes, the
-  rendered config); a zone's records are dropped once matched.
+  read after the default estate's sweep, and after each sweep of the scale estate: what the
+  generator holds grows with zones and routes (manifest, routes, the rendered config); a
+  zone's records are dropped once matched.
 * **Render** is the median of five `Renderer::render` calls (one template pass with a
   placeholder hash, the body hashed, the placeholder replaced) in the bench's build profile
   (release opt-level \"s\" without LTO);

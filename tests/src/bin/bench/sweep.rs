@@ -18,22 +18,23 @@ use super::{Args, BUCKET, CONFIG_KEY, MOTO_SAMPLES, Row, Seeded, moto_page_ms, s
 
 /// What `bench_sweep` printed for the sweep and the event, and the calls the proxies saw.
 pub(super) struct Swept {
-    sweep: Value,
-    event: Value,
+    pub(super) sweep: Value,
+    pub(super) event: Value,
     /// Each account's Route53 calls during the sweep, when they reached its proxy.
-    sweep_wire: BTreeMap<String, Vec<Instant>>,
+    pub(super) sweep_wire: BTreeMap<String, Vec<Instant>>,
     /// The calls of the event run, all accounts.
     event_wire: usize,
 }
 
 /// A full sweep at `rate` calls/s per account, then an event naming one known zone with
-/// rules (in a member account when there is one).
+/// rules (in a member account when there is one); the config and its manifest at `key`.
 pub(super) fn run(
     moto: &Moto,
     seeded: &Seeded,
     shape: &Shape,
     rate: f64,
     unit: Option<&str>,
+    key: &str,
 ) -> Swept {
     let upstream = format!("127.0.0.1:{}", moto.port).parse().unwrap();
     let proxies: BTreeMap<String, RecordingProxy> = seeded
@@ -54,6 +55,7 @@ pub(super) fn run(
         .expect("a zone with rules");
 
     let mut child = sweep_command(moto, seeded, &endpoints, rate, unit)
+        .env("CONFIG_KEY", key)
         .env("BENCH_EVENT_ZONE", &event_zone)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
