@@ -41,7 +41,10 @@ esac
 pid=$(cat "$dir/haproxy.pid" 2>/dev/null || true)
 # A master that was killed may linger as a zombie: kill -0 succeeds on it, USR2 does nothing.
 state=$(sed -n 's/^[0-9]* (.*) \(.\).*/\1/p' "/proc/${pid:-0}/stat" 2>/dev/null || true)
-if [ -n "$pid" ] && [ -n "$state" ] && [ "$state" != Z ]; then
+# A stale pid file may name any process once the pid is reused (pid_max can be 32768): only a
+# process that reads this config is this HAProxy's master.
+ours() { tr '\0' '\n' 2>/dev/null <"/proc/$pid/cmdline" | grep -qxF "$dir/haproxy.cfg"; }
+if [ -n "$pid" ] && [ -n "$state" ] && [ "$state" != Z ] && ours; then
   exec kill -USR2 "$pid"
 fi
 cd /

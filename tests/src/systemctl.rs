@@ -40,11 +40,13 @@ if [ "$unit" != haproxy ]; then
   exit 5
 fi
 # The master runs: its pid file names a live process (a zombie is not one; `kill -0` would
-# say it is, and so would reload.sh: a stale pid file goes before a start).
+# say it is, and so would reload.sh: a stale pid file goes before a start) that reads this
+# config (a reused pid names someone else's process), as systemd knows its unit's main pid.
 running() {{
   pid=$(cat "$dir/haproxy.pid" 2>/dev/null) && [ -n "$pid" ] && [ -r "/proc/$pid/stat" ] || return 1
   state=$(sed 's/.*) //' "/proc/$pid/stat" | cut -c1)
-  [ "$state" != Z ] && [ "$state" != X ]
+  [ "$state" != Z ] && [ "$state" != X ] || return 1
+  tr '\0' '\n' 2>/dev/null <"/proc/$pid/cmdline" | grep -qxF "$dir/haproxy.cfg"
 }}
 start() {{ rm -f "$dir/haproxy.pid"; exec "$dir/reload.sh"; }}
 stop() {{

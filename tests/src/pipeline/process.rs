@@ -3,7 +3,7 @@
 use super::*;
 
 /// What an interrupt must stop: process groups and HAProxy directories (HAProxy daemonises
-/// into its own session; its master's pid file is in its directory).
+/// into its own session; its processes are those that read the directory's config).
 #[derive(Debug)]
 pub(super) enum Started {
     Group(u32),
@@ -29,16 +29,24 @@ pub fn stop_everything() {
             .unwrap_or_else(std::sync::PoisonError::into_inner),
     );
     for item in started.iter().rev() {
-        let target = match item {
-            Started::Group(pgid) => format!("-{pgid}"),
-            Started::Pid(pid) => pid.to_string(),
-            Started::Haproxy(dir) => match std::fs::read_to_string(dir.join("haproxy.pid")) {
-                Ok(pid) => pid.trim().to_owned(),
-                Err(_) => continue,
-            },
+        let targets = match item {
+            Started::Group(pgid) => vec![format!("-{pgid}")],
+            Started::Pid(pid) => vec![pid.to_string()],
+            // Every process that reads its config, as the fixture stops it: a pid file left
+            // behind may name another process once the pid is reused.
+            Started::Haproxy(dir) => {
+                autoproxy_agent::apply::processes_reading(&dir.join("haproxy.cfg"))
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect()
+            }
         };
+        if targets.is_empty() {
+            continue;
+        }
         let _ = Command::new("kill")
-            .args(["-TERM", "--", &target])
+            .args(["-TERM", "--"])
+            .args(&targets)
             .stderr(Stdio::null())
             .status();
     }
