@@ -107,3 +107,41 @@ esac
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+
+    use super::*;
+
+    /// A pid file left behind names whatever process gets that pid next: neither the
+    /// stand-in nor `reload.sh` may take it for the master, or signal it.
+    #[test]
+    fn a_pid_file_naming_another_process_is_not_the_master() {
+        let haproxy = Haproxy::new();
+        let systemctl = Systemctl::new(&haproxy);
+        let mut other = Command::new("sleep").arg("30").spawn().expect("sleep");
+        std::fs::write(haproxy.dir().join("haproxy.pid"), other.id().to_string())
+            .expect("pid file");
+        let run = |program: &Path, args: &[&str]| {
+            Command::new(program)
+                .args(args)
+                .envs(systemctl.env())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("run the stand-in")
+        };
+        let stand_in = systemctl.dir.path().join("systemctl");
+        let active = run(&stand_in, &["is-active", "--quiet", "haproxy"]);
+        run(&stand_in, &["stop", "haproxy"]);
+        // No HAProxy config here: reload.sh's start fails, which is all it may do.
+        run(&haproxy.dir().join("reload.sh"), &[]);
+        let alive = other.try_wait().expect("wait").is_none();
+        let _ = other.kill();
+        let _ = other.wait();
+        assert_eq!(active.code(), Some(3), "is-active took it for the master");
+        assert!(alive, "the other process was signalled");
+    }
+}
