@@ -125,7 +125,8 @@ haproxy30() {
   mkdir -p "$dir/bin"
   cp "$work/src/haproxy-$HAPROXY30_VERSION/haproxy" "$dir/bin/haproxy"
   rm -rf "$work"; trap - EXIT
-  "$dir/bin/haproxy" -v | head -n 1 >&2
+  # sed reads the whole answer: head could close the pipe early and, under pipefail, fail the run.
+  "$dir/bin/haproxy" -v | sed -n 1p >&2
   touch "$dir/.stamp-$stamp"
 }
 
