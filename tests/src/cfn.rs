@@ -78,7 +78,8 @@ impl Stack {
     }
 
     /// Sets every condition of `template`'s `Conditions` from this stack's parameters
-    /// (`!Equals`, `!Not`, `!And`, `!Or`, `!Condition`), as CloudFormation decides them.
+    /// (`!Equals`, `!Not`, `!And`, `!Or`, `!Condition`), as CloudFormation decides them. A
+    /// condition the caller has already set keeps its value, and so do the ones that name it.
     pub fn decide_conditions(&mut self, template: &Value) -> Result<(), CfnError> {
         let Some(conditions) = template["Conditions"].as_mapping() else {
             return Ok(());
