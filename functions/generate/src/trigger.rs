@@ -242,6 +242,32 @@ mod tests {
             delivered["region"] = json!(region);
             assert_eq!(parse(&delivered), parse(&local), "{region}");
         }
+        // Every sample as a member's event forwarded: the same call, the same zone id, in the
+        // member's account.
+        for name in [
+            "change-resource-record-sets.json",
+            "create-hosted-zone.json",
+            "delete-hosted-zone.json",
+        ] {
+            let local = event_file(name);
+            let mut member = local.clone();
+            member["account"] = json!("111111111111");
+            member["detail"]["recipientAccountId"] = json!("111111111111");
+            member["detail"]["userIdentity"]["accountId"] = json!("111111111111");
+            let (
+                Ok(Trigger::Route53 { event_name, zone }),
+                Ok(Trigger::Route53 {
+                    event_name: local_name,
+                    zone: local_zone,
+                }),
+            ) = (parse(&member), parse(&local))
+            else {
+                panic!("{name}: not a Route53 trigger");
+            };
+            assert_eq!(event_name, local_name, "{name}");
+            assert_eq!(zone.id, local_zone.id, "{name}");
+            assert_eq!(zone.account, "111111111111", "{name}");
+        }
         // The account is the zone's owner, the call's recipient, whatever bus delivered it.
         let mut without_recipient = forwarded.clone();
         without_recipient["detail"]
