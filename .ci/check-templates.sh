@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Checks the SAM template and the member-account template offline: cfn-lint, sam validate --lint,
-# checkov, and a sam build that must produce the three functions' bootstrap binaries and the
-# AgentLayer's autoproxy-agent. Needs the tools from
-# `.ci/tools.sh all`. Fails on the first step that fails; each step names itself.
+# Checks the SAM template and the two templates beside it (docs/member-account.yaml,
+# docs/central-forwarding.yaml) offline: cfn-lint, sam validate --lint, checkov, and a sam build
+# that must produce the three functions' bootstrap binaries and the AgentLayer's autoproxy-agent.
+# Needs the tools from `.ci/tools.sh all`. Fails on the first step that fails; each step names itself.
 #
 #   .ci/check-templates.sh            all four steps
 #   SKIP_BUILD=1 .ci/check-templates.sh   the three static checks only (seconds, not minutes)
@@ -12,7 +12,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 export PATH="${AUTOPROXY_CACHE:-$HOME/.cache/autoproxy}/bin:$PATH"
 export SAM_CLI_TELEMETRY=0
-templates=(template.yaml docs/member-account.yaml)
+templates=(template.yaml docs/member-account.yaml docs/central-forwarding.yaml)
 
 step() { printf '\n== %s\n' "$*"; }
 fail() { echo "check-templates: FAILED: $*" >&2; exit 1; }
@@ -36,7 +36,8 @@ sam validate --lint --template template.yaml --region us-east-1
 step "checkov"
 # --skip-download: checkov otherwise tries to fetch guidelines from Prisma Cloud (offline here).
 # Every skip is in the templates, on its resource, with a reason.
-report=$(checkov -f template.yaml -f docs/member-account.yaml --framework cloudformation \
+files=(); for t in "${templates[@]}"; do files+=(-f "$t"); done
+report=$(checkov "${files[@]}" --framework cloudformation \
   --quiet --compact --skip-download 2>&1) || { echo "$report"; fail "checkov found failed checks"; }
 summary=$(grep -E '^Passed checks: [0-9]+, Failed checks: [0-9]+, Skipped checks: [0-9]+' <<<"$report") \
   || { echo "$report"; fail "checkov printed no summary"; }

@@ -77,6 +77,81 @@ impl Stack {
         }
     }
 
+    /// Sets every condition of `template`'s `Conditions` from this stack's parameters
+    /// (`!Equals`, `!Not`, `!And`, `!Or`, `!Condition`), as CloudFormation decides them. A
+    /// condition the caller has already set keeps its value, and so do the ones that name it.
+    pub fn decide_conditions(&mut self, template: &Value) -> Result<(), CfnError> {
+        let Some(conditions) = template["Conditions"].as_mapping() else {
+            return Ok(());
+        };
+        for name in conditions.keys() {
+            let name = name
+                .as_str()
+                .ok_or_else(|| error(name, "a condition name"))?;
+            let holds = self.condition(template, name, 0)?;
+            self.conditions.insert(name.to_owned(), holds);
+        }
+        Ok(())
+    }
+
+    /// Whether a condition function (a `Rules` assertion's `Assert`, say) holds in this stack.
+    pub fn holds(&self, template: &Value, body: &Value) -> Result<bool, CfnError> {
+        self.decide(template, body, 0)
+    }
+
+    fn condition(&self, template: &Value, name: &str, depth: usize) -> Result<bool, CfnError> {
+        if let Some(holds) = self.conditions.get(name) {
+            return Ok(*holds);
+        }
+        let body = template["Conditions"]
+            .get(name)
+            .ok_or_else(|| error(name, "no such condition"))?;
+        self.decide(template, body, depth)
+    }
+
+    fn decide(&self, template: &Value, body: &Value, depth: usize) -> Result<bool, CfnError> {
+        // Conditions may name each other; a cycle is a template error, not a hang.
+        if depth > 32 {
+            return Err(error(body, "conditions nested too deep (a cycle?)"));
+        }
+        let Value::Tagged(tagged) = body else {
+            return Err(error(body, "a condition function"));
+        };
+        let args = || {
+            tagged
+                .value
+                .as_sequence()
+                .ok_or_else(|| error(body, "a list of arguments"))
+        };
+        match tagged.tag.to_string().as_str() {
+            "!Equals" => {
+                let (left, right) = pair(&tagged.value)?;
+                Ok(self.eval(left)? == self.eval(right)?)
+            }
+            "!Not" => match args()?.as_slice() {
+                [only] => Ok(!self.decide(template, only, depth + 1)?),
+                _ => Err(error(body, "!Not takes one condition")),
+            },
+            "!And" => args()?.iter().try_fold(true, |all, item| {
+                Ok(all && self.decide(template, item, depth + 1)?)
+            }),
+            "!Or" => args()?.iter().try_fold(false, |any, item| {
+                Ok(any || self.decide(template, item, depth + 1)?)
+            }),
+            "!Condition" => {
+                let name = tagged
+                    .value
+                    .as_str()
+                    .ok_or_else(|| error(body, "!Condition of a non-string"))?;
+                self.condition(template, name, depth + 1)
+            }
+            other => Err(error(
+                other,
+                "a condition function this resolver does not know",
+            )),
+        }
+    }
+
     /// The value as the deployed stack holds it.
     pub fn resolve(&self, value: &Value) -> Result<Json, CfnError> {
         let resolved = self.eval(value)?;
@@ -329,6 +404,37 @@ mod tests {
             ])
         );
         assert!(stack.resolve(&yaml("!Ref Nowhere")).is_err());
+
+        let template = yaml(
+            "Parameters:\n  Region: {Type: String, Default: ''}\nConditions:\n  Given: !Not [!Equals [!Ref Region, '']]\n  Here: !And [!Condition Given, !Equals [!Ref Region, !Ref AWS::Region]]\n  Either: !Or [!Condition Here, !Not [!Condition Given]]\n",
+        );
+        let decided = |region: &str| {
+            let mut stack = Stack::new(&template, "123456789012", "us-east-1", "id");
+            stack.refs.insert("Region".into(), json!(region));
+            stack.decide_conditions(&template).unwrap();
+            stack.conditions
+        };
+        let holds = |pairs: &[(&str, bool)]| {
+            pairs
+                .iter()
+                .map(|(name, holds)| ((*name).to_owned(), *holds))
+                .collect::<BTreeMap<_, _>>()
+        };
+        assert_eq!(
+            decided(""),
+            holds(&[("Either", true), ("Given", false), ("Here", false)])
+        );
+        assert_eq!(
+            decided("us-east-1"),
+            holds(&[("Either", true), ("Given", true), ("Here", true)])
+        );
+        assert_eq!(
+            decided("eu-west-1"),
+            holds(&[("Either", false), ("Given", true), ("Here", false)])
+        );
+        let cycle = yaml("Conditions:\n  A: !Condition B\n  B: !Condition A\n");
+        let mut stack = Stack::new(&cycle, "123456789012", "us-east-1", "id");
+        assert!(stack.decide_conditions(&cycle).is_err());
         assert!(stack.resolve(&yaml("!If [Unknown, a, b]")).is_err());
     }
 }

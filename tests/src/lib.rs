@@ -10,6 +10,7 @@ pub mod check;
 pub mod dataplane;
 pub mod dns;
 pub mod estate;
+pub mod eventbridge;
 pub mod fault_proxy;
 pub mod freeze;
 pub mod golden;

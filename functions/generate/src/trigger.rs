@@ -217,6 +217,65 @@ mod tests {
         );
     }
 
+    /// Route53's events exist only in us-east-1; a stack elsewhere hears them forwarded from
+    /// there (docs/member-account.yaml, docs/central-forwarding.yaml). EventBridge delivers them
+    /// unchanged: `account` the account that made the call, `region` us-east-1, whichever region
+    /// the function runs in. The trigger reads the zone and its account from the event alone.
+    #[test]
+    fn forwarded_events_hint_the_zone_a_local_one_does() {
+        let forwarded = event_file("forwarded-change-resource-record-sets.json");
+        assert_eq!(forwarded["region"], "us-east-1");
+        assert_eq!(
+            parse(&forwarded),
+            Ok(Trigger::Route53 {
+                event_name: "ChangeResourceRecordSets".into(),
+                zone: ZoneKey {
+                    account: "111111111111".into(),
+                    id: "Z0FORWARDED0000000001".into(),
+                },
+            })
+        );
+        // The central account's own event, forwarded: the local sample, unchanged.
+        let local = event_file("change-resource-record-sets.json");
+        for region in ["us-east-1", "eu-west-1"] {
+            let mut delivered = local.clone();
+            delivered["region"] = json!(region);
+            assert_eq!(parse(&delivered), parse(&local), "{region}");
+        }
+        // Every sample as a member's event forwarded: the same call, the same zone id, in the
+        // member's account.
+        for name in [
+            "change-resource-record-sets.json",
+            "create-hosted-zone.json",
+            "delete-hosted-zone.json",
+        ] {
+            let local = event_file(name);
+            let mut member = local.clone();
+            member["account"] = json!("111111111111");
+            member["detail"]["recipientAccountId"] = json!("111111111111");
+            member["detail"]["userIdentity"]["accountId"] = json!("111111111111");
+            let (
+                Ok(Trigger::Route53 { event_name, zone }),
+                Ok(Trigger::Route53 {
+                    event_name: local_name,
+                    zone: local_zone,
+                }),
+            ) = (parse(&member), parse(&local))
+            else {
+                panic!("{name}: not a Route53 trigger");
+            };
+            assert_eq!(event_name, local_name, "{name}");
+            assert_eq!(zone.id, local_zone.id, "{name}");
+            assert_eq!(zone.account, "111111111111", "{name}");
+        }
+        // The account is the zone's owner, the call's recipient, whatever bus delivered it.
+        let mut without_recipient = forwarded.clone();
+        without_recipient["detail"]
+            .as_object_mut()
+            .map(|detail| detail.remove("recipientAccountId"));
+        assert_eq!(parse(&without_recipient), parse(&forwarded));
+    }
+
     #[test]
     fn manual_payloads() {
         let accounts =

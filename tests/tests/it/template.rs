@@ -10,6 +10,7 @@ use serde_yaml::Value;
 mod bucket;
 mod dataplane;
 mod grants;
+mod linted;
 mod parameters;
 pub(super) mod stack;
 mod variables;
