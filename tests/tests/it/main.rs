@@ -8,6 +8,7 @@ mod by_hand;
 mod configure;
 mod dataplane;
 mod e2e;
+mod fleet;
 mod generate;
 mod golden;
 mod haproxy_version;
