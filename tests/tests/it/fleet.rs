@@ -17,6 +17,7 @@ use autoproxy_tests::proxy::{self, Backends, Haproxy, HaproxyFiles, ProbeError};
 use autoproxy_tests::ssm_agent::Run;
 use autoproxy_tests::user_data::{self, Boot, Host};
 
+mod cloudformation;
 mod drain;
 
 const BUCKET: &str = "autoproxy-config";
