@@ -44,6 +44,20 @@ summary=$(grep -E '^Passed checks: [0-9]+, Failed checks: [0-9]+, Skipped checks
 echo "$summary"
 grep -q 'Failed checks: 0,' <<<"$summary" || { echo "$report"; fail "checkov found failed checks"; }
 
+step "checkov with ProxyFleet=create"
+# checkov evaluates Conditions with the parameters' defaults: ProxyFleet=none drops the fleet's
+# resources from the scan above. The same template with create as the default scans them.
+fleet=$(mktemp --suffix=.yaml)
+trap 'rm -f "$fleet"' EXIT
+sed '/^  ProxyFleet:$/,/^  [A-Za-z]/ s/^    Default: none$/    Default: create/' template.yaml >"$fleet"
+grep -q '^    Default: create$' "$fleet" || fail "could not set ProxyFleet's default to create"
+report=$(checkov -f "$fleet" --framework cloudformation --quiet --compact --skip-download 2>&1) \
+  || { echo "$report"; fail "checkov found failed checks with ProxyFleet=create"; }
+summary=$(grep -E '^Passed checks: [0-9]+, Failed checks: [0-9]+, Skipped checks: [0-9]+' <<<"$report") \
+  || { echo "$report"; fail "checkov printed no summary"; }
+echo "$summary"
+grep -q 'Failed checks: 0,' <<<"$summary" || { echo "$report"; fail "checkov found failed checks with ProxyFleet=create"; }
+
 if [ -n "${SKIP_BUILD:-}" ]; then
   step "sam build skipped (SKIP_BUILD set)"
   exit 0

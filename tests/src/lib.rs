@@ -30,6 +30,7 @@ pub mod response_url;
 pub mod ssm_agent;
 pub mod stream;
 pub mod systemctl;
+pub mod user_data;
 
 use std::path::{Path, PathBuf};
 

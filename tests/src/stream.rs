@@ -170,6 +170,21 @@ impl KubectlWatch {
         })
     }
 
+    /// Watch events kubectl has printed so far.
+    pub fn events(&self) -> usize {
+        std::fs::read_to_string(&self.output).map_or(0, |text| {
+            text.lines().filter(|l| l.contains("BOOKMARK")).count()
+        })
+    }
+
+    /// kubectl's exit status once it has exited; `None` while it watches.
+    pub fn exited(&mut self) -> Option<Option<i32>> {
+        match self.kubectl.try_wait() {
+            Ok(Some(status)) => Some(status.code()),
+            Ok(None) | Err(_) => None,
+        }
+    }
+
     /// Ends the server's streams cleanly and waits (5 s at most) for kubectl to exit.
     pub fn end(mut self) -> WatchEnd {
         let survived = matches!(self.kubectl.try_wait(), Ok(None));

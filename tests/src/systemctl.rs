@@ -7,7 +7,7 @@ use crate::proxy::{Haproxy, HaproxyFiles};
 
 /// A `systemctl` for unit `haproxy` only, first on PATH, behaving as systemd does for this
 /// test HAProxy: `reload` of a stopped unit fails, `start` starts it (`reload.sh` starts an
-/// HAProxy when no master runs), `restart`, `stop`, `is-active`. Each call is logged.
+/// HAProxy when no master runs), `restart`, `stop`, `is-active`, `enable`. Each call is logged.
 #[derive(Debug)]
 pub struct Systemctl {
     dir: tempfile::TempDir,
@@ -70,6 +70,8 @@ case $verb in
     [ "$verb" = reload-or-restart ] && running && exec "$dir/reload.sh"
     stop; start ;;
   stop) stop ;;
+  # Enabling only matters at the next boot, which no test has.
+  enable) ;;
   *) echo "Unknown command verb $verb." >&2; exit 1 ;;
 esac
 "#,

@@ -8,6 +8,7 @@ mod by_hand;
 mod configure;
 mod dataplane;
 mod e2e;
+mod fleet;
 mod forwarding;
 mod generate;
 mod golden;

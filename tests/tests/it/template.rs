@@ -9,6 +9,7 @@ use serde_yaml::Value;
 
 mod bucket;
 mod dataplane;
+mod fleet;
 mod grants;
 mod linted;
 mod parameters;

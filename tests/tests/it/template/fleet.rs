@@ -1,0 +1,278 @@
+//! The proxy fleet (`ProxyFleet=create`) as the template declares it: the Rules that refuse a
+//! fleet without its network, and the properties that make an instance take traffic only when
+//! ready, drain on the way out, and boot only once there is something to apply.
+
+use std::collections::BTreeMap;
+
+use autoproxy::render::RenderOptions;
+use serde_json::{Value as Json, json};
+use serde_yaml::Value;
+
+use super::template;
+
+/// The template's Rules evaluated for these parameter values (the rest at their defaults), as
+/// CloudFormation evaluates them before it creates anything: the descriptions of the
+/// assertions that fail.
+fn refused(overrides: &[(&str, Json)]) -> Vec<String> {
+    let template = template();
+    let mut values: BTreeMap<String, Json> = BTreeMap::new();
+    for (name, spec) in template["Parameters"].as_mapping().unwrap() {
+        let default = autoproxy_tests::cfn::scalar(&spec["Default"]).unwrap_or_default();
+        let value = if spec["Type"].as_str() == Some("CommaDelimitedList") {
+            // CloudFormation splits "" into one empty item.
+            json!(default.split(',').collect::<Vec<_>>())
+        } else {
+            json!(default)
+        };
+        values.insert(name.as_str().unwrap().to_owned(), value);
+    }
+    for (name, value) in overrides {
+        assert!(values.contains_key(*name), "no parameter {name}");
+        values.insert((*name).to_owned(), value.clone());
+    }
+    let mut failed = Vec::new();
+    for (_, rule) in template["Rules"].as_mapping().expect("a Rules section") {
+        let applies = match rule.get("RuleCondition") {
+            Some(condition) => truth(&eval(condition, &values)),
+            None => true,
+        };
+        if !applies {
+            continue;
+        }
+        for assertion in rule["Assertions"].as_sequence().unwrap() {
+            if !truth(&eval(&assertion["Assert"], &values)) {
+                failed.push(assertion["AssertDescription"].as_str().unwrap().to_owned());
+            }
+        }
+    }
+    failed
+}
+
+fn truth(value: &Json) -> bool {
+    value
+        .as_bool()
+        .unwrap_or_else(|| panic!("not a boolean: {value}"))
+}
+
+/// The rule functions the template uses: `!Ref`, `!Equals`, `!Not`, `!And`, `!Or`, `!Contains`.
+fn eval(value: &Value, values: &BTreeMap<String, Json>) -> Json {
+    let Value::Tagged(tagged) = value else {
+        return match value {
+            Value::String(s) => json!(s),
+            Value::Sequence(items) => Json::Array(items.iter().map(|i| eval(i, values)).collect()),
+            other => panic!("a rule value this test does not read: {other:?}"),
+        };
+    };
+    let args = || -> Vec<Json> {
+        tagged
+            .value
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|item| eval(item, values))
+            .collect()
+    };
+    match tagged.tag.to_string().as_str() {
+        "!Ref" => values[tagged.value.as_str().unwrap()].clone(),
+        "!Equals" => {
+            let args = args();
+            json!(args[0] == args[1])
+        }
+        "!Not" => json!(!truth(&args()[0])),
+        "!And" => json!(args().iter().all(truth)),
+        "!Or" => json!(args().iter().any(truth)),
+        "!Contains" => {
+            let args = args();
+            json!(args[0].as_array().unwrap().contains(&args[1]))
+        }
+        other => panic!("a rule function this test does not know: {other}"),
+    }
+}
+
+/// Everything a fleet needs, given.
+fn fleet() -> Vec<(&'static str, Json)> {
+    vec![
+        ("ProxyFleet", json!("create")),
+        ("ProxyVpcId", json!("vpc-0123456789abcdef0")),
+        (
+            "ProxySubnets",
+            json!(["subnet-0aaaaaaaaaaaaaaaa", "subnet-0bbbbbbbbbbbbbbbb"]),
+        ),
+        ("ProxyClientCidrs", json!(["10.0.0.0/8"])),
+        ("ProxyStatsBind", json!(":8404")),
+    ]
+}
+
+/// `fleet()` with `name` replaced.
+fn fleet_with(name: &str, value: &Json) -> Vec<(&'static str, Json)> {
+    fleet()
+        .into_iter()
+        .map(|(n, v)| {
+            if n == name {
+                (n, value.clone())
+            } else {
+                (n, v)
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn the_rules_refuse_a_fleet_without_its_network_or_a_reachable_health_check() {
+    assert_eq!(
+        refused(&[]),
+        Vec::<String>::new(),
+        "ProxyFleet=none needs nothing"
+    );
+    assert_eq!(refused(&fleet()), Vec::<String>::new(), "a complete fleet");
+    for (name, value, names) in [
+        ("ProxySubnets", json!([""]), "ProxySubnets"),
+        (
+            "ProxySubnets",
+            json!(["subnet-0aaaaaaaaaaaaaaaa", ""]),
+            "ProxySubnets",
+        ),
+        ("ProxyVpcId", json!(""), "ProxyVpcId"),
+        ("ProxyClientCidrs", json!([""]), "ProxyClientCidrs"),
+        ("ProxyStatsBind", json!("127.0.0.1:8404"), "ProxyStatsBind"),
+    ] {
+        let failed = refused(&fleet_with(name, &value));
+        assert_eq!(failed.len(), 1, "{name}={value}: {failed:?}");
+        assert!(failed[0].contains(names), "{name}={value}: {failed:?}");
+    }
+    // Neither subnets nor a VPC: both named.
+    let failed = refused(&[
+        ("ProxyFleet", json!("create")),
+        ("ProxyStatsBind", json!(":8404")),
+    ]);
+    for name in ["ProxyVpcId", "ProxySubnets", "ProxyClientCidrs"] {
+        assert!(
+            failed.iter().any(|f| f.contains(name)),
+            "{name}: {failed:?}"
+        );
+    }
+}
+
+fn resource<'a>(template: &'a Value, name: &str) -> &'a Value {
+    let resource = &template["Resources"][name];
+    assert!(!resource.is_null(), "no resource {name}");
+    resource
+}
+
+/// `30m` → 1800.
+fn seconds(duration: &str) -> u64 {
+    let (number, unit) = duration.split_at(duration.len() - 1);
+    let number: u64 = number.parse().unwrap();
+    match unit {
+        "s" => number,
+        "m" => number * 60,
+        "h" => number * 3600,
+        other => panic!("a hard-stop-after unit this test does not read: {other}"),
+    }
+}
+
+#[test]
+fn every_fleet_resource_exists_only_with_create() {
+    let template = template();
+    for (name, body) in template["Resources"].as_mapping().unwrap() {
+        let name = name.as_str().unwrap();
+        if name.starts_with("Proxy") && name != "ProxyInstancePolicy" {
+            let condition = body["Condition"].as_str().unwrap_or_default();
+            assert!(
+                condition.starts_with("CreatesFleet") || condition.starts_with("CreatesProxy"),
+                "{name} is created without ProxyFleet=create (Condition {condition:?})"
+            );
+        }
+    }
+    for output in ["ProxyLoadBalancerDnsName", "ProxyAutoScalingGroupName"] {
+        assert_eq!(
+            template["Outputs"][output]["Condition"].as_str(),
+            Some("CreatesFleet")
+        );
+    }
+}
+
+#[test]
+fn an_instance_takes_traffic_only_when_ready_and_drains_for_hard_stop_after() {
+    let template = template();
+    let group = &resource(&template, "ProxyTargetGroup")["Properties"];
+    assert_eq!(group["HealthCheckProtocol"].as_str(), Some("HTTP"));
+    assert_eq!(group["HealthCheckPath"].as_str(), Some("/ready"));
+    assert_eq!(group["Matcher"]["HttpCode"].as_str(), Some("200"));
+    // The health check's port is the stats listener's.
+    let stats_port = serde_yaml::to_string(&group["HealthCheckPort"]).unwrap();
+    assert!(stats_port.contains("ProxyStatsBind"), "{stats_port}");
+    let delay = group["TargetGroupAttributes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|a| a["Key"].as_str() == Some("deregistration_delay.timeout_seconds"))
+        .and_then(|a| a["Value"].as_str())
+        .expect("a deregistration delay");
+    assert_eq!(
+        delay.parse::<u64>().unwrap(),
+        seconds(&RenderOptions::default().hard_stop_after),
+        "the deregistration delay is HAProxy's hard-stop-after"
+    );
+
+    let asg = resource(&template, "ProxyAutoScalingGroup");
+    assert_eq!(asg["Properties"]["HealthCheckType"].as_str(), Some("ELB"));
+    let depends: Vec<&str> = asg["DependsOn"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for first in [
+        "ConfigBucket",
+        "ApplyConfigDocument",
+        "ApplyConfigAssociation",
+        "AgentBinaryUpload",
+    ] {
+        assert!(
+            depends.contains(&first),
+            "instances before {first}: {depends:?}"
+        );
+    }
+    let listener = &resource(&template, "ProxyListener")["Properties"];
+    assert_eq!(listener["Protocol"].as_str(), Some("TCP"));
+    assert_eq!(listener["Port"].as_u64(), Some(443));
+    let nlb = &resource(&template, "ProxyLoadBalancer")["Properties"];
+    assert_eq!(nlb["Scheme"].as_str(), Some("internal"));
+    assert_eq!(nlb["Type"].as_str(), Some("network"));
+}
+
+#[test]
+fn the_launch_template_requires_imdsv2_encrypts_and_tags_without_a_public_address() {
+    let template = template();
+    let data = &resource(&template, "ProxyLaunchTemplate")["Properties"]["LaunchTemplateData"];
+    assert_eq!(
+        data["MetadataOptions"]["HttpTokens"].as_str(),
+        Some("required")
+    );
+    for device in data["BlockDeviceMappings"].as_sequence().unwrap() {
+        assert_eq!(device["Ebs"]["Encrypted"].as_bool(), Some(true));
+    }
+    for interface in data["NetworkInterfaces"].as_sequence().unwrap() {
+        assert_eq!(interface["AssociatePublicIpAddress"].as_bool(), Some(false));
+    }
+    let instance_tags = data["TagSpecifications"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|spec| spec["ResourceType"].as_str() == Some("instance"))
+        .map(|spec| serde_yaml::to_string(&spec["Tags"]).unwrap())
+        .expect("instance tags");
+    assert!(
+        instance_tags.contains("TargetTagKey") && instance_tags.contains("TargetTagValue"),
+        "the tag the association targets: {instance_tags}"
+    );
+    let role = serde_yaml::to_string(
+        &resource(&template, "ProxyInstanceRole")["Properties"]["ManagedPolicyArns"],
+    )
+    .unwrap();
+    assert!(
+        role.contains("AmazonSSMManagedInstanceCore") && role.contains("ProxyInstancePolicy"),
+        "{role}"
+    );
+}
