@@ -7,6 +7,8 @@ use std::collections::BTreeSet;
 use autoproxy_tests::root;
 use serde_yaml::Value;
 
+mod alarms;
+mod assertions;
 mod bucket;
 mod dataplane;
 mod grants;
