@@ -11,6 +11,7 @@ mod alarms;
 mod assertions;
 mod bucket;
 mod dataplane;
+mod docs;
 mod grants;
 mod parameters;
 pub(super) mod stack;
