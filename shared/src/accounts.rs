@@ -67,6 +67,22 @@ pub struct Counts {
 /// How long a reason may be in the manifest: an SDK error can be long.
 const REASON_CHARS: usize = 300;
 
+/// Why the Organization's management account is never onboarded by the member StackSet:
+/// the start of its reason when its role was refused.
+pub const MANAGEMENT_ACCOUNT: &str = "the management account: no service-managed StackSet \
+    deploys here, deploy docs/member-account.yaml by hand (docs/DEPLOY.md, \"The management \
+    account\")";
+
+/// Says so in the management account's outcome when its role was refused, before the error
+/// (a long reason is cut at its end).
+pub fn note_management(outcomes: &mut BTreeMap<String, Outcome>, management: &str) {
+    if let Some(Outcome::AssumeDenied(reason)) = outcomes.get_mut(management)
+        && !reason.starts_with(MANAGEMENT_ACCOUNT)
+    {
+        *reason = format!("{MANAGEMENT_ACCOUNT}; {reason}");
+    }
+}
+
 /// Whether the account's role has never been assumed, as far as the last manifest knows.
 pub fn never_assumed(previous: &[AccountState], account: &str) -> bool {
     previous
@@ -245,6 +261,39 @@ mod tests {
         let (outcomes, holds) = (BTreeMap::new(), BTreeMap::new());
         assert_eq!(next(&previous, &outcomes, &holds, T1, true), previous);
         assert!(next(&previous, &outcomes, &holds, T1, false).is_empty());
+    }
+
+    #[test]
+    fn the_management_account_s_refusal_says_how_to_onboard_it() {
+        let denied = || Outcome::AssumeDenied("AccessDenied: sts:AssumeRole".into());
+        let mut outcomes = BTreeMap::from([
+            (A.to_owned(), denied()),
+            ("222222222222".to_owned(), denied()),
+            (
+                "333333333333".to_owned(),
+                Outcome::Failed("Throttling".into()),
+            ),
+        ]);
+        let before = outcomes.clone();
+        note_management(&mut outcomes, "444444444444");
+        assert_eq!(outcomes, before, "not a member: nothing to say");
+        note_management(&mut outcomes, "333333333333");
+        assert_eq!(
+            outcomes, before,
+            "read, or failing for another reason: nothing to say"
+        );
+        note_management(&mut outcomes, A);
+        note_management(&mut outcomes, A);
+        let expected = format!("{MANAGEMENT_ACCOUNT}; AccessDenied: sts:AssumeRole");
+        assert_eq!(outcomes[A], Outcome::AssumeDenied(expected));
+        assert_eq!(outcomes["222222222222"], denied());
+        let states = next(&[], &outcomes, &BTreeMap::new(), T1, false);
+        assert_eq!(states[0].state, State::NotOnboarded);
+        assert!(
+            states[0].reason.starts_with(MANAGEMENT_ACCOUNT),
+            "{:?}",
+            states[0]
+        );
     }
 
     #[test]

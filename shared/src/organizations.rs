@@ -74,6 +74,26 @@ impl Organizations {
         Ok(found.into_iter().collect())
     }
 
+    /// The Organization's management account (`DescribeOrganization`), which a
+    /// service-managed StackSet never deploys to.
+    pub async fn management_account(&self) -> Result<String, ListError> {
+        let out = self
+            .client
+            .describe_organization()
+            .send()
+            .await
+            .map_err(|err| failed("DescribeOrganization", "", err))?;
+        let id = out.organization().and_then(|o| o.master_account_id());
+        match id {
+            Some(id) if is_account_id(id) => Ok(id.to_owned()),
+            other => Err(ListError {
+                operation: "DescribeOrganization",
+                target: String::new(),
+                message: format!("expected the management account's 12-digit id, got {other:?}"),
+            }),
+        }
+    }
+
     /// The active accounts of a unit and of every unit below it.
     async fn unit_accounts(&self, unit: &str) -> Result<BTreeSet<String>, ListError> {
         let mut found = BTreeSet::new();

@@ -46,6 +46,10 @@ pub struct RenderOptions {
     pub hard_stop_after: String,
     /// Overrides the rules' backend port (the demo's backends listen unprivileged).
     pub backend_port: Option<u16>,
+    /// Serve HAProxy's Prometheus exporter at `/metrics` of the stats listener. Off for a
+    /// HAProxy built without it (`haproxy -vv` lacks "Prometheus exporter"), whose `haproxy
+    /// -c` refuses the `use-service prometheus-exporter` line.
+    pub prometheus_exporter: bool,
 }
 
 impl Default for RenderOptions {
@@ -63,6 +67,7 @@ impl Default for RenderOptions {
             maxconn: 20_000,
             hard_stop_after: "30m".to_owned(),
             backend_port: None,
+            prometheus_exporter: true,
         }
     }
 }

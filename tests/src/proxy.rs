@@ -152,6 +152,7 @@ pub fn loopback_options(
         maxconn: 2_000,
         hard_stop_after: "30s".to_owned(),
         backend_port: Some(backend_port),
+        prometheus_exporter: true,
     }
 }
 

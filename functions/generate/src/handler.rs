@@ -339,11 +339,6 @@ async fn sweep(
         .as_ref()
         .map_or(0, Members::organizations_calls);
     let (accounts, listing_warning) = run_accounts(deps, scope, previous).await?;
-    let organizations = deps
-        .members
-        .as_ref()
-        .map_or(0, Members::organizations_calls)
-        .saturating_sub(organizations_before);
     let matching = Matching {
         rules: DEFAULT_RULES,
         proxies: &deps.settings.proxy_hostnames,
@@ -352,6 +347,15 @@ async fn sweep(
     let before = Route53Calls::now(&accounts);
     let mut swept = discovery::sweep(&accounts, previous, scope, matching, deadline).await?;
     swept.warnings.extend(listing_warning);
+    if let Some(members) = &deps.members {
+        let warning = members.note_management(&mut swept.outcomes).await;
+        swept.warnings.extend(warning);
+    }
+    let organizations = deps
+        .members
+        .as_ref()
+        .map_or(0, Members::organizations_calls)
+        .saturating_sub(organizations_before);
     Ok(SweepRun {
         swept,
         costs: Costs {

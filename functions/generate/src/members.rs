@@ -4,14 +4,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use autoproxy::accounts::{AccountState, State};
+use autoproxy::accounts::{self, AccountState, Outcome, State};
 use autoproxy::organizations::{ListError, Organizations};
 use autoproxy::route53::AccountRoute53;
-use autoproxy::settings::MemberAccounts;
+use autoproxy::settings::{MemberAccounts, MemberSource};
 use aws_config::SdkConfig;
 use aws_config::sts::AssumeRoleProvider;
 use tokio::sync::Mutex;
-use tracing::info;
+use tracing::{info, warn};
 
 /// The members and the clients built for them so far.
 #[derive(Debug)]
@@ -25,6 +25,8 @@ pub struct Members {
     clients: Mutex<BTreeMap<String, AccountRoute53>>,
     /// Route53 endpoints by account (the benchmark's recording proxies); empty in production.
     route53_endpoints: BTreeMap<String, String>,
+    /// The Organization's management account, once asked.
+    management: Mutex<Option<String>>,
 }
 
 impl Members {
@@ -42,6 +44,7 @@ impl Members {
             requests_per_second,
             clients: Mutex::new(BTreeMap::new()),
             route53_endpoints: BTreeMap::new(),
+            management: Mutex::new(None),
         }
     }
 
@@ -97,6 +100,38 @@ impl Members {
             .map(|state| state.account.clone())
             .collect();
         self.clients_for(&wanted).await
+    }
+
+    /// When a member's role was refused and it is the Organization's management account, says
+    /// in its reason that no StackSet onboards it (docs/DEPLOY.md, "The management account").
+    /// Organizations is asked once per container, and only then: a healthy estate costs no
+    /// call. A refused `DescribeOrganization` is the warning returned; the run goes on.
+    pub async fn note_management(
+        &self,
+        outcomes: &mut BTreeMap<String, Outcome>,
+    ) -> Option<String> {
+        let refused = outcomes
+            .values()
+            .any(|outcome| matches!(outcome, Outcome::AssumeDenied(_)));
+        if !refused || matches!(self.settings.source, MemberSource::Accounts(_)) {
+            return None;
+        }
+        let mut management = self.management.lock().await;
+        if management.is_none() {
+            match self.organizations.management_account().await {
+                Ok(id) => *management = Some(id),
+                Err(err) => {
+                    warn!(error = %err, "management account unknown");
+                    return Some(format!(
+                        "{err}: a refused role is not told apart for the management account"
+                    ));
+                }
+            }
+        }
+        if let Some(id) = management.as_deref() {
+            accounts::note_management(outcomes, id);
+        }
+        None
     }
 
     async fn clients_for(&self, accounts: &[String]) -> Vec<AccountRoute53> {

@@ -101,13 +101,20 @@ impl Org {
 
     /// The generator as `main` builds it, talking to AWS through the fault proxy.
     async fn deps(&self, env: &BTreeMap<&str, String>) -> Deps {
+        self.deps_in(env, OWN_ACCOUNT).await
+    }
+
+    /// The same, deployed in account `own` (which it never reads as a member). The credentials
+    /// stay the management account's: moto answers `ListAccounts` only there, not in a
+    /// delegated administrator.
+    async fn deps_in(&self, env: &BTreeMap<&str, String>, own: &str) -> Deps {
         let settings = GenerateSettings::from_lookup(|name| env.get(name).cloned()).unwrap();
         let sdk = self
             .admin
             .to_builder()
             .endpoint_url(self.proxy.endpoint())
             .build();
-        Deps::new(settings, &sdk, OWN_ACCOUNT).await.unwrap()
+        Deps::new(settings, &sdk, own).await.unwrap()
     }
 
     async fn object(&self, key: &str) -> String {
@@ -337,4 +344,65 @@ async fn one_account_deleting_every_zone_is_held_alone_until_forced() {
     expected_now.sort();
     assert_eq!(routed(&org.object(KEY).await), expected_now);
     assert_eq!(org.states().await[&deleting.id].0, "ok");
+}
+
+/// The stack lists the whole Organization, whose management account no service-managed StackSet
+/// ever reaches: its refused role leaves it `not_onboarded` with a reason that says how to
+/// onboard it, while another account without a role gets the plain refusal. Organizations is
+/// asked for the management account once per container, and only when a role was refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_management_account_s_reason_says_to_deploy_the_member_template_by_hand() {
+    let org = Org::start().await;
+    let unit = org.org.unit(&org.org.root, "workloads").await.unwrap();
+    let members = org.accounts(&unit, "m", 3, 1).await;
+    // The stack runs in a tools account; moto's own account created the organization: it is
+    // the management account, listed as a member like any other.
+    let tools = members[2].id.clone();
+    let management = OWN_ACCOUNT;
+    org.proxy.set(management, Some(Fault::AssumeDenied));
+    org.proxy.set(&members[0].id, Some(Fault::AssumeDenied));
+    let deps = org.deps_in(&env("organization"), &tools).await;
+
+    let before = org.proxy.calls("organizations");
+    let first = run(&deps, &json!({}), AT).await;
+    let first_calls = org.proxy.calls("organizations") - before;
+    assert_eq!(counts(&first), [1, 0, 2, 0]);
+    let states = org.states().await;
+    let (state, _, reason) = &states[management];
+    assert_eq!(state, "not_onboarded");
+    assert!(
+        reason.starts_with(autoproxy::accounts::MANAGEMENT_ACCOUNT) && reason.contains(management),
+        "{reason}"
+    );
+    let (state, _, reason) = &states[&members[0].id];
+    assert_eq!(state, "not_onboarded");
+    assert!(
+        !reason.contains("management account") && reason.contains("AccessDenied"),
+        "{reason}"
+    );
+
+    // Warm: the management account is known, the listing alone is asked again.
+    let before = org.proxy.calls("organizations");
+    let second = run(&deps, &json!({}), LATER).await;
+    let second_calls = org.proxy.calls("organizations") - before;
+    assert_eq!(counts(&second), [1, 0, 2, 0]);
+    assert_eq!(
+        first_calls,
+        second_calls + 1,
+        "one DescribeOrganization, once"
+    );
+    assert!(
+        org.states().await[management]
+            .2
+            .starts_with(autoproxy::accounts::MANAGEMENT_ACCOUNT)
+    );
+
+    // Every role assumed: nothing to tell apart, no DescribeOrganization at a cold start.
+    org.proxy.set(management, None);
+    org.proxy.set(&members[0].id, None);
+    let deps = org.deps_in(&env("organization"), &tools).await;
+    let before = org.proxy.calls("organizations");
+    let third = run(&deps, &json!({}), LATER_STILL).await;
+    assert_eq!(counts(&third), [3, 0, 0, 0]);
+    assert_eq!(org.proxy.calls("organizations") - before, second_calls);
 }

@@ -3,17 +3,18 @@
 //! Prometheus exporter (`/metrics` on the stats listener, checked by `promtool check metrics`)
 //! and in `show stat`; each one's log line says what happened to it; `/ready` and
 //! `/agent/metrics` reach the agent's socket, and HAProxy answers 503 when nothing listens
-//! there.
+//! there; off loopback only `/ready` and `/metrics` answer; the exporter can be left out.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::UdpSocket;
+use std::net::{SocketAddr, UdpSocket};
 use std::os::unix::net::UnixListener;
 use std::time::{Duration, Instant};
 
 use autoproxy::artifact::MapFiles;
 use autoproxy::model::{Route, SniMatch};
 use autoproxy::names::HostName;
+use autoproxy_tests::check::assert_valid;
 use autoproxy_tests::prometheus;
 use autoproxy_tests::proxy::{self, Backends, Haproxy, HaproxyFiles, ProbeError};
 
@@ -223,4 +224,61 @@ fn ready_and_agent_metrics_reach_the_agent_socket_or_answer_503() {
         assert_eq!(answer.body, format!("stand-in {path}\n"));
     }
     agent.join().unwrap();
+}
+
+/// The stats listener bound on loopback and on another address: only 127.0.0.1 and ::1 count
+/// as loopback, so 127.0.0.2 stands for the instance's VPC address (a load balancer's health
+/// check, a VPC's Prometheus). There it answers `/ready` and `/metrics` and refuses the rest.
+#[test]
+fn off_loopback_the_stats_listener_answers_only_ready_and_metrics() {
+    let backends = Backends::start(&["a"]);
+    let haproxy = Haproxy::new();
+    let mut options = haproxy.options(backends.port);
+    let other = SocketAddr::from(([127, 0, 0, 2], haproxy.stats.port()));
+    options.stats_bind = format!("{},{other}", haproxy.stats);
+    let config = proxy::render(1, &[route("resolved.test")], &options);
+    assert_valid(&config);
+    haproxy.start(&config);
+    for (addr, path, expected) in [
+        (haproxy.stats, "/stats", 200),
+        (haproxy.stats, "/metrics", 200),
+        (other, "/stats", 403),
+        (other, "/stats;csv", 403),
+        (other, "/stats?stats", 403),
+        (other, "/agent/metrics", 403),
+        (other, "/", 403),
+        (other, "/metrics", 200),
+        // Nothing listens on the agent's socket here: HAProxy answers for it.
+        (other, "/ready", 503),
+    ] {
+        let answer = prometheus::get(addr, path).unwrap();
+        assert_eq!(answer.status, expected, "{addr}{path}: {answer:?}");
+        if expected == 403 {
+            assert!(!answer.body.contains("Statistics Report"), "{answer:?}");
+        }
+        // Every answer names the generation whose routes the proxy serves, refusals too.
+        assert_eq!(answer.header("x-autoproxy-routes"), Some("1"), "{path}");
+    }
+}
+
+/// Without the Prometheus exporter (a HAProxy built without it), the config names no such
+/// service, still passes `haproxy -c`, and `/metrics` answers 503.
+#[test]
+fn without_the_exporter_the_config_still_checks_and_metrics_answers_503() {
+    let backends = Backends::start(&["a"]);
+    let haproxy = Haproxy::new();
+    let mut options = haproxy.options(backends.port);
+    options.prometheus_exporter = false;
+    let config = proxy::render(1, &[route("resolved.test")], &options);
+    assert!(!config.contains("prometheus-exporter"), "{config}");
+    assert_valid(&config);
+    haproxy.start(&config);
+    assert_eq!(
+        prometheus::get(haproxy.stats, "/metrics").unwrap().status,
+        503
+    );
+    assert_eq!(
+        prometheus::get(haproxy.stats, "/stats").unwrap().status,
+        200
+    );
 }

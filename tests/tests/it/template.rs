@@ -7,8 +7,11 @@ use std::collections::BTreeSet;
 use autoproxy_tests::root;
 use serde_yaml::Value;
 
+mod alarms;
+mod assertions;
 mod bucket;
 mod dataplane;
+mod docs;
 mod fleet;
 mod grants;
 mod linted;

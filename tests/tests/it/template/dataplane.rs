@@ -64,6 +64,15 @@ fn the_stats_listener_address_is_a_parameter_the_renderer_reads() {
         RenderOptions::default(),
         "only the stats listener's address changes"
     );
+    let mut stack = stack(&template);
+    stack
+        .refs
+        .insert("ProxyPrometheusExporter".into(), json!("false"));
+    let variables =
+        &template["Resources"]["GenerateFunction"]["Properties"]["Environment"]["Variables"];
+    let raw = stack.resolve(&variables["RENDER_OPTIONS"]).unwrap();
+    let without: RenderOptions = serde_json::from_str(raw.as_str().unwrap()).unwrap();
+    assert!(!without.prometheus_exporter, "{raw}");
 
     let pattern = parameter["AllowedPattern"].as_str().unwrap();
     let matcher = regex_automata::dfa::regex::Regex::new(&format!("^(?:{pattern})$")).unwrap();
