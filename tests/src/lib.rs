@@ -7,6 +7,7 @@ pub mod backends;
 pub mod bench;
 pub mod cfn;
 pub mod check;
+pub mod config_bucket;
 pub mod dataplane;
 pub mod dns;
 pub mod estate;

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use autoproxy::artifact::{self, MapFiles};
 use autoproxy::model::SniMatch;
+use autoproxy_tests::config_bucket::InstanceBucket;
 use autoproxy_tests::dns::DnsServer;
 use autoproxy_tests::estate;
 use autoproxy_tests::moto::Moto;
@@ -50,17 +51,7 @@ struct Fixture {
 
 impl Fixture {
     fn new(backends: &[&str]) -> Fixture {
-        let moto = Moto::start();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let sdk = rt.block_on(async {
-            let sdk = moto.sdk_config().await;
-            estate::versioned_bucket(&sdk, BUCKET).await.unwrap();
-            autoproxy_tests::agent::Published::publish(&sdk, BUCKET).await;
-            sdk
-        });
+        let InstanceBucket { sdk, rt, moto } = InstanceBucket::start(BUCKET);
         let haproxy = Haproxy::new();
         Fixture {
             document: haproxy.apply_document().unwrap(),

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use autoproxy::model::{Route, SniMatch};
 use autoproxy::names::HostName;
+use autoproxy_tests::agent::BUCKET;
+use autoproxy_tests::config_bucket::InstanceBucket;
 use autoproxy_tests::dns::DnsServer;
 use autoproxy_tests::estate;
 use autoproxy_tests::moto::Moto;
@@ -20,7 +22,6 @@ use autoproxy_tests::user_data::{self, Boot, Host};
 mod cloudformation;
 mod drain;
 
-const BUCKET: &str = "autoproxy-config";
 const KEY: &str = "haproxy/haproxy.cfg";
 const INSTANCE: &str = "i-0f1ee7b007a1e5c0d";
 
@@ -52,17 +53,7 @@ impl Instance {
             eprintln!("skipped: no /run/haproxy to bind over (install haproxy: .ci/tools.sh)");
             return None;
         }
-        let moto = Moto::start();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let sdk = rt.block_on(async {
-            let sdk = moto.sdk_config().await;
-            estate::versioned_bucket(&sdk, BUCKET).await.unwrap();
-            autoproxy_tests::agent::Published::publish(&sdk, BUCKET).await;
-            sdk
-        });
+        let InstanceBucket { sdk, rt, moto } = InstanceBucket::start(BUCKET);
         let haproxy = Haproxy::new();
         Some(Instance {
             host: Host::new(&haproxy),

@@ -10,7 +10,8 @@ use std::net::SocketAddr;
 use autoproxy::settings::GenerateSettings;
 use autoproxy_generate::handler::{Deps, Summary, handle};
 use autoproxy_tests::check::assert_valid;
-use autoproxy_tests::estate::{Account, READER_ROLE, ZoneSpec, api_pair, versioned_bucket};
+use autoproxy_tests::config_bucket::ConfigBucket;
+use autoproxy_tests::estate::{Account, READER_ROLE, ZoneSpec, api_pair};
 use autoproxy_tests::fault_proxy::{Fault, FaultProxy};
 use autoproxy_tests::moto::{Moto, OWN_ACCOUNT};
 use autoproxy_tests::organization::Organization;
@@ -36,9 +37,7 @@ struct Org {
 
 impl Org {
     async fn start() -> Org {
-        let moto = Moto::start();
-        let admin = moto.sdk_config().await;
-        versioned_bucket(&admin, BUCKET).await.unwrap();
+        let ConfigBucket { sdk: admin, moto } = ConfigBucket::start(BUCKET).await;
         let org = Organization::create(&admin).await.unwrap();
         let proxy = FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], moto.port)));
         Org {
