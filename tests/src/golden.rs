@@ -22,7 +22,7 @@ pub fn render_case(input: &Input) -> (Rendered, Vec<String>) {
     let mut candidates = Vec::new();
     let mut warnings = Vec::new();
     for zone in &input.zones {
-        let outcome = zone_routes(DEFAULT_RULES, zone, &input.proxies);
+        let outcome = zone_routes(&DEFAULT_RULES, zone, &input.proxies);
         candidates.extend(outcome.routes);
         warnings.extend(outcome.warnings.iter().map(ToString::to_string));
     }

@@ -238,7 +238,7 @@ pub(super) async fn config_rows(
         .expect("read config")
         .expect("a published config");
     let manifest = store
-        .manifest()
+        .manifest(&autoproxy::rules::DEFAULT_RULES)
         .await
         .expect("read manifest")
         .expect("a manifest");
