@@ -16,6 +16,7 @@ pub mod freeze;
 pub mod golden;
 pub mod haproxy_version;
 pub mod iam;
+pub mod kube;
 pub mod local;
 pub mod loopback;
 pub mod moto;
