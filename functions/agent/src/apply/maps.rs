@@ -392,7 +392,8 @@ async fn fill_map(
 impl Run {
     /// The files of one generation's maps (the address map belongs to all): (path, text), the
     /// route tables first, as they may serve ([`crate::routes`]): a route whose host has no
-    /// address keeps the target its map file holds now, or stays out. How many are held.
+    /// address keeps the target its map file holds now, or goes in with no address. How many
+    /// are held.
     fn serving_files(
         &self,
         text: &str,
