@@ -36,6 +36,7 @@ mod child;
 mod config;
 pub(crate) mod files;
 mod finish;
+mod kept;
 mod maps;
 mod params;
 pub(crate) mod record;
@@ -191,6 +192,12 @@ struct State {
     /// The last generation HAProxy itself reported during this run, and at which step: what
     /// the fleet record says when HAProxy does not answer at the end.
     seen: Option<(u64, &'static str)>,
+    /// Hosts the address service answered `missing` for although the file may hold them (its
+    /// push to the worker failed): this run serves them as having no address.
+    unpushed: std::collections::BTreeSet<String>,
+    /// The worker's address map as the runtime update read it back after its commit (`name
+    /// address` lines): what the record counts unresolved routes against on that path.
+    worker_addresses: Option<String>,
 }
 
 /// What a failure, or a signal, must undo.
@@ -201,6 +208,9 @@ struct Undo {
     temps: Vec<PathBuf>,
     /// When this run's reload command returned: a rollback's reload waits a moment after it.
     reloaded_at: Option<Instant>,
+    /// The live maps as they were before this run installed its own, byte for byte: what
+    /// undoing the install puts back.
+    maps_before: Option<kept::Saved>,
 }
 
 /// What the fleet record and the exit status will say.
@@ -265,11 +275,14 @@ pub async fn apply(params: Params) -> u8 {
             installed_gen: 0,
             running_gen: 0,
             seen: None,
+            unpushed: std::collections::BTreeSet::new(),
+            worker_addresses: None,
         },
         undo: Undo {
             stage: Stage::Prepare,
             temps: Vec::new(),
             reloaded_at: None,
+            maps_before: None,
         },
         verdict: Verdict {
             outcome: Outcome::Applied,

@@ -185,8 +185,8 @@ async fn run(config: &Path, knobs: Knobs, metrics: Option<Duration>) -> Result<(
             Some(done) = transport.tcp_rx.recv() => engine.on_tcp(done, Instant::now()),
             want = control.next() => wants.add(want, &mut engine, Instant::now()),
             pushed = pushing.finished() => {
-                pushing.ended(pushed, Instant::now());
-                wants.push_ended();
+                let failed = pushing.ended(pushed, Instant::now());
+                wants.push_ended(failed.as_deref());
             }
             () = stop.signalled() => break,
         }
