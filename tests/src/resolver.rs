@@ -99,6 +99,20 @@ impl Resolver {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// Its exit status once it exits by itself within `within`; None when it still runs.
+    pub fn exited_within(&mut self, within: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGTERM, as systemd stops it; its exit status, or None when it did not exit in 5 s.
     pub fn terminate(&mut self) -> Option<ExitStatus> {
         let _ = Command::new("kill")

@@ -132,7 +132,9 @@ After=network-online.target haproxy.service
 Wants=network-online.target
 
 [Service]
-Type=exec
+Type=notify
+NotifyAccess=main
+WatchdogSec=30
 ExecStart={agent_text} resolve {config_text}
 Restart=always
 RestartSec=5
@@ -312,6 +314,8 @@ mod tests {
             "\nExecStart=/var/lib/autoproxy/agent/ab12/autoproxy-agent resolve /etc/haproxy/haproxy.cfg\n"
         ));
         assert!(text.contains("\nReadWritePaths=-/etc/haproxy/autoproxy\n"));
+        // systemd restarts a wedged loop, not only an exited process.
+        assert!(text.contains("\nType=notify\nNotifyAccess=main\nWatchdogSec=30\n"));
         let with_socket = unit_with(
             Path::new("/var/lib/autoproxy/agent/ab12/autoproxy-agent"),
             Path::new("/etc/haproxy/haproxy.cfg"),
