@@ -208,6 +208,8 @@ struct Undo {
     temps: Vec<PathBuf>,
     /// When this run's reload command returned: a rollback's reload waits a moment after it.
     reloaded_at: Option<Instant>,
+    /// The reload command was started and has not returned.
+    reload_unfinished: bool,
     /// The live maps as they were before this run installed its own, byte for byte: what
     /// undoing the install puts back.
     maps_before: Option<kept::Saved>,
@@ -282,6 +284,7 @@ pub async fn apply(params: Params) -> u8 {
             stage: Stage::Prepare,
             temps: Vec::new(),
             reloaded_at: None,
+            reload_unfinished: false,
             maps_before: None,
         },
         verdict: Verdict {
@@ -293,16 +296,36 @@ pub async fn apply(params: Params) -> u8 {
             apply_id: record::apply_id(),
         },
     };
-    let signals = Signals::new();
+    let mut signals = Signals::new();
     let result = {
         let steps = run.steps();
         tokio::pin!(steps);
         tokio::select! {
             result = &mut steps => result,
-            name = signals.any() => fail(format!("interrupted by {name}")),
+            name = signals.next() => fail(format!("interrupted by {name}")),
         }
     };
-    let code = run.finish(result).await;
+    if result.is_err() && run.undo.reload_unfinished {
+        // Stopped while the reload command ran: HAProxy may have been signalled just now.
+        run.undo.reloaded_at = Some(Instant::now());
+    }
+    // The rollback and the record are bounded: a signal now lets them finish, then the
+    // apply exits with its code.
+    let mut during: Option<&'static str> = None;
+    let code = {
+        let finish = run.finish(result);
+        tokio::pin!(finish);
+        loop {
+            tokio::select! {
+                code = &mut finish => break code,
+                name = signals.next(), if during.is_none() => {
+                    log("signal", &format!("{name} while finishing: the rollback and the record finish first"));
+                    during = Some(name);
+                }
+            }
+        }
+    };
+    let code = during.map_or(code, signals::exit_code);
     for path in std::mem::take(&mut run.undo.temps) {
         if path.is_dir() {
             let _ = std::fs::remove_dir_all(&path);
@@ -509,8 +532,12 @@ impl Run {
         self.pause("reload").await;
         let starting = self.state.before == Before::Stopped;
         let replaced = self.state.before.running().map(|r| r.pid);
-        let finished = self.reload(starting).await?;
+        self.undo.reload_unfinished = true;
+        let finished = self.reload(starting).await;
+        self.undo.reload_unfinished = false;
+        // Set however the command ended: a rollback's reload waits its settle after it.
         self.undo.reloaded_at = Some(Instant::now());
+        let finished = finished?;
         if !finished.success() {
             return fail(format!(
                 "the reload command ({}) {}: {}",
