@@ -32,15 +32,11 @@
 //! Every log line is `autoproxy-apply: <step>: <detail>`; a failure adds one
 //! `autoproxy-apply: FAILED: <reason>` line on stderr.
 
-mod child;
 mod config;
-pub(crate) mod files;
 mod finish;
 mod kept;
 mod maps;
 mod params;
-pub(crate) mod record;
-pub(crate) mod running;
 mod signals;
 mod stages;
 mod steps;
@@ -51,10 +47,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use crate::haproxy::RuntimeApi;
+pub use crate::record::Outcome;
+use crate::running::{Answer, Before, Running, Service};
+pub use crate::running::{SILENT_BUDGET, SOCKET_TIMEOUT, processes_reading};
+use crate::{child, files, record, running};
 pub use params::Params;
-pub use record::Outcome;
-use running::{Answer, Before, Running, Service};
-pub use running::{SILENT_BUDGET, SOCKET_TIMEOUT, processes_reading};
 use signals::Signals;
 use stages::NewConfig;
 
@@ -68,8 +65,7 @@ pub const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 pub const RELOAD_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long HAProxy gets to report a generation running.
 pub const RUNNING_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long the fleet record's upload may take.
-pub const RECORD_TIMEOUT: Duration = Duration::from_secs(20);
+pub use crate::record::RECORD_TIMEOUT;
 /// How long the runtime update of the route tables may take before the apply reloads instead
 /// (each command on the socket waits at most `SOCKET_TIMEOUT` more).
 pub const UPDATE_BUDGET: Duration = Duration::from_secs(10);

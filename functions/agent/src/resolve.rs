@@ -57,7 +57,6 @@ pub mod knobs;
 pub mod observe;
 pub mod once;
 pub mod schedule;
-pub mod service;
 
 mod config;
 mod engine;
@@ -141,7 +140,7 @@ const WANTED_CHECK: Duration = Duration::from_secs(5);
 async fn run(config: &Path, knobs: Knobs, metrics: Option<Duration>) -> Result<(), RunError> {
     let config_dir = config.parent().unwrap_or(Path::new(".")).to_path_buf();
     // First: one service per config, or none of what follows.
-    let _single = single::Single::take(&service::maps_dir(config))?;
+    let _single = single::Single::take(&crate::unit::maps_dir(config))?;
     let start = Instant::now();
     let mut engine = Engine::new(knobs);
     let (mut output, known) = Output::open(MapFile::in_dir(&config_dir), &mut engine, start);
@@ -357,29 +356,4 @@ impl Cycle {
         }
         self.start = now;
     }
-}
-
-/// Keeps the address service installed and running for `config`, run from `agent`; one log
-/// line per thing it did or could not do. The apply calls this after every successful apply
-/// or skip; [`service::ensure`] is the typed form.
-pub fn ensure_service(agent: &Path, config: &Path) -> Vec<String> {
-    let line = match service::ensure(agent, config, &service::Host::system()) {
-        Ok(service::ServiceState::NotRoot) => format!(
-            "not root: the address service for {} is not installed (root installs it as {})",
-            config.display(),
-            service::UNIT
-        ),
-        Ok(service::ServiceState::NoSystemd) => format!(
-            "no systemd here: the address service for {} is not installed ({} needs systemd)",
-            config.display(),
-            service::UNIT
-        ),
-        Ok(service::ServiceState::Running) => return Vec::new(),
-        Ok(service::ServiceState::Started) => "started autoproxy-resolver".to_owned(),
-        Ok(service::ServiceState::Installed) => {
-            "installed and (re)started autoproxy-resolver".to_owned()
-        }
-        Err(err) => format!("WARNING: {err}"),
-    };
-    vec![line]
 }

@@ -346,7 +346,7 @@ impl Run {
     /// that runs.
     pub(super) fn ensure_resolver(&self) {
         let agent = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("autoproxy-agent"));
-        for line in crate::resolve::ensure_service(&agent, self.config()) {
+        for line in crate::unit::ensure_lines(&agent, self.config()) {
             log("resolver", &line);
         }
     }

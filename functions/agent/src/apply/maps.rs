@@ -251,7 +251,7 @@ impl Run {
         // While the address service runs it is the one writer of the worker's address map
         // (it pushed the new hosts before it answered the apply); only without it does the
         // apply give the worker what it lacks.
-        let control = self.paths.dir.join(crate::resolve::control::SOCKET);
+        let control = self.paths.dir.join(crate::control::SOCKET);
         let service_writes = std::os::unix::net::UnixStream::connect(&control).is_ok();
         let pushed = if service_writes {
             0

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use autoproxy::artifact::MapFiles;
 
-use crate::apply::files;
+use crate::files;
 use crate::haproxy::{RuntimeApi, RuntimeError};
 use crate::routes;
 

@@ -4,7 +4,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use autoproxy_agent::resolve::service::{self, Host, ServiceState};
+use autoproxy_agent::unit::{self as service, Host, ServiceState};
 
 /// `systemd-analyze verify` passes `unit` (written under `dir`) and says nothing about it.
 fn assert_verifies(unit: &str, dir: &Path) {

@@ -151,7 +151,7 @@ impl Service {
             Service::Systemd { systemctl, unit } => {
                 let args = vec!["is-active".to_owned(), unit.clone()];
                 let finished =
-                    super::child::run(Path::new(systemctl), &args, Path::new("/"), SERVICE_TIMEOUT)
+                    crate::child::run(Path::new(systemctl), &args, Path::new("/"), SERVICE_TIMEOUT)
                         .await
                         .map_err(|err| format!("cannot run {systemctl} is-active {unit}: {err}"))?;
                 if finished.timed_out {
