@@ -118,16 +118,7 @@ impl Resolver {
         let _ = Command::new("kill")
             .args(["-TERM", &self.pid().to_string()])
             .status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.exited_within(Duration::from_secs(5))
     }
 }
 

@@ -13,14 +13,14 @@ use super::runtime::{assert_maps_equal_files, file_map, held_map};
 use super::*;
 
 /// The resolver as the instances run it, asking every name again each 2 s.
-const QUICK: Knobs = Knobs {
+pub(super) const QUICK: Knobs = Knobs {
     refresh_seconds: 2.0,
     max_qps: 50,
     query_timeout: 0.3,
     max_stale_seconds: 900.0,
 };
 
-fn ip(f: &Fixture, backend: &str) -> Ipv4Addr {
+pub(super) fn ip(f: &Fixture, backend: &str) -> Ipv4Addr {
     match f.backends.get(backend).addr.ip() {
         std::net::IpAddr::V4(ip) => ip,
         std::net::IpAddr::V6(_) => unreachable!("backends listen on IPv4 loopback"),
@@ -40,7 +40,7 @@ fn config(f: &Fixture, dns: &DnsServer, generation: u64, host: &str) -> String {
     )
 }
 
-fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+pub(super) fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
     let deadline = std::time::Instant::now() + timeout;
     while !done() {
         if std::time::Instant::now() >= deadline {

@@ -3,28 +3,14 @@
 //! rollback puts last-known-good's maps back byte for byte, not tables computed again from
 //! files the failed generation had changed.
 
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::TcpListener;
 
 use autoproxy::names::HostName;
 use autoproxy_tests::refusing_socket::RefusingSocket;
-use autoproxy_tests::resolver::{Knobs, Resolver};
+use autoproxy_tests::resolver::Resolver;
 
+use super::held::{QUICK, ip, wait_until};
 use super::*;
-
-/// The resolver as the instances run it, asking every name again each 2 s.
-const QUICK: Knobs = Knobs {
-    refresh_seconds: 2.0,
-    max_qps: 50,
-    query_timeout: 0.3,
-    max_stale_seconds: 900.0,
-};
-
-fn ip(f: &Fixture, backend: &str) -> Ipv4Addr {
-    match f.backends.get(backend).addr.ip() {
-        std::net::IpAddr::V4(ip) => ip,
-        std::net::IpAddr::V6(_) => unreachable!("backends listen on IPv4 loopback"),
-    }
-}
 
 /// A config of `generation` routing `proxy.api.<zone>` to `host` by name, per pair, resolved
 /// through `dns`.
@@ -44,17 +30,6 @@ fn by_name(
         })
         .collect();
     proxy::render_with(generation, &routes, options, &[dns.addr()])
-}
-
-fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let deadline = std::time::Instant::now() + timeout;
-    while !done() {
-        if std::time::Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    true
 }
 
 /// The address service resolves a new route's host and writes it to the file, but the worker

@@ -5,20 +5,6 @@ use std::time::Instant;
 
 use super::*;
 
-/// The apply's own process among the run's.
-fn agent_pid(background: &Background) -> u32 {
-    background
-        .processes()
-        .into_iter()
-        .find(|(_, argv)| {
-            argv.first()
-                .is_some_and(|a| a.ends_with("/autoproxy-agent"))
-                && argv.get(1).is_some_and(|a| a == "apply")
-        })
-        .unwrap_or_else(|| panic!("no agent in {:?}", background.processes()))
-        .0
-}
-
 /// A reload that fails rolls back; SIGTERM comes after the rollback's restore, before the
 /// record (the test hook pauses there for 3 s): the rollback completes, the record says
 /// `rolled_back` and what runs, and the exit status is SIGTERM's, 143, within 20 s.
