@@ -44,7 +44,7 @@ impl Run {
         // another apply is waiting for (and whose bounded steps LOCK_WAIT counts).
         self._lock = None;
         if code == 0 {
-            self.ensure_resolver();
+            self.ensure_resolver().await;
         }
         code
     }
@@ -344,9 +344,16 @@ impl Run {
 
     /// Keeps the address service installed and running; its failures never undo a config
     /// that runs.
-    pub(super) fn ensure_resolver(&self) {
+    pub(super) async fn ensure_resolver(&self) {
         let agent = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("autoproxy-agent"));
-        for line in crate::unit::ensure_lines(&agent, self.config()) {
+        let config = self.config().to_path_buf();
+        // systemctl is waited for (and polled) off the runtime thread, which serves signals.
+        let lines = tokio::task::spawn_blocking(move || crate::unit::ensure_lines(&agent, &config))
+            .await
+            .unwrap_or_else(|err| {
+                vec![format!("WARNING: the service's install ended early: {err}")]
+            });
+        for line in lines {
             log("resolver", &line);
         }
     }

@@ -252,7 +252,14 @@ impl Run {
         // (it pushed the new hosts before it answered the apply); only without it does the
         // apply give the worker what it lacks.
         let control = self.paths.dir.join(crate::control::SOCKET);
-        let service_writes = std::os::unix::net::UnixStream::connect(&control).is_ok();
+        // A tokio connect with a deadline: a full backlog must not block the runtime thread,
+        // which serves the signals.
+        let service_writes = tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            tokio::net::UnixStream::connect(&control),
+        )
+        .await
+        .is_ok_and(|connected| connected.is_ok());
         let pushed = if service_writes {
             0
         } else {
