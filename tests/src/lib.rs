@@ -26,6 +26,7 @@ pub mod pipeline;
 pub mod prometheus;
 pub mod proxy;
 pub mod recording_proxy;
+pub mod refusing_socket;
 pub mod resolver;
 pub mod response_url;
 pub mod ssm_agent;
