@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::accounts::AccountState;
 use crate::model::{Route, Zone, ZoneKey};
 use crate::names::{HostName, normalize};
-use crate::rules::DEFAULT_RULES;
+use crate::rules::{Rule, SniMode};
 
 /// Current format; a manifest of another format is ignored (the next run is a full sweep).
 pub const FORMAT: u32 = 1;
@@ -28,6 +28,10 @@ pub struct Manifest {
     /// Normalised zone name → the zone that held it first (see [`crate::ownership`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub holders: BTreeMap<String, ZoneKey>,
+    /// An SNI outside every zone (a `back-target` rule's, such as an EKS endpoint's name) →
+    /// the zone that holds it (see [`crate::ownership`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub outside_holders: BTreeMap<String, ZoneKey>,
     /// Every account's state, since when and why (see [`crate::accounts`]), by account id.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub accounts: Vec<AccountState>,
@@ -55,6 +59,7 @@ impl Default for Manifest {
             zones: BTreeMap::new(),
             pending: BTreeSet::new(),
             holders: BTreeMap::new(),
+            outside_holders: BTreeMap::new(),
             accounts: Vec::new(),
         }
     }
@@ -90,6 +95,7 @@ impl Manifest {
         self.zones == other.zones
             && self.pending == other.pending
             && self.holders == other.holders
+            && self.outside_holders == other.outside_holders
             && self.accounts == other.accounts
             && self.format == other.format
     }
@@ -98,8 +104,10 @@ impl Manifest {
     ///
     /// Every value is checked as if Route53 had just returned it: the bucket is not trusted
     /// more than Route53, and a manifest's routes reach the config without another read. A
-    /// route must be exactly what its rule makes of its zone's name.
-    pub fn from_json(text: &str) -> Result<Option<Manifest>, serde_json::Error> {
+    /// route must be exactly what its rule (of `rules`, the table this run matches with) makes
+    /// of its zone's name: after a change of `ROUTING_RULES` the manifest is refused and the
+    /// run is a full sweep.
+    pub fn from_json(text: &str, rules: &[Rule]) -> Result<Option<Manifest>, serde_json::Error> {
         let value: serde_json::Value = serde_json::from_str(text)?;
         if value.get("format").and_then(serde_json::Value::as_u64) != Some(u64::from(FORMAT)) {
             return Ok(None);
@@ -114,11 +122,11 @@ impl Manifest {
                 crate::artifact::GENERATION_EXPECTED
             )));
         }
-        manifest.validate().map_err(serde::de::Error::custom)?;
+        manifest.validate(rules).map_err(serde::de::Error::custom)?;
         Ok(Some(manifest))
     }
 
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self, rules: &[Rule]) -> Result<(), String> {
         for (key, entry) in &self.zones {
             let zone = ZoneKey {
                 account: entry.account.clone(),
@@ -132,7 +140,7 @@ impl Manifest {
                 ));
             }
             for route in &entry.routes {
-                if !is_what_its_rule_makes(route, entry) {
+                if !is_what_its_rule_makes(route, entry, rules) {
                     return Err(format!(
                         "zone entry {key}: route for SNI {:?} to {} is not what rule {:?} \
                          makes of zone {:?}",
@@ -162,7 +170,7 @@ impl Manifest {
                 ));
             }
         }
-        for (name, zone) in &self.holders {
+        for (name, zone) in self.holders.iter().chain(&self.outside_holders) {
             let canonical = HostName::parse(name).is_ok_and(|host| host.as_str() == name);
             if !canonical || !zone.is_well_formed() {
                 return Err(format!(
@@ -181,10 +189,18 @@ impl Manifest {
 }
 
 /// The route `rules::zone_routes` would make with this rule from this zone: nothing in a
-/// stored route may differ from it.
-fn is_what_its_rule_makes(route: &Route, entry: &ZoneEntry) -> bool {
-    let Some(rule) = DEFAULT_RULES.iter().find(|rule| rule.id == route.rule) else {
+/// stored route may differ from it. A `back-target` rule's SNI came from a CNAME target, so
+/// it must be a plain host name in its canonical spelling.
+fn is_what_its_rule_makes(route: &Route, entry: &ZoneEntry, rules: &[Rule]) -> bool {
+    let Some(rule) = rules.iter().find(|rule| rule.id == route.rule) else {
         return false;
+    };
+    let target = match rule.sni {
+        SniMode::BackTarget => match HostName::parse(&route.sni) {
+            Ok(host) if host.as_str() == route.sni && !host.as_str().starts_with('*') => Some(host),
+            _ => return false,
+        },
+        _ => None,
     };
     let Ok(zone_name) = normalize(&entry.name).to_host() else {
         return false;
@@ -193,12 +209,13 @@ fn is_what_its_rule_makes(route: &Route, entry: &ZoneEntry) -> bool {
         account: entry.account.clone(),
         id: entry.id.clone(),
     };
-    *route == rule.route(&zone, &zone_name)
+    rule.route(&zone, &zone_name, target.as_ref()).as_ref() == Some(route)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rules::DEFAULT_RULES;
 
     #[test]
     fn round_trips_and_ignores_other_formats() {
@@ -213,9 +230,15 @@ mod tests {
             .zones
             .insert(zone_key(&zone.key()), ZoneEntry::new(&zone, vec![], vec![]));
         let text = manifest.to_json();
-        assert_eq!(Manifest::from_json(&text).unwrap(), Some(manifest));
-        assert_eq!(Manifest::from_json("{\"format\": 99}").unwrap(), None);
-        assert!(Manifest::from_json("not json").is_err());
+        assert_eq!(
+            Manifest::from_json(&text, &DEFAULT_RULES).unwrap(),
+            Some(manifest)
+        );
+        assert_eq!(
+            Manifest::from_json("{\"format\": 99}", &DEFAULT_RULES).unwrap(),
+            None
+        );
+        assert!(Manifest::from_json("not json", &DEFAULT_RULES).is_err());
     }
 
     #[test]
@@ -224,11 +247,13 @@ mod tests {
             generation: crate::artifact::MAX_GENERATION,
             ..Manifest::default()
         };
-        assert!(Manifest::from_json(&manifest.to_json()).is_ok());
+        assert!(Manifest::from_json(&manifest.to_json(), &DEFAULT_RULES).is_ok());
         let text = manifest
             .to_json()
             .replace("999999999999999999", "18446744073709551615");
-        let err = Manifest::from_json(&text).unwrap_err().to_string();
+        let err = Manifest::from_json(&text, &DEFAULT_RULES)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("at most 18 digits"), "{err}");
     }
 
@@ -251,7 +276,7 @@ mod tests {
         ];
         let proxies = [HostName::parse("proxy.tools.example.com").unwrap()];
         let routes = crate::rules::zone_routes(
-            DEFAULT_RULES,
+            &DEFAULT_RULES,
             &ZoneRecords {
                 zone: zone.clone(),
                 records,
@@ -271,7 +296,10 @@ mod tests {
     #[test]
     fn a_tampered_manifest_is_refused_with_what_was_wrong() {
         let text = stored().to_json();
-        assert_eq!(Manifest::from_json(&text).unwrap(), Some(stored()));
+        assert_eq!(
+            Manifest::from_json(&text, &DEFAULT_RULES).unwrap(),
+            Some(stored())
+        );
         for (from, to, expected) in [
             // A pattern smuggled into the SNI (or a newline into the config).
             (
@@ -305,7 +333,9 @@ mod tests {
         ] {
             assert!(text.contains(from), "{from} not in {text}");
             let tampered = text.replacen(from, to, 1);
-            let err = Manifest::from_json(&tampered).unwrap_err().to_string();
+            let err = Manifest::from_json(&tampered, &DEFAULT_RULES)
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(expected), "{from} → {to}: {err}");
         }
     }

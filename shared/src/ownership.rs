@@ -10,11 +10,18 @@
 //! * [`Mode::FirstHolder`]: a zone name held by more than one zone routes only from the zone
 //!   that held it first (remembered in the manifest); with no such memory, only when every
 //!   holder opted in. A newcomer's zone never adds to or moves an existing route.
+//!
+//! A `back-target` rule routes an SNI that is not its zone's name at all: the target of a
+//! CNAME, usually outside every zone (an EKS endpoint's name). No zone association settles who
+//! may claim it, so it has an owner of its own, in both modes
+//! (docs/ARCHITECTURE.md, "Who may route a name outside every zone"): the zone that held it in
+//! the last manifest keeps it and a newcomer is refused; two newcomers in one run are both
+//! refused; and a name inside another zone is that zone's, never claimed from outside it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use crate::manifest::ZoneEntry;
+use crate::manifest::{Manifest, ZoneEntry};
 use crate::model::{Route, ZoneKey};
 use crate::names::normalize;
 
@@ -45,6 +52,58 @@ pub enum Refusal {
         zone: ZoneKey,
         others: Vec<ZoneKey>,
     },
+    /// An SNI outside the claiming zone lies inside another zone: that zone's to route.
+    InAnotherZone {
+        sni: String,
+        zone: ZoneKey,
+        zone_name: String,
+    },
+    /// An SNI outside every zone, held by another zone since an earlier run.
+    OutsideHeld {
+        sni: String,
+        zone: ZoneKey,
+        holder: ZoneKey,
+    },
+    /// An SNI outside every zone that several zones claim for the first time in one run.
+    OutsideUnsettled {
+        sni: String,
+        zone: ZoneKey,
+        others: Vec<ZoneKey>,
+    },
+}
+
+impl Refusal {
+    /// The zone refused.
+    pub fn zone(&self) -> &ZoneKey {
+        match self {
+            Refusal::NotInVpc { zone, .. }
+            | Refusal::HeldByAnother { zone, .. }
+            | Refusal::Unsettled { zone, .. }
+            | Refusal::InAnotherZone { zone, .. }
+            | Refusal::OutsideHeld { zone, .. }
+            | Refusal::OutsideUnsettled { zone, .. } => zone,
+        }
+    }
+
+    /// The name refused: a zone's name, or an SNI outside the zone.
+    pub fn name(&self) -> &str {
+        match self {
+            Refusal::NotInVpc { name, .. }
+            | Refusal::HeldByAnother { name, .. }
+            | Refusal::Unsettled { name, .. } => name,
+            Refusal::InAnotherZone { sni, .. }
+            | Refusal::OutsideHeld { sni, .. }
+            | Refusal::OutsideUnsettled { sni, .. } => sni,
+        }
+    }
+}
+
+fn joined(zones: &[ZoneKey]) -> String {
+    zones
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl fmt::Display for Refusal {
@@ -67,13 +126,56 @@ impl fmt::Display for Refusal {
                 "zone {name} ({zone}) opted in, but the name is also held by {}, not all of \
                  which opted in, and none is known to have held it first: no route until one \
                  zone remains or all opt in (or IGNORE_ZONES=<account>:{name} drops one)",
-                others
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                joined(others)
+            ),
+            Refusal::InAnotherZone {
+                sni,
+                zone,
+                zone_name,
+            } => write!(
+                f,
+                "zone {zone} claims SNI {sni} (its back record's CNAME target), which lies in \
+                 zone {zone_name}: only that zone's own rules route it, so no route"
+            ),
+            Refusal::OutsideHeld { sni, zone, holder } => write!(
+                f,
+                "SNI {sni} (outside every zone) is held by zone {holder}, which claimed it \
+                 first; zone {zone} claims it too and gets no route. If the newcomer is the \
+                 rightful owner, remove the other zone's record or ignore that zone \
+                 (IGNORE_ZONES=<account>:<zone>)"
+            ),
+            Refusal::OutsideUnsettled { sni, zone, others } => write!(
+                f,
+                "SNI {sni} (outside every zone) is claimed for the first time by zone {zone} \
+                 and by {} in the same run: none routes it until only one claims it",
+                joined(others)
             ),
         }
+    }
+}
+
+/// Who holds which name: the manifest's memory, from one run to the next.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Holders {
+    /// Normalised zone name → the zone that holds it.
+    pub zones: BTreeMap<String, ZoneKey>,
+    /// An SNI outside every zone → the zone that holds it.
+    pub outside: BTreeMap<String, ZoneKey>,
+}
+
+impl Holders {
+    /// What a manifest remembers.
+    pub fn of(manifest: &Manifest) -> Self {
+        Holders {
+            zones: manifest.holders.clone(),
+            outside: manifest.outside_holders.clone(),
+        }
+    }
+
+    /// Stores them into the manifest to write.
+    pub fn store(self, manifest: &mut Manifest) {
+        manifest.holders = self.zones;
+        manifest.outside_holders = self.outside;
     }
 }
 
@@ -81,16 +183,17 @@ impl fmt::Display for Refusal {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Owned {
     pub candidates: Vec<Route>,
-    /// Normalised zone name → the zone that holds it: the manifest's memory for next time.
-    pub holders: BTreeMap<String, ZoneKey>,
+    /// The manifest's memory for next time.
+    pub holders: Holders,
     pub refusals: Vec<Refusal>,
 }
 
-/// Decides, for every zone name in `zones` (the manifest's entries), which zone may route it.
-/// `previous` is the holders the last manifest remembered.
+/// Decides, for every zone name in `zones` (the manifest's entries), which zone may route it,
+/// then which zone may route each SNI outside its own zone. `previous` is what the last
+/// manifest remembered.
 pub fn owned_routes(
     zones: &BTreeMap<String, ZoneEntry>,
-    previous: &BTreeMap<String, ZoneKey>,
+    previous: &Holders,
     mode: Mode<'_>,
 ) -> Owned {
     let mut by_name: BTreeMap<String, Vec<&ZoneEntry>> = BTreeMap::new();
@@ -103,12 +206,13 @@ pub fn owned_routes(
                 .push(entry);
         }
     }
+    let zone_names: BTreeSet<String> = by_name.keys().cloned().collect();
     let mut owned = Owned::default();
     for (name, mut group) in by_name {
         group.sort_by_key(|entry| key(entry));
-        let holder = first_holder(&group, previous.get(&name));
+        let holder = first_holder(&group, previous.zones.get(&name));
         if let Some(holder) = &holder {
-            owned.holders.insert(name.clone(), holder.clone());
+            owned.holders.zones.insert(name.clone(), holder.clone());
         }
         for entry in group.iter().filter(|entry| !entry.routes.is_empty()) {
             let zone = key(entry);
@@ -142,7 +246,89 @@ pub fn owned_routes(
             }
         }
     }
+    outside_names(&mut owned, &previous.outside, &zone_names);
     owned
+}
+
+/// Settles the SNIs that lie outside their own zone (docs/ARCHITECTURE.md, "Who may route a
+/// name outside every zone"), among the routes the zone names let through.
+fn outside_names(
+    owned: &mut Owned,
+    previous: &BTreeMap<String, ZoneKey>,
+    zone_names: &BTreeSet<String>,
+) {
+    let mut claims: BTreeMap<String, BTreeSet<ZoneKey>> = BTreeMap::new();
+    let mut refused: BTreeMap<(String, ZoneKey), Refusal> = BTreeMap::new();
+    for route in owned.candidates.iter().filter(|r| is_outside(r)) {
+        let zone = route.zone_key();
+        match inside_zone(&route.sni, zone_names) {
+            Some(zone_name) => {
+                refused.insert(
+                    (route.sni.clone(), zone.clone()),
+                    Refusal::InAnotherZone {
+                        sni: route.sni.clone(),
+                        zone,
+                        zone_name: zone_name.to_owned(),
+                    },
+                );
+            }
+            None => {
+                claims.entry(route.sni.clone()).or_default().insert(zone);
+            }
+        }
+    }
+    for (sni, claimants) in claims {
+        let remembered = previous.get(&sni).filter(|z| claimants.contains(*z));
+        let holder = match (remembered, claimants.len()) {
+            (Some(holder), _) => Some(holder.clone()),
+            (None, 1) => claimants.first().cloned(),
+            (None, _) => None,
+        };
+        for zone in &claimants {
+            let refusal = match &holder {
+                Some(holder) if holder == zone => continue,
+                Some(holder) => Refusal::OutsideHeld {
+                    sni: sni.clone(),
+                    zone: zone.clone(),
+                    holder: holder.clone(),
+                },
+                None => Refusal::OutsideUnsettled {
+                    sni: sni.clone(),
+                    zone: zone.clone(),
+                    others: claimants.iter().filter(|o| *o != zone).cloned().collect(),
+                },
+            };
+            refused.insert((sni.clone(), zone.clone()), refusal);
+        }
+        if let Some(holder) = holder {
+            owned.holders.outside.insert(sni, holder);
+        }
+    }
+    owned
+        .candidates
+        .retain(|route| !refused.contains_key(&(route.sni.clone(), route.zone_key())));
+    owned.refusals.extend(refused.into_values());
+}
+
+/// A route whose SNI is not its own zone's name nor under it (a `back-target` rule's).
+pub fn is_outside(route: &Route) -> bool {
+    let zone = route.zone_name.as_str();
+    let sni = route.sni.strip_prefix('.').unwrap_or(&route.sni);
+    !(sni == zone
+        || sni
+            .strip_suffix(zone)
+            .is_some_and(|head| head.ends_with('.')))
+}
+
+/// The zone name (of those known) that `sni` equals or lies under, if any.
+fn inside_zone<'a>(sni: &str, zone_names: &'a BTreeSet<String>) -> Option<&'a str> {
+    let mut rest = sni;
+    loop {
+        if let Some(zone) = zone_names.get(rest) {
+            return Some(zone.as_str());
+        }
+        rest = rest.split_once('.')?.1;
+    }
 }
 
 /// The zone that holds a name: the only one; else the one remembered, if still there; else,
@@ -168,201 +354,4 @@ fn key(entry: &ZoneEntry) -> ZoneKey {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::manifest::zone_key;
-    use crate::model::{RecordSet, Zone, ZoneRecords};
-    use crate::names::HostName;
-    use crate::rules::{DEFAULT_RULES, zone_routes};
-
-    const PROXY: &str = "peering-proxy.tools.example.com";
-    const A: &str = "111111111111";
-    const B: &str = "222222222222";
-    const C: &str = "333333333333";
-
-    /// A zone entry as a sweep leaves it: with the api pair when it opted in, none otherwise.
-    fn entry(account: &str, id: &str, name: &str, opted_in: bool) -> ZoneEntry {
-        let zone = Zone {
-            account: account.to_owned(),
-            id: id.to_owned(),
-            name: name.to_owned(),
-            private: true,
-        };
-        let records = if opted_in {
-            vec![
-                RecordSet::new(&format!("api.{name}"), "A", &["10.0.0.1"]),
-                RecordSet::new(&format!("proxy.api.{name}"), "CNAME", &[PROXY]),
-            ]
-        } else {
-            vec![RecordSet::new(&format!("api.{name}"), "A", &["10.0.0.1"])]
-        };
-        let proxies = [HostName::parse(PROXY).unwrap()];
-        let zone_records = ZoneRecords {
-            zone: zone.clone(),
-            records,
-        };
-        let routes = zone_routes(DEFAULT_RULES, &zone_records, &proxies).routes;
-        assert_eq!(routes.is_empty(), !opted_in);
-        ZoneEntry::new(&zone, routes, vec![])
-    }
-
-    fn zones(entries: Vec<ZoneEntry>) -> BTreeMap<String, ZoneEntry> {
-        entries
-            .into_iter()
-            .map(|e| (zone_key(&key(&e)), e))
-            .collect()
-    }
-
-    fn zk(account: &str, id: &str) -> ZoneKey {
-        ZoneKey {
-            account: account.to_owned(),
-            id: id.to_owned(),
-        }
-    }
-
-    /// Accounts whose routes got through.
-    fn routed(owned: &Owned) -> Vec<&str> {
-        owned
-            .candidates
-            .iter()
-            .map(|route| route.account.as_str())
-            .collect()
-    }
-
-    #[test]
-    fn a_sole_holder_routes_and_is_remembered() {
-        let owned = owned_routes(
-            &zones(vec![entry(B, "ZB", "shared.internal.", true)]),
-            &BTreeMap::new(),
-            Mode::FirstHolder,
-        );
-        assert_eq!(routed(&owned), [B]);
-        assert_eq!(owned.holders["shared.internal"], zk(B, "ZB"));
-        assert!(owned.refusals.is_empty());
-    }
-
-    #[test]
-    fn an_opt_in_on_a_name_another_account_holds_without_opting_in_gets_no_route() {
-        // B has held the name (no opt-in) since an earlier sweep; A creates it and opts in.
-        let remembered = BTreeMap::from([("shared.internal".to_owned(), zk(B, "ZB"))]);
-        let state = zones(vec![
-            entry(B, "ZB", "shared.internal.", false),
-            entry(A, "ZA", "shared.internal.", true),
-        ]);
-        let owned = owned_routes(&state, &remembered, Mode::FirstHolder);
-        assert!(routed(&owned).is_empty());
-        assert_eq!(owned.holders["shared.internal"], zk(B, "ZB"));
-        let [refusal] = &owned.refusals[..] else {
-            panic!("{:?}", owned.refusals)
-        };
-        let text = refusal.to_string();
-        assert!(text.contains(A) && text.contains(B), "{text}");
-        // On a first sweep (no memory), the same state routes nobody either.
-        let owned = owned_routes(&state, &BTreeMap::new(), Mode::FirstHolder);
-        assert!(routed(&owned).is_empty());
-        assert!(!owned.holders.contains_key("shared.internal"));
-        assert!(matches!(owned.refusals[..], [Refusal::Unsettled { .. }]));
-        assert!(owned.refusals[0].to_string().contains(B));
-    }
-
-    #[test]
-    fn a_newcomer_never_adds_to_or_moves_an_existing_route() {
-        // B routes the name; A (a lower account id, which used to win ties) arrives with the
-        // same name, opted in for the same and for another rule.
-        let remembered = BTreeMap::from([("shared.internal".to_owned(), zk(B, "ZB"))]);
-        let mut newcomer = entry(A, "ZA", "shared.internal.", true);
-        let ingress = {
-            let zone = Zone {
-                account: A.to_owned(),
-                id: "ZA".to_owned(),
-                name: "shared.internal.".to_owned(),
-                private: true,
-            };
-            let records = vec![
-                RecordSet::new("*.int.shared.internal.", "CNAME", &[PROXY]),
-                RecordSet::new(
-                    "ingress-int.shared.internal.",
-                    "CNAME",
-                    &["elb.example.com"],
-                ),
-            ];
-            let proxies = [HostName::parse(PROXY).unwrap()];
-            zone_routes(DEFAULT_RULES, &ZoneRecords { zone, records }, &proxies).routes
-        };
-        assert_eq!(ingress.len(), 1);
-        newcomer.routes.extend(ingress);
-        let state = zones(vec![entry(B, "ZB", "shared.internal.", true), newcomer]);
-        let owned = owned_routes(&state, &remembered, Mode::FirstHolder);
-        assert_eq!(routed(&owned), [B]);
-        assert_eq!(owned.candidates.len(), 1, "{:?}", owned.candidates);
-        assert!(matches!(
-            &owned.refusals[..],
-            [Refusal::HeldByAnother { zone, holder, .. }] if zone.account == A && holder.account == B
-        ));
-    }
-
-    #[test]
-    fn when_every_holder_opted_in_the_lowest_is_chosen_and_then_kept() {
-        let state = zones(vec![
-            entry(B, "ZB", "shared.internal.", true),
-            entry(A, "ZA", "shared.internal.", true),
-        ]);
-        let owned = owned_routes(&state, &BTreeMap::new(), Mode::FirstHolder);
-        assert_eq!(routed(&owned), [A]);
-        assert_eq!(owned.holders["shared.internal"], zk(A, "ZA"));
-        // A third account arriving later changes nothing.
-        let mut more = state.clone();
-        let c = entry(C, "ZC", "shared.internal.", true);
-        more.insert(zone_key(&key(&c)), c);
-        let owned = owned_routes(&more, &owned.holders, Mode::FirstHolder);
-        assert_eq!(routed(&owned), [A]);
-    }
-
-    #[test]
-    fn when_the_first_holder_leaves_the_name_passes_only_to_a_sole_survivor() {
-        let remembered = BTreeMap::from([("shared.internal".to_owned(), zk(B, "ZB"))]);
-        let owned = owned_routes(
-            &zones(vec![entry(A, "ZA", "shared.internal.", true)]),
-            &remembered,
-            Mode::FirstHolder,
-        );
-        assert_eq!(routed(&owned), [A]);
-        assert_eq!(owned.holders["shared.internal"], zk(A, "ZA"));
-    }
-
-    #[test]
-    fn names_match_in_any_spelling() {
-        let remembered = BTreeMap::from([("shared.internal".to_owned(), zk(B, "ZB"))]);
-        let state = zones(vec![
-            entry(B, "ZB", "shared.internal.", false),
-            entry(A, "ZA", "Shared.INTERNAL", true),
-        ]);
-        assert!(routed(&owned_routes(&state, &remembered, Mode::FirstHolder)).is_empty());
-    }
-
-    #[test]
-    fn with_proxy_vpcs_only_associated_zones_route_whoever_held_the_name() {
-        let state = zones(vec![
-            entry(B, "ZB", "shared.internal.", true),
-            entry(A, "ZA", "shared.internal.", true),
-            entry(C, "ZC", "other.internal.", true),
-        ]);
-        // The VPC answer names zones of several accounts (as Route53's does for the VPC's
-        // owner): B's zone and none of C's.
-        let associated = BTreeSet::from([zk(B, "ZB"), zk(A, "ZUNRELATED")]);
-        let remembered = BTreeMap::from([("shared.internal".to_owned(), zk(A, "ZA"))]);
-        let owned = owned_routes(&state, &remembered, Mode::Vpc(&associated));
-        assert_eq!(routed(&owned), [B]);
-        let refused: Vec<&ZoneKey> = owned
-            .refusals
-            .iter()
-            .map(|r| match r {
-                Refusal::NotInVpc { zone, .. } => zone,
-                other => panic!("{other:?}"),
-            })
-            .collect();
-        // By name: other.internal, then shared.internal.
-        assert_eq!(refused, [&zk(C, "ZC"), &zk(A, "ZA")]);
-        assert!(owned.refusals[1].to_string().contains("PROXY_VPCS"));
-    }
-}
+mod tests;

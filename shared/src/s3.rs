@@ -11,6 +11,7 @@ use crate::artifact::{
     self, Header, META_GENERATED_AT, META_GENERATION, META_RULES, META_SHA256, META_TRIGGER,
 };
 use crate::manifest::Manifest;
+use crate::rules::Rule;
 
 /// What S3 answers a conditional put that lost a race: 412 Precondition Failed (the object
 /// changed since it was read), or 409 Conflict (a concurrent conditional write in flight).
@@ -181,12 +182,13 @@ impl ConfigStore {
         }))
     }
 
-    /// The manifest; `None` when there is none yet, or it is of another format.
-    pub async fn manifest(&self) -> Result<Option<Manifest>, StoreError> {
+    /// The manifest, checked against `rules` (see [`Manifest::from_json`]); `None` when there
+    /// is none yet, or it is of another format.
+    pub async fn manifest(&self, rules: &[Rule]) -> Result<Option<Manifest>, StoreError> {
         let Some(fetched) = self.fetch(&self.manifest_key).await? else {
             return Ok(None);
         };
-        Manifest::from_json(&fetched.text).map_err(|err| StoreError::Invalid {
+        Manifest::from_json(&fetched.text, rules).map_err(|err| StoreError::Invalid {
             bucket: self.bucket.clone(),
             key: self.manifest_key.clone(),
             expected: "an autoproxy manifest (JSON)",

@@ -10,6 +10,7 @@ use std::net::{IpAddr, SocketAddr};
 use crate::model::is_account_id;
 use crate::names::{HostName, normalize};
 use crate::render::RenderOptions;
+use crate::rules::{DEFAULT_RULES, Rule, RulesError, parse_rules};
 
 mod members;
 pub use members::{MemberAccounts, MemberSource, is_unit_id};
@@ -30,6 +31,7 @@ pub const GENERATE_VARIABLES: &[&str] = &[
     "PROXY_VPCS",
     "MEMBER_ACCOUNTS",
     "MEMBER_ROLE_NAME",
+    "ROUTING_RULES",
 ];
 
 /// Every variable the configure function reads.
@@ -52,19 +54,46 @@ pub const DEFAULT_RESOLVER: &str = "169.254.169.253:53";
 /// A setting that is missing or malformed: names the variable, what was expected and what
 /// arrived.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{variable}: expected {expected}, got {got:?}")]
+#[error("{variable}: {expected}, got {got}")]
 pub struct SettingsError {
     pub variable: &'static str,
+    /// What was expected, as the message says it (`expected …`, or for `ROUTING_RULES` which
+    /// rule and field, then `expected …`).
     pub expected: String,
+    /// What arrived, quoted.
     pub got: String,
 }
 
 fn invalid(variable: &'static str, expected: impl Into<String>, got: &str) -> SettingsError {
     SettingsError {
         variable,
-        expected: expected.into(),
-        got: got.to_owned(),
+        expected: format!("expected {}", expected.into()),
+        got: format!("{got:?}"),
     }
+}
+
+/// `ROUTING_RULES`: empty for the built-in rules, else the operator's table.
+fn routing_rules(raw: Option<String>) -> Result<Vec<Rule>, SettingsError> {
+    let Some(raw) = raw else {
+        return Ok(DEFAULT_RULES.clone());
+    };
+    parse_rules(&raw).map_err(|err| match err {
+        RulesError::Field {
+            rule,
+            field,
+            expected,
+            got,
+        } => SettingsError {
+            variable: "ROUTING_RULES",
+            expected: format!("{rule}, field {field:?}: expected {expected}"),
+            got,
+        },
+        other => SettingsError {
+            variable: "ROUTING_RULES",
+            expected: other.to_string(),
+            got: format!("{:?}", crate::excerpt(&raw, 120)),
+        },
+    })
 }
 
 /// An IAM role to assume, one per member account.
@@ -201,6 +230,8 @@ pub struct GenerateSettings {
     pub render_options: RenderOptions,
     /// Route53 calls per second per account (Route53 allows 5, shared with every other tool).
     pub route53_requests_per_second: f64,
+    /// The rule table: `ROUTING_RULES`, or the built-in rules when it is empty.
+    pub routing_rules: Vec<Rule>,
 }
 
 impl GenerateSettings {
@@ -264,6 +295,7 @@ impl GenerateSettings {
                 "a number of requests per second above 0 and at most 1000",
                 |r: &f64| r.is_finite() && *r > 0.0 && *r <= 1000.0,
             )?,
+            routing_rules: routing_rules(get("ROUTING_RULES"))?,
         })
     }
 

@@ -205,7 +205,7 @@ pub fn synthetic_routes(zones: usize) -> Vec<Route> {
                 ),
             ],
         };
-        candidates.extend(zone_routes(DEFAULT_RULES, &zone, &proxies).routes);
+        candidates.extend(zone_routes(&DEFAULT_RULES, &zone, &proxies).routes);
     }
     resolve(candidates).0
 }

@@ -7,12 +7,15 @@ use std::path::PathBuf;
 use autoproxy::model::ZoneRecords;
 use autoproxy::names::HostName;
 use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, RenderOptions, Rendered, Renderer};
-use autoproxy::rules::{DEFAULT_RULES, resolve, zone_routes};
+use autoproxy::rules::{DEFAULT_RULES, parse_rules, resolve, zone_routes};
 use serde::Deserialize;
 
-/// A case's input: the proxy names and the zones with their records.
+/// A case's input: the rule table (`ROUTING_RULES`' JSON; the built-in rules when absent),
+/// the proxy names and the zones with their records.
 #[derive(Debug, Deserialize)]
 pub struct Input {
+    #[serde(default)]
+    pub rules: Option<serde_json::Value>,
     pub proxies: Vec<HostName>,
     pub zones: Vec<ZoneRecords>,
 }
@@ -21,8 +24,12 @@ pub struct Input {
 pub fn render_case(input: &Input) -> (Rendered, Vec<String>) {
     let mut candidates = Vec::new();
     let mut warnings = Vec::new();
+    let rules = match &input.rules {
+        Some(rules) => parse_rules(&rules.to_string()).expect("the case's rules validate"),
+        None => DEFAULT_RULES.clone(),
+    };
     for zone in &input.zones {
-        let outcome = zone_routes(DEFAULT_RULES, zone, &input.proxies);
+        let outcome = zone_routes(&rules, zone, &input.proxies);
         candidates.extend(outcome.routes);
         warnings.extend(outcome.warnings.iter().map(ToString::to_string));
     }

@@ -99,12 +99,9 @@ impl Resolver {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// SIGTERM, as systemd stops it; its exit status, or None when it did not exit in 5 s.
-    pub fn terminate(&mut self) -> Option<ExitStatus> {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.pid().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(5);
+    /// Its exit status once it exits by itself within `within`; None when it still runs.
+    pub fn exited_within(&mut self, within: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + within;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Some(status);
@@ -114,6 +111,14 @@ impl Resolver {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// SIGTERM, as systemd stops it; its exit status, or None when it did not exit in 5 s.
+    pub fn terminate(&mut self) -> Option<ExitStatus> {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status();
+        self.exited_within(Duration::from_secs(5))
     }
 }
 

@@ -87,6 +87,25 @@ impl MapFile {
         MapFile { path, lock }
     }
 
+    /// The map file at `path` (a config may name another than [`MAP`]).
+    pub fn at(path: &Path) -> MapFile {
+        let lock = path.with_extension("map.lock");
+        MapFile {
+            path: path.to_path_buf(),
+            lock,
+        }
+    }
+
+    /// Writes `text` under the lock unless the file holds entries already; whether it wrote.
+    pub fn start_with(&self, text: &str) -> std::io::Result<bool> {
+        let lock = self.lock()?;
+        if std::fs::metadata(&self.path).is_ok_and(|m| m.len() > 0) {
+            return Ok(false);
+        }
+        self.write(&lock, text)?;
+        Ok(true)
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

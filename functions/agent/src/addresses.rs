@@ -3,7 +3,7 @@
 //! the address map ([`crate::address_map`]) when the apply returns.
 //!
 //! One DNS client per instance keeps the query budget, so [`ensure`] first asks the running
-//! address service over its control socket (the protocol is in [`crate::resolve::control`]).
+//! address service over its control socket (the protocol is in `resolve::control`, the socket in [`crate::control`]).
 //! When no service answers, [`ensure`] resolves the names itself with the service's own
 //! engine and pacing ([`crate::resolve::once`]), and merges them into the map file under the
 //! lock the service also takes when it writes.
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use crate::address_map::MapFile;
-use crate::resolve::control::SOCKET;
+use crate::control::SOCKET;
 use crate::resolve::once::resolve_once;
 
 /// What [`ensure`] achieved.

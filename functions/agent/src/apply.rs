@@ -32,14 +32,11 @@
 //! Every log line is `autoproxy-apply: <step>: <detail>`; a failure adds one
 //! `autoproxy-apply: FAILED: <reason>` line on stderr.
 
-mod child;
 mod config;
-pub(crate) mod files;
 mod finish;
+mod kept;
 mod maps;
 mod params;
-pub(crate) mod record;
-pub(crate) mod running;
 mod signals;
 mod stages;
 mod steps;
@@ -50,10 +47,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use crate::haproxy::RuntimeApi;
+pub use crate::record::Outcome;
+use crate::running::{Answer, Before, Running, Service};
+pub use crate::running::{SILENT_BUDGET, SOCKET_TIMEOUT, processes_reading};
+use crate::{child, files, record, running};
 pub use params::Params;
-pub use record::Outcome;
-use running::{Answer, Before, Running, Service};
-pub use running::{SILENT_BUDGET, SOCKET_TIMEOUT, processes_reading};
 use signals::Signals;
 use stages::NewConfig;
 
@@ -67,8 +65,7 @@ pub const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 pub const RELOAD_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long HAProxy gets to report a generation running.
 pub const RUNNING_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long the fleet record's upload may take.
-pub const RECORD_TIMEOUT: Duration = Duration::from_secs(20);
+pub use crate::record::RECORD_TIMEOUT;
 /// How long the runtime update of the route tables may take before the apply reloads instead
 /// (each command on the socket waits at most `SOCKET_TIMEOUT` more).
 pub const UPDATE_BUDGET: Duration = Duration::from_secs(10);
@@ -191,6 +188,12 @@ struct State {
     /// The last generation HAProxy itself reported during this run, and at which step: what
     /// the fleet record says when HAProxy does not answer at the end.
     seen: Option<(u64, &'static str)>,
+    /// Hosts the address service answered `missing` for although the file may hold them (its
+    /// push to the worker failed): this run serves them as having no address.
+    unpushed: std::collections::BTreeSet<String>,
+    /// The worker's address map as the runtime update read it back after its commit (`name
+    /// address` lines): what the record counts unresolved routes against on that path.
+    worker_addresses: Option<String>,
 }
 
 /// What a failure, or a signal, must undo.
@@ -201,6 +204,11 @@ struct Undo {
     temps: Vec<PathBuf>,
     /// When this run's reload command returned: a rollback's reload waits a moment after it.
     reloaded_at: Option<Instant>,
+    /// The reload command was started and has not returned.
+    reload_unfinished: bool,
+    /// The live maps as they were before this run installed its own, byte for byte: what
+    /// undoing the install puts back.
+    maps_before: Option<kept::Saved>,
 }
 
 /// What the fleet record and the exit status will say.
@@ -265,11 +273,15 @@ pub async fn apply(params: Params) -> u8 {
             installed_gen: 0,
             running_gen: 0,
             seen: None,
+            unpushed: std::collections::BTreeSet::new(),
+            worker_addresses: None,
         },
         undo: Undo {
             stage: Stage::Prepare,
             temps: Vec::new(),
             reloaded_at: None,
+            reload_unfinished: false,
+            maps_before: None,
         },
         verdict: Verdict {
             outcome: Outcome::Applied,
@@ -280,16 +292,36 @@ pub async fn apply(params: Params) -> u8 {
             apply_id: record::apply_id(),
         },
     };
-    let signals = Signals::new();
+    let mut signals = Signals::new();
     let result = {
         let steps = run.steps();
         tokio::pin!(steps);
         tokio::select! {
             result = &mut steps => result,
-            name = signals.any() => fail(format!("interrupted by {name}")),
+            name = signals.next() => fail(format!("interrupted by {name}")),
         }
     };
-    let code = run.finish(result).await;
+    if result.is_err() && run.undo.reload_unfinished {
+        // Stopped while the reload command ran: HAProxy may have been signalled just now.
+        run.undo.reloaded_at = Some(Instant::now());
+    }
+    // The rollback and the record are bounded: a signal now lets them finish, then the
+    // apply exits with its code.
+    let mut during: Option<&'static str> = None;
+    let code = {
+        let finish = run.finish(result);
+        tokio::pin!(finish);
+        loop {
+            tokio::select! {
+                code = &mut finish => break code,
+                name = signals.next(), if during.is_none() => {
+                    log("signal", &format!("{name} while finishing: the rollback and the record finish first"));
+                    during = Some(name);
+                }
+            }
+        }
+    };
+    let code = during.map_or(code, signals::exit_code);
     for path in std::mem::take(&mut run.undo.temps) {
         if path.is_dir() {
             let _ = std::fs::remove_dir_all(&path);
@@ -496,8 +528,12 @@ impl Run {
         self.pause("reload").await;
         let starting = self.state.before == Before::Stopped;
         let replaced = self.state.before.running().map(|r| r.pid);
-        let finished = self.reload(starting).await?;
+        self.undo.reload_unfinished = true;
+        let finished = self.reload(starting).await;
+        self.undo.reload_unfinished = false;
+        // Set however the command ended: a rollback's reload waits its settle after it.
         self.undo.reloaded_at = Some(Instant::now());
+        let finished = finished?;
         if !finished.success() {
             return fail(format!(
                 "the reload command ({}) {}: {}",

@@ -22,7 +22,8 @@ use tokio::net::UnixStream;
 mod declared;
 
 pub use declared::{
-    AGENT_BACKEND, DeclaredSocket, declared_agent_socket, declared_socket, global_value, socket_of,
+    AGENT_BACKEND, DeclaredSocket, agent_bind_path, declared_agent_socket, declared_socket,
+    global_value, socket_of,
 };
 
 /// Why HAProxy could not be asked, or did not answer as expected.

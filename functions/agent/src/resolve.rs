@@ -57,7 +57,6 @@ pub mod knobs;
 pub mod observe;
 pub mod once;
 pub mod schedule;
-pub mod service;
 
 mod config;
 mod engine;
@@ -66,6 +65,7 @@ mod log;
 mod output;
 mod push;
 mod pushing;
+mod single;
 mod wants;
 
 pub use knobs::{KnobError, Knobs};
@@ -114,6 +114,10 @@ pub fn main(config: &Path) -> ExitCode {
     };
     match runtime.block_on(run(config, knobs, metrics)) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(err @ RunError::Single(single::SingleError::Held { .. })) => {
+            log(format_args!("{err}"));
+            ExitCode::from(1)
+        }
         Err(err) => {
             log(format_args!("{err}"));
             ExitCode::from(70)
@@ -126,6 +130,8 @@ pub fn main(config: &Path) -> ExitCode {
 pub enum RunError {
     #[error("cannot listen for signals: {0}")]
     Signals(#[source] std::io::Error),
+    #[error("{0}")]
+    Single(#[from] single::SingleError),
 }
 
 /// How often wanted names whose time is up are forgotten.
@@ -133,6 +139,8 @@ const WANTED_CHECK: Duration = Duration::from_secs(5);
 
 async fn run(config: &Path, knobs: Knobs, metrics: Option<Duration>) -> Result<(), RunError> {
     let config_dir = config.parent().unwrap_or(Path::new(".")).to_path_buf();
+    // First: one service per config, or none of what follows.
+    let _single = single::Single::take(&crate::unit::maps_dir(config))?;
     let start = Instant::now();
     let mut engine = Engine::new(knobs);
     let (mut output, known) = Output::open(MapFile::in_dir(&config_dir), &mut engine, start);
@@ -146,6 +154,7 @@ async fn run(config: &Path, knobs: Knobs, metrics: Option<Duration>) -> Result<(
     let mut observer = Observer::start(config, knobs.refresh, metrics, start);
     let mut cycle = Cycle::new(start);
     let mut next_wanted_check = start + WANTED_CHECK;
+    let mut watchdog = Watchdog::new();
     loop {
         let now = Instant::now();
         if let Some(installed) = watched.poll(now) {
@@ -153,6 +162,10 @@ async fn run(config: &Path, knobs: Knobs, metrics: Option<Duration>) -> Result<(
             observer.follow(&installed, now);
             pushing.set_stats_socket(installed.stats_socket, now).await;
         }
+        // Ready once the config was read (or found missing, which the log says); then alive
+        // for as long as this loop turns: a wedged loop stops the pings and systemd restarts
+        // the unit (WatchdogSec=).
+        watchdog.turned(now);
         engine.step(now, &mut transport);
         if now >= next_wanted_check {
             next_wanted_check = now + WANTED_CHECK;
@@ -185,8 +198,8 @@ async fn run(config: &Path, knobs: Knobs, metrics: Option<Duration>) -> Result<(
             Some(done) = transport.tcp_rx.recv() => engine.on_tcp(done, Instant::now()),
             want = control.next() => wants.add(want, &mut engine, Instant::now()),
             pushed = pushing.finished() => {
-                pushing.ended(pushed, Instant::now());
-                wants.push_ended();
+                let failed = pushing.ended(pushed, Instant::now());
+                wants.push_ended(failed.as_deref());
             }
             () = stop.signalled() => break,
         }
@@ -259,6 +272,37 @@ fn follow(
     ));
 }
 
+/// systemd's view of the service (`Type=notify`): `READY=1` at the first turn of the loop,
+/// `WATCHDOG=1` from its turns, at most once a second. Nothing without `NOTIFY_SOCKET`.
+struct Watchdog {
+    ready: bool,
+    last: Option<Instant>,
+}
+
+impl Watchdog {
+    /// How often the loop tells systemd it turns; the unit's `WatchdogSec=` is 30 s, and the
+    /// loop turns at least every second (the config check).
+    const EVERY: Duration = Duration::from_secs(1);
+
+    fn new() -> Watchdog {
+        Watchdog {
+            ready: false,
+            last: None,
+        }
+    }
+
+    fn turned(&mut self, now: Instant) {
+        if !self.ready {
+            self.ready = true;
+            let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
+        }
+        if self.last.is_none_or(|last| now >= last + Self::EVERY) {
+            self.last = Some(now);
+            let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
+        }
+    }
+}
+
 /// SIGTERM and SIGINT, which stop the service.
 struct Stop {
     term: Signal,
@@ -312,29 +356,4 @@ impl Cycle {
         }
         self.start = now;
     }
-}
-
-/// Keeps the address service installed and running for `config`, run from `agent`; one log
-/// line per thing it did or could not do. The apply calls this after every successful apply
-/// or skip; [`service::ensure`] is the typed form.
-pub fn ensure_service(agent: &Path, config: &Path) -> Vec<String> {
-    let line = match service::ensure(agent, config, &service::Host::system()) {
-        Ok(service::ServiceState::NotRoot) => format!(
-            "not root: run '{} resolve {}' yourself",
-            agent.display(),
-            config.display()
-        ),
-        Ok(service::ServiceState::NoSystemd) => format!(
-            "no systemd here: run '{} resolve {}' yourself",
-            agent.display(),
-            config.display()
-        ),
-        Ok(service::ServiceState::Running) => return Vec::new(),
-        Ok(service::ServiceState::Started) => "started autoproxy-resolver".to_owned(),
-        Ok(service::ServiceState::Installed) => {
-            "installed and (re)started autoproxy-resolver".to_owned()
-        }
-        Err(err) => format!("WARNING: {err}"),
-    };
-    vec![line]
 }

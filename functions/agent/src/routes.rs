@@ -1,11 +1,15 @@
-//! The route tables as they may serve: a route never points at a host without an address.
+//! The route tables as they may serve.
 //!
 //! The config's route lines say where each SNI should go. A route whose host has no address
-//! yet (a new cluster whose name does not resolve from here yet, a typo) would only reject
-//! its connections, so it is *held*: it keeps the target it serves with now, when that
-//! target's host has an address (a route moved to a new host goes on serving at the old one),
-//! else it stays out. When its host resolves, the address service puts it in, without an
-//! apply. The tables written to the map files and to the running HAProxy are these, so a
+//! yet (a new cluster whose name does not resolve from here yet, a typo) is *held*: it keeps
+//! the target it serves with now, when that target's host has an address (a route moved to a
+//! new host goes on serving at the old one), else it goes in at its new target, whose host
+//! the address map does not hold. Its SNI is then found in the route map and its host in no
+//! address map, so HAProxy rejects its connections as `reject_no_address`: the reject names
+//! the cause, DNS, and never sends the operator looking for a missing route
+//! (docs/ARCHITECTURE.md, "The data plane"). When its host resolves, the address service pushes the
+//! address and the route serves, without an apply; a route held at its old target is moved
+//! then. The tables written to the map files and to the running HAProxy are these, so a
 //! restart serves exactly what the runtime held.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,7 +20,8 @@ use std::net::IpAddr;
 pub struct Serving {
     /// The table's text, in the config's order.
     pub table: String,
-    /// Keys whose route is held: kept at its previous target, or left out.
+    /// Keys whose route is held: kept at its previous target, or in at a target with no
+    /// address (its connections rejected as having no address).
     pub held: BTreeSet<String>,
 }
 
@@ -38,20 +43,19 @@ pub fn serving(wanted: &str, addresses: &BTreeMap<String, IpAddr>, current: &str
     let mut out = Serving::default();
     for (key, target) in entries(wanted) {
         let chosen = if has_address(target, addresses) {
-            Some(target)
+            target
         } else {
             out.held.insert(key.to_owned());
             current
                 .get(key)
                 .copied()
                 .filter(|old| *old != target && has_address(old, addresses))
+                .unwrap_or(target)
         };
-        if let Some(target) = chosen {
-            out.table.push_str(key);
-            out.table.push(' ');
-            out.table.push_str(target);
-            out.table.push('\n');
-        }
+        out.table.push_str(key);
+        out.table.push(' ');
+        out.table.push_str(chosen);
+        out.table.push('\n');
     }
     out
 }
@@ -90,8 +94,9 @@ mod tests {
         // Resolved, or an IP literal: as the config says.
         check("a.x h1:443\n", &["h1"], "", "a.x h1:443\n", &[]);
         check("a.x 10.1.1.1:443\n", &[], "", "a.x 10.1.1.1:443\n", &[]);
-        // New and unresolved: out until its host resolves.
-        check("a.x h1:443\n", &[], "", "", &["a.x"]);
+        // New and unresolved: in, at a host with no address (rejected for no address) until
+        // its host resolves.
+        check("a.x h1:443\n", &[], "", "a.x h1:443\n", &["a.x"]);
         // Moved to a host without an address: keeps serving where it did.
         check(
             "a.x h2:443\n",
@@ -100,8 +105,14 @@ mod tests {
             "a.x h1:443\n",
             &["a.x"],
         );
-        // ... unless that old host has lost its address too.
-        check("a.x h2:443\n", &[], "a.x h1:443\n", "", &["a.x"]);
+        // ... unless that old host has lost its address too: then at its new target.
+        check(
+            "a.x h2:443\n",
+            &[],
+            "a.x h1:443\n",
+            "a.x h2:443\n",
+            &["a.x"],
+        );
         // Its host resolved: the held route goes in.
         check(
             "a.x h2:443\n",

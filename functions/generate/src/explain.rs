@@ -11,7 +11,9 @@ use serde::Serialize;
 use serde_json::Value;
 use tracing::{info, warn};
 
-use crate::handler::{Deps, GenerateError, vpc_zones};
+use autoproxy::s3::StoreError;
+
+use crate::deps::{Deps, ProxyVpcsError, vpc_zones};
 
 mod why;
 
@@ -74,6 +76,15 @@ pub enum ExplainError {
     Name(#[from] NameError),
 }
 
+/// What stopped an answer: a read that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExplainFailed {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("listing the zones of the proxy VPCs failed: {0}")]
+    ProxyVpcs(#[from] ProxyVpcsError),
+}
+
 /// How much of a refused payload an error quotes.
 const QUOTED_CHARS: usize = 200;
 
@@ -96,9 +107,9 @@ pub fn request(payload: &Value) -> Option<Result<HostName, ExplainError>> {
 
 /// Reads what the answer needs (the config, the manifest, the proxy VPCs' zones, and each
 /// zone that may hold the name, from its own account) and reasons over it. Writes nothing.
-pub async fn explain(deps: &Deps, name: &HostName) -> Result<Explanation, GenerateError> {
+pub async fn explain(deps: &Deps, name: &HostName) -> Result<Explanation, ExplainFailed> {
     let config = deps.store.current_config().await?;
-    let (manifest, unreadable) = match deps.store.manifest().await {
+    let (manifest, unreadable) = match deps.store.manifest(&deps.settings.routing_rules).await {
         Ok(manifest) => (manifest, None),
         Err(err) => {
             warn!(error = %err, "manifest unreadable: explained without it");
@@ -136,6 +147,7 @@ pub async fn explain(deps: &Deps, name: &HostName) -> Result<Explanation, Genera
         config: config.as_ref(),
         manifest: manifest.as_ref(),
         proxies: &deps.settings.proxy_hostnames,
+        rules: &deps.settings.routing_rules,
         associated: associated.as_ref(),
         reads: &reads,
     });

@@ -7,123 +7,22 @@ use std::time::{Duration, Instant};
 use autoproxy::accounts::{self, Counts};
 use autoproxy::discovery::{self, Matching, Scope, SweepError};
 use autoproxy::manifest::Manifest;
-use autoproxy::model::{Route, ZoneKey};
+use autoproxy::model::Route;
 use autoproxy::publish::Decision;
-use autoproxy::render::{DEFAULT_TEMPLATE, RenderError, RenderInput, Renderer};
+use autoproxy::render::{RenderError, RenderInput, Renderer};
 use autoproxy::route53::AccountRoute53;
-use autoproxy::rules::DEFAULT_RULES;
-use autoproxy::s3::{ConfigStore, CurrentConfig, StoreError};
-use autoproxy::settings::{GenerateSettings, ProxyVpc};
-use aws_config::retry::RetryConfig;
-use aws_config::sts::AssumeRoleProvider;
-use aws_config::{BehaviorVersion, SdkConfig};
+use autoproxy::s3::{CurrentConfig, StoreError};
 use lambda_runtime::{Diagnostic, LambdaEvent};
 use serde::Serialize;
 use serde_json::Value;
 use tracing::{info, warn};
 
-use crate::explain::{self, ExplainError, Explanation};
+pub use crate::deps::{Deps, ProxyVpcsError, sdk_config, vpc_zones};
+use crate::explain::{self, ExplainError, ExplainFailed, Explanation};
 use crate::members::Members;
 use crate::plan::{self, Plan, Write};
 use crate::report::{Costs, Route53Calls, report_run};
 use crate::trigger::{self, TriggerError};
-
-/// The SDK configuration the function runs with: the environment's, with adaptive retries
-/// that back off on Route53's Throttling and PriorRequestNotComplete.
-pub async fn sdk_config() -> SdkConfig {
-    aws_config::defaults(BehaviorVersion::latest())
-        .retry_config(RetryConfig::adaptive().with_max_attempts(5))
-        .load()
-        .await
-}
-
-/// Everything a run needs, built once per cold start.
-#[derive(Debug)]
-pub struct Deps {
-    pub settings: GenerateSettings,
-    pub store: ConfigStore,
-    /// The function's own account first (unless `SCAN_OWN_ACCOUNT=false`), then one per role.
-    pub accounts: Vec<AccountRoute53>,
-    /// The own account's Route53, which owns the proxy VPCs and lists the zones associated
-    /// with them (`PROXY_VPCS`); `None` when built by [`Deps::with_accounts`].
-    pub vpc_owner: Option<AccountRoute53>,
-    /// The accounts of `MEMBER_ACCOUNTS`, listed at each run.
-    pub members: Option<Members>,
-    pub default_renderer: Renderer,
-}
-
-impl Deps {
-    /// [`Deps::new_in`] in the `aws` partition.
-    pub async fn new(
-        settings: GenerateSettings,
-        sdk: &SdkConfig,
-        own_account: &str,
-    ) -> Result<Self, GenerateError> {
-        Self::new_in(settings, sdk, own_account, "aws").await
-    }
-
-    /// Builds the clients: the own account's Route53, one assumed-role client per
-    /// `ACCOUNT_ROLE_ARNS` entry (credentials are fetched lazily, on first use), and the
-    /// member accounts' source (`MEMBER_ACCOUNTS`; role ARNs in the caller's `partition`).
-    pub async fn new_in(
-        settings: GenerateSettings,
-        sdk: &SdkConfig,
-        own_account: &str,
-        partition: &str,
-    ) -> Result<Self, GenerateError> {
-        let rate = settings.route53_requests_per_second;
-        let own = AccountRoute53::new(own_account, &aws_sdk_route53::Config::new(sdk), rate);
-        let mut accounts = Vec::new();
-        if settings.scans_own_account(own_account) {
-            accounts.push(own.clone());
-        }
-        for role in &settings.account_roles {
-            if role.account == own_account {
-                continue;
-            }
-            let provider = AssumeRoleProvider::builder(&role.arn)
-                .session_name("autoproxy-generate")
-                .configure(sdk)
-                .build()
-                .await;
-            let config = aws_sdk_route53::config::Builder::from(sdk)
-                .credentials_provider(provider)
-                .build();
-            accounts.push(AccountRoute53::new(&role.account, &config, rate));
-        }
-        let members = settings
-            .member_accounts
-            .clone()
-            .map(|members| Members::new(members, sdk, partition, rate));
-        let mut deps = Self::with_accounts(settings, sdk, accounts)?;
-        deps.vpc_owner = Some(own);
-        deps.members = members;
-        Ok(deps)
-    }
-
-    /// The rest of the wiring around Route53 clients built elsewhere (the benchmark and the
-    /// rate-limit test point each account at its own recording proxy).
-    pub fn with_accounts(
-        settings: GenerateSettings,
-        sdk: &SdkConfig,
-        accounts: Vec<AccountRoute53>,
-    ) -> Result<Self, GenerateError> {
-        let store = ConfigStore::new(
-            aws_sdk_s3::Client::new(sdk),
-            &settings.config_bucket,
-            &settings.config_key,
-            &settings.manifest_key(),
-        );
-        Ok(Deps {
-            default_renderer: Renderer::new(DEFAULT_TEMPLATE).map_err(GenerateError::Render)?,
-            settings,
-            store,
-            accounts,
-            vpc_owner: None,
-            members: None,
-        })
-    }
-}
 
 /// Why a run failed. Nothing was published.
 #[derive(Debug, thiserror::Error)]
@@ -144,7 +43,7 @@ pub enum GenerateError {
     Members(#[source] autoproxy::organizations::ListError),
     /// With `PROXY_VPCS` set, nobody may route until the VPCs' zones are known.
     #[error("listing the zones of the proxy VPCs failed, nothing published: {0}")]
-    ProxyVpcs(String),
+    ProxyVpcs(#[from] ProxyVpcsError),
     #[error("rendering haproxy.cfg failed, nothing published: {0}")]
     Render(#[source] RenderError),
     /// The run's time stamp is the floor of the next generation: without it, nothing runs.
@@ -216,7 +115,12 @@ pub async fn function_handler(
     event: LambdaEvent<Value>,
 ) -> Result<Reply, GenerateError> {
     if let Some(request) = explain::request(&event.payload) {
-        let answer = explain::explain(deps, &request?).await?;
+        let answer = explain::explain(deps, &request?)
+            .await
+            .map_err(|failed| match failed {
+                ExplainFailed::Store(err) => GenerateError::Store(err),
+                ExplainFailed::ProxyVpcs(err) => GenerateError::ProxyVpcs(err),
+            })?;
         return Ok(Reply::Explain(Box::new(answer)));
     }
     // A deadline already past when the invocation starts is not one Lambda sends: `cargo lambda
@@ -340,7 +244,7 @@ async fn sweep(
         .map_or(0, Members::organizations_calls);
     let (accounts, listing_warning) = run_accounts(deps, scope, previous).await?;
     let matching = Matching {
-        rules: DEFAULT_RULES,
+        rules: &deps.settings.routing_rules,
         proxies: &deps.settings.proxy_hostnames,
         ignore: &deps.settings.ignore_zones,
     };
@@ -405,7 +309,7 @@ async fn read_state(
     deps: &Deps,
 ) -> Result<(Option<CurrentConfig>, Option<Manifest>), GenerateError> {
     let current = deps.store.current_config().await?;
-    let previous = match deps.store.manifest().await {
+    let previous = match deps.store.manifest(&deps.settings.routing_rules).await {
         Ok(manifest) => manifest,
         Err(err) => {
             warn!(error = %err, "manifest unreadable: this run is a full sweep");
@@ -465,30 +369,6 @@ async fn write(
             Ok(version_id)
         }
     }
-}
-
-/// Every zone associated with one of the proxy VPCs, as listed by the VPCs' owner (this
-/// account).
-pub(crate) async fn vpc_zones(
-    deps: &Deps,
-    vpcs: &[ProxyVpc],
-) -> Result<BTreeSet<ZoneKey>, GenerateError> {
-    let owner = deps.vpc_owner.as_ref().ok_or_else(|| {
-        GenerateError::ProxyVpcs("no Route53 client for the VPCs' own account".to_owned())
-    })?;
-    let mut zones = BTreeSet::new();
-    for vpc in vpcs {
-        let listed = owner.list_zones_by_vpc(vpc).await.map_err(|err| {
-            GenerateError::ProxyVpcs(format!("{}:{}: {err}", vpc.region, vpc.vpc_id))
-        })?;
-        zones.extend(listed);
-    }
-    info!(
-        vpcs = vpcs.len(),
-        zones = zones.len(),
-        "zones associated with the proxy VPCs"
-    );
-    Ok(zones)
 }
 
 /// A run's `generated_at` (RFC 3339, as [`now_rfc3339`] writes it) in Unix seconds.

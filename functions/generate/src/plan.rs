@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use autoproxy::discovery::{Scope, Swept};
 use autoproxy::manifest::Manifest;
 use autoproxy::model::{Route, ZoneKey};
-use autoproxy::ownership::{self, Mode, Refusal};
+use autoproxy::ownership::{self, Holders, Mode, Refusal};
 use autoproxy::publish::{self, Current, Decision, Hold};
 use autoproxy::render::{RenderError, Rendered};
 use autoproxy::rules::resolve;
@@ -109,10 +109,10 @@ pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError
     let guard = AccountGuard::of(trigger, previous, max_rule_drop_percent, now);
     let holds = guard_accounts(&mut manifest, previous, &swept.outcomes, &guard);
     warnings.extend(holds.iter().map(ToString::to_string));
-    let remembered = previous.map(|m| m.holders.clone()).unwrap_or_default();
+    let remembered = previous.map(Holders::of).unwrap_or_default();
     let mode = associated.map_or(Mode::FirstHolder, Mode::Vpc);
     let owned = ownership::owned_routes(&manifest.zones, &remembered, mode);
-    manifest.holders = owned.holders;
+    owned.holders.store(&mut manifest);
     warnings.extend(owned.refusals.iter().map(ToString::to_string));
     let (routes, conflicts) = resolve(owned.candidates);
     warnings.extend(conflicts.iter().map(ToString::to_string));
@@ -324,7 +324,7 @@ mod tests {
                 zone: zone.clone(),
                 records,
             };
-            let routes = zone_routes(DEFAULT_RULES, &zone_records, &proxies).routes;
+            let routes = zone_routes(&DEFAULT_RULES, &zone_records, &proxies).routes;
             manifest
                 .zones
                 .insert(zone_key(&zone.key()), ZoneEntry::new(&zone, routes, vec![]));

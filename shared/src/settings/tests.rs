@@ -183,3 +183,37 @@ fn configure_defaults_and_errors() {
     let err = ConfigureSettings::from_lookup(|_| None).unwrap_err();
     assert_eq!(err.variable, "APPLY_DOCUMENT");
 }
+
+#[test]
+fn routing_rules_replace_the_built_in_ones_or_stop_the_start() {
+    assert_eq!(generate(MINIMAL).unwrap().routing_rules, *DEFAULT_RULES);
+    let mut vars = MINIMAL.to_vec();
+    vars.push(("ROUTING_RULES", "  "));
+    assert_eq!(generate(&vars).unwrap().routing_rules, *DEFAULT_RULES);
+    let eks = r#"[{"id": "eks", "front": "proxy.eks", "back": "eks", "back_types": ["CNAME"], "sni": "back-target"}]"#;
+    let mut vars = MINIMAL.to_vec();
+    vars.push(("ROUTING_RULES", eks));
+    let rules = generate(&vars).unwrap().routing_rules;
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0].id, "eks");
+    for (value, expected) in [
+        (
+            eks.replace("back-target", "sideways"),
+            r#"ROUTING_RULES: rule "eks" (index 0), field "sni": expected one of front, front-suffix, back, back-target, got "sideways""#,
+        ),
+        (
+            eks.replace(r#""id": "eks", "#, ""),
+            r#"ROUTING_RULES: rule at index 0 (no valid id), field "id": expected a string: 1 to 32 characters of a-z, 0-9 and '-', got nothing"#,
+        ),
+        (
+            "[".to_owned(),
+            "ROUTING_RULES: expected a JSON list of rules, got [",
+        ),
+    ] {
+        let mut vars = MINIMAL.to_vec();
+        vars.push(("ROUTING_RULES", &value));
+        let err = generate(&vars).unwrap_err();
+        assert_eq!(err.variable, "ROUTING_RULES");
+        assert!(err.to_string().starts_with(expected), "{err}");
+    }
+}

@@ -29,6 +29,7 @@ mod launcher;
 mod repair;
 mod running;
 mod runtime;
+mod truth;
 
 const BUCKET: &str = "autoproxy-config";
 const KEY: &str = "haproxy/haproxy.cfg";

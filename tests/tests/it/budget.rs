@@ -65,7 +65,12 @@ async fn an_unfinished_first_sweep_publishes_nothing_and_the_next_runs_finish_it
         "a config missing never-read zones must not go out"
     );
     assert!(deps.store.current_config().await.unwrap().is_none());
-    let manifest = deps.store.manifest().await.unwrap().unwrap();
+    let manifest = deps
+        .store
+        .manifest(&deps.settings.routing_rules)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(manifest.pending.len(), ZONES - first.zones_scanned);
     assert!(
         first
@@ -89,7 +94,12 @@ async fn an_unfinished_first_sweep_publishes_nothing_and_the_next_runs_finish_it
         }
     };
     assert_eq!(summary.rules, ZONES);
-    let manifest = deps.store.manifest().await.unwrap().unwrap();
+    let manifest = deps
+        .store
+        .manifest(&deps.settings.routing_rules)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(manifest.pending.is_empty());
     let current = deps.store.current_config().await.unwrap().unwrap();
     assert_valid(&current.text);
@@ -111,6 +121,11 @@ async fn an_unfinished_later_sweep_keeps_the_unread_zones_routes() {
     // Nothing changed in Route53, and the unread zones kept their routes: no new config.
     assert_eq!(partial.rules, ZONES);
     assert!(!partial.changed, "{partial:?}");
-    let manifest = deps.store.manifest().await.unwrap().unwrap();
+    let manifest = deps
+        .store
+        .manifest(&deps.settings.routing_rules)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(manifest.pending.len(), ZONES - partial.zones_scanned);
 }

@@ -14,6 +14,8 @@ use autoproxy_tests::pipeline::{
 use autoproxy_tests::proxy::HaproxyFiles;
 use serde_json::json;
 
+mod eks;
+
 /// HAProxy resolves a new worker's server names through the resolver about a second after
 /// a reload; generous for a loaded CI machine.
 const ROUTE_TIMEOUT: Duration = Duration::from_secs(15);

@@ -28,6 +28,7 @@ use serde_json::{Value, json};
 mod costs;
 mod explain;
 mod generations;
+mod rules;
 mod safety;
 mod spelling;
 

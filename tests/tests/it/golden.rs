@@ -173,6 +173,7 @@ fn two_thousand_rules() {
         })
         .collect();
     let input = Input {
+        rules: None,
         proxies: vec![HostName::parse(proxy).unwrap()],
         zones,
     };
@@ -184,4 +185,63 @@ fn two_thousand_rules() {
         &rendered.text,
     );
     assert_valid(&rendered.text);
+}
+
+// One golden per SNI mode, each with the operator's own rule table (ROUTING_RULES).
+
+#[test]
+fn sni_front_routes_the_front_name_on_the_rules_port() {
+    let (config, warnings) = golden("sni_front");
+    assert_eq!(
+        route_lines(&config),
+        [
+            "#@route proxy.grpc.prod.example.internal grpc.prod.example.internal:8443 grpc 111111111111 Z0AAA"
+        ]
+    );
+    assert!(warnings.is_empty(), "{warnings:?}");
+}
+
+#[test]
+fn sni_front_suffix_routes_under_the_wildcard_to_an_alias_or_a_cname() {
+    let (config, warnings) = golden("sni_front_suffix");
+    assert_eq!(
+        route_lines(&config),
+        [
+            "#@suffix apps.prod.example.internal router.prod.example.internal:443 apps 111111111111 Z0AAA",
+            "#@suffix apps.dev.example.internal router.dev.example.internal:443 apps 222222222222 Z0BBB",
+        ]
+    );
+    assert!(warnings.is_empty(), "{warnings:?}");
+}
+
+#[test]
+fn sni_back_routes_the_back_name_on_6443() {
+    let (config, warnings) = golden("sni_back");
+    assert_eq!(
+        route_lines(&config),
+        [
+            "#@route k8s.lab.example.internal k8s.lab.example.internal:6443 kubeadm 111111111111 Z0AAA"
+        ]
+    );
+    assert!(warnings.is_empty(), "{warnings:?}");
+}
+
+#[test]
+fn sni_back_target_routes_the_endpoint_name_to_the_back_record() {
+    let (config, warnings) = golden("sni_back_target");
+    assert_eq!(
+        route_lines(&config),
+        [
+            "#@route abc123def.gr7.us-east-1.eks.amazonaws.com eks.prod.example.internal:443 eks 111111111111 Z0AAA"
+        ]
+    );
+    // A target that is not a plain host name never reaches the config.
+    assert!(!config.contains("evil"), "{config}");
+    let [warning] = &warnings[..] else {
+        panic!("{warnings:?}")
+    };
+    assert!(
+        warning.contains("eks.bad.example.internal's CNAME"),
+        "{warning}"
+    );
 }

@@ -9,20 +9,27 @@
 //! evaluates no conditions and no bucket policies.
 #![allow(clippy::print_stdout)]
 
+mod agent;
+mod members;
+
+use std::time::Duration;
+
+use autoproxy::fleet::Join;
 use autoproxy::render::DEFAULT_TEMPLATE;
+use autoproxy::route53::AccountRoute53;
+use autoproxy::settings::{ConfigureSettings, GenerateSettings};
+use autoproxy_configure::handler::{self as configure, Reply};
+use autoproxy_generate::handler::{self as generate, Deps};
 use autoproxy_tests::estate::{Account, ZoneSpec, api_pair, versioned_bucket};
 use autoproxy_tests::iam::Enforcing;
-use autoproxy_tests::moto::Moto;
-use aws_sdk_s3::primitives::ByteStream;
+use autoproxy_tests::moto::{Moto, OWN_ACCOUNT};
+use aws_sdk_s3::error::DisplayErrorContext;
+use aws_sdk_s3::primitives::{ByteStream, DateTime, DateTimeFormat};
+use aws_sdk_ssm::types::DocumentType;
 use serde_json::{Value, json};
 
-use super::template::stack::{BUCKET, TEMPLATE_KEY, stack, statements_in};
-
-mod functions;
-mod members;
-mod metrics;
-mod publisher;
-mod roles;
+use super::template::stack::{BUCKET, DOCUMENT, TEMPLATE_KEY, stack, statements_in};
+use super::template::template;
 
 const KEY: &str = "haproxy/haproxy.cfg";
 const PROXY: &str = "peering-proxy.tools.example.com";
@@ -40,6 +47,73 @@ enum Check {
     /// statically.
     ActionOnly(&'static str),
 }
+
+const ROUTE53: &str = "moto denies every Route53 call under IAM enforcement; the statement is \
+                       checked statically (template::grants::what_moto_cannot_check_is_exactly_this)";
+
+const SSM_RESOURCES: &str = "moto authorises SSM calls against the resource * and evaluates no \
+                             ssm:resourceTag condition: both ssm:SendCommand statements are kept \
+                             with Resource * (removing one alone leaves the other), and their \
+                             document and instance resources are checked statically";
+
+/// Every statement the generator's role has in this deployment, by Sid.
+const GENERATE: &[(&str, Check)] = &[
+    ("ListHostedZones", Check::Static(ROUTE53)),
+    ("ReadHostedZones", Check::Static(ROUTE53)),
+    ("ListConfigBucket", Check::Static(LIST_BUCKET)),
+    ("ReadWriteConfigAndManifest", Check::Needed),
+    ("ReadTemplate", Check::Needed),
+];
+
+const MEMBER_ROLES: &str = "moto lets any role be assumed and the listing here finds no member \
+                            (their Route53 would be denied under enforcement); the statement is \
+                            checked statically (template::grants::what_moto_cannot_check_is_exactly_this)";
+
+/// The generator's statements with `MemberAccounts` naming units (`units`) or the whole
+/// organization: the deployment's, then each Organizations call, proven against IAM like the
+/// rest, then the member roles.
+fn generate_with_members(units: bool) -> Vec<(&'static str, Check)> {
+    let listing: &[&str] = if units {
+        &["ListUnitAccounts", "ListUnitChildren"]
+    } else {
+        &["ListOrganizationAccounts"]
+    };
+    GENERATE
+        .iter()
+        .cloned()
+        .chain(listing.iter().map(|sid| (*sid, Check::Needed)))
+        .chain([("AssumeMemberRoles", Check::Static(MEMBER_ROLES))])
+        .collect()
+}
+
+const LIST_BUCKET: &str = "moto answers GetObject of a missing key 404 with or without \
+                           s3:ListBucket (AWS answers 403 without it)";
+
+const CONFIGURE: &[(&str, Check)] = &[
+    ("SendApplyDocument", Check::ActionOnly(SSM_RESOURCES)),
+    ("FollowCommands", Check::Needed),
+    ("ReadConfigMetadata", Check::Needed),
+    ("ListFleetRecords", Check::Needed),
+    ("ReadFleetRecords", Check::Needed),
+    ("WriteFleetReport", Check::Needed),
+    // Without it the report goes without the member accounts, with a warning naming the denial.
+    ("ReadManifestAccounts", Check::Needed),
+    ("ListFleetInstances", Check::Needed),
+    // The standalone policy attached to the role, listed after the inline ones.
+    ("SendToTaggedInstances", Check::ActionOnly(SSM_RESOURCES)),
+];
+
+const PUBLISHER: &[(&str, Check)] = &[
+    (
+        "ListConfigBucket",
+        Check::Static(
+            "moto answers HeadObject of a missing key 404 with or without s3:ListBucket (AWS \
+             answers 403 without it)",
+        ),
+    ),
+    ("FindPublishedAgent", Check::Needed),
+    ("PublishAgent", Check::Needed),
+];
 
 /// The statements template.yaml gives a function's role: its inline `Policies`, plus the
 /// standalone policies attached to that role.
@@ -155,4 +229,171 @@ async fn enforcing_with_bucket() -> (Enforcing, aws_config::SdkConfig, aws_confi
         .await
         .unwrap();
     (iam, admin, principal)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_function_works_with_exactly_its_template_policy() {
+    let template = template();
+    let (iam, admin, principal) = enforcing_with_bucket().await;
+    let admin_s3 = aws_sdk_s3::Client::new(&admin);
+
+    // The generator. Route53 lives in a second moto without enforcement.
+    let (_route53, route53_sdk) = route53_with_one_zone().await;
+    let settings = GenerateSettings::from_lookup(|name| {
+        match name {
+            "CONFIG_BUCKET" => Some(BUCKET),
+            "CONFIG_KEY" => Some(KEY),
+            "PEERING_PROXY_HOSTNAME" => Some(PROXY),
+            "TEMPLATE_KEY" => Some(TEMPLATE_KEY),
+            "ROUTE53_REQUESTS_PER_SECOND" => Some("1000"),
+            _ => None,
+        }
+        .map(str::to_owned)
+    })
+    .unwrap();
+    let accounts = vec![AccountRoute53::new(
+        OWN_ACCOUNT,
+        &aws_sdk_route53::Config::new(&route53_sdk),
+        1000.0,
+    )];
+    let deps = Deps::with_accounts(settings, &principal, accounts).unwrap();
+    let generate_statements = statements(&template, "GenerateFunction");
+    let checks = classified(&generate_statements, GENERATE);
+    let proven = prove(&iam, checks, || async {
+        generate::handle(&deps, &json!({}), AT)
+            .await
+            .map(drop)
+            .map_err(|err| err.to_string())
+    })
+    .await;
+    assert_eq!(proven, ["ReadWriteConfigAndManifest", "ReadTemplate"]);
+
+    // The configure function: a rollout to the tagged instances and the fleet report.
+    aws_sdk_ssm::Client::new(&admin)
+        .create_document()
+        .name(DOCUMENT)
+        .document_type(DocumentType::Command)
+        .content(
+            json!({"schemaVersion": "2.2", "description": "test",
+                "parameters": {"ConfigBucket": {"type": "String"}, "ConfigKey": {"type": "String"},
+                               "ConfigVersion": {"type": "String", "default": ""}},
+                "mainSteps": [{"action": "aws:runShellScript", "name": "apply",
+                               "inputs": {"runCommand": ["true"]}}]})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    iam.admin_cli(&[
+        "ec2",
+        "run-instances",
+        "--image-id",
+        "ami-03cf127a",
+        "--count",
+        "1",
+        "--tag-specifications",
+        "ResourceType=instance,Tags=[{Key=Role,Value=peering-proxy}]",
+    ])
+    .unwrap();
+    let now = DateTime::from(std::time::SystemTime::now())
+        .fmt(DateTimeFormat::DateTime)
+        .unwrap();
+    let record = json!({"instance_id": "i-0lp", "generation": 1, "sha256": "",
+        "result": "applied", "reason": "", "version_id": "v1", "at": now});
+    admin_s3
+        .put_object()
+        .bucket(BUCKET)
+        .key("haproxy/haproxy.fleet/i-0lp.json")
+        .body(ByteStream::from(record.to_string().into_bytes()))
+        .send()
+        .await
+        .unwrap();
+    let settings = ConfigureSettings::from_lookup(|name| {
+        match name {
+            "APPLY_DOCUMENT" => Some(DOCUMENT),
+            "CONFIG_BUCKET" => Some(BUCKET),
+            _ => None,
+        }
+        .map(str::to_owned)
+    })
+    .unwrap();
+    let deps = configure::Deps {
+        settings,
+        s3: aws_sdk_s3::Client::new(&principal),
+        ssm: aws_sdk_ssm::Client::new(&principal),
+        poll_every: Duration::from_millis(50),
+    };
+    // What the generator published, put again as new versions below.
+    let published = admin_s3
+        .get_object()
+        .bucket(BUCKET)
+        .key(KEY)
+        .send()
+        .await
+        .unwrap();
+    let body = published
+        .body
+        .collect()
+        .await
+        .unwrap()
+        .into_bytes()
+        .to_vec();
+    let published = admin_s3
+        .head_object()
+        .bucket(BUCKET)
+        .key(KEY)
+        .send()
+        .await
+        .unwrap();
+    let configure_statements = statements(&template, "ConfigureFunction");
+    let checks = classified(&configure_statements, CONFIGURE);
+    let proven = prove(&iam, checks, || async {
+        // A new version each time, so a command must be sent (not one already under way).
+        let version = admin_s3
+            .put_object()
+            .bucket(BUCKET)
+            .key(KEY)
+            .set_metadata(published.metadata().cloned())
+            .body(ByteStream::from(body.clone()))
+            .send()
+            .await
+            .map_err(|err| format!("seeding a version: {}", DisplayErrorContext(err)))?
+            .version_id()
+            .unwrap_or_default()
+            .to_owned();
+        let event = autoproxy_tests::pipeline::s3_put_event(BUCKET, KEY, &version);
+        let soon = tokio::time::Instant::now() + Duration::from_secs(10);
+        match configure::handle(&deps, &event, soon).await {
+            Ok(Reply::Rollout(outcome))
+                if !outcome.dispatched.is_empty() && outcome.dispatched.iter().all(|r| r.sent) => {}
+            other => return Err(format!("rollout: {other:?}")),
+        }
+        // moto checks IAM before it answers DescribeInstanceInformation, which it does not
+        // implement (500): with the grant the report goes without the instance list; without
+        // it, the list is denied. The report never fails for either, so the denial is read
+        // from the join it reports.
+        match configure::handle(&deps, &json!({"fleet": true}), soon).await {
+            Ok(Reply::Fleet(report)) => match &report.join {
+                Join::Missing { reason } if DENIED.iter().any(|word| reason.contains(word)) => {
+                    Err(format!("fleet report's instance list: {reason}"))
+                }
+                _ if report.warnings.is_empty() && report.instances == 1 => Ok(()),
+                _ => Err(format!("fleet report: {report:?}")),
+            },
+            other => Err(format!("fleet report: {other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(
+        proven,
+        [
+            "FollowCommands",
+            "ReadConfigMetadata",
+            "ListFleetRecords",
+            "ReadFleetRecords",
+            "WriteFleetReport",
+            "ReadManifestAccounts",
+            "ListFleetInstances"
+        ]
+    );
 }

@@ -62,7 +62,7 @@ fn started(log: &UdpSocket) -> (Haproxy, Backends) {
 }
 
 /// The `stot` (cumulative sessions) of each BACKEND row of `show stat`.
-fn backend_sessions(haproxy: &Haproxy) -> BTreeMap<String, u64> {
+pub(crate) fn backend_sessions(haproxy: &Haproxy) -> BTreeMap<String, u64> {
     let csv = haproxy.stats_command("show stat").unwrap();
     let mut lines = csv.lines();
     let header: Vec<&str> = lines
@@ -80,7 +80,7 @@ fn backend_sessions(haproxy: &Haproxy) -> BTreeMap<String, u64> {
 }
 
 /// The log lines received within `wait`, until `count` of them came.
-fn log_lines(log: &UdpSocket, count: usize, wait: Duration) -> Vec<String> {
+pub(crate) fn log_lines(log: &UdpSocket, count: usize, wait: Duration) -> Vec<String> {
     let deadline = Instant::now() + wait;
     let mut lines = Vec::new();
     let mut buf = [0u8; 4096];

@@ -12,6 +12,8 @@
 //!   panics, no line is injected, and no byte outside the allowed set is rendered
 //!   (`manifest_values_reach_the_config_only_when_clean`): a manifest whose values are not what
 //!   their rule makes of their zone is refused on load.
+//! * `ROUTING_RULES` → `rules::parse_rules`: nothing panics, and every refusal of a list of rule
+//!   objects names its rule (index, and id once the id passed) and a field.
 //!
 //! The seed is fixed, so every run tries the same inputs and a failure reproduces;
 //! `PROPTEST_RNG_SEED=<u64>` tries others and `PROPTEST_CASES=<n>` overrides every property's
@@ -57,6 +59,7 @@ mod generators;
 mod manifests;
 mod names;
 mod route53;
+mod rules;
 mod runner;
 
 use clean::*;

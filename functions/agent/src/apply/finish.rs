@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::kept;
 use super::{
     Answer, Before, Failure, Outcome, RUNNING_TIMEOUT, Run, Running, SILENT_BUDGET, SOCKET_TIMEOUT,
     Stage, config, failed, files, log, oneline, record,
@@ -43,7 +44,7 @@ impl Run {
         // another apply is waiting for (and whose bounded steps LOCK_WAIT counts).
         self._lock = None;
         if code == 0 {
-            self.ensure_resolver();
+            self.ensure_resolver().await;
         }
         code
     }
@@ -85,7 +86,16 @@ impl Run {
         let config = self.config().to_path_buf();
         let temp = files::temp_path(&self.paths.dir, ".autoproxy-restore");
         let restored = std::fs::read_to_string(&self.paths.last_good).and_then(|text| {
-            self.restore_maps(&text)?;
+            match kept::last_good(&self.paths.dir, &text, lg_gen) {
+                Some(saved) => kept::put_back(&saved, &mut self.undo.temps)?,
+                None => {
+                    log(
+                        "rollback",
+                        &format!("no maps kept byte for byte with generation {lg_gen}: written from its route lines"),
+                    );
+                    self.restore_maps(&text)?
+                }
+            };
             files::copy_synced(&self.paths.last_good, &temp)?;
             std::fs::rename(&temp, &config)
         });
@@ -163,7 +173,11 @@ impl Run {
             ));
             return 1;
         }
-        match self.restore_maps(&installed) {
+        let restored = match self.undo.maps_before.take() {
+            Some(saved) => kept::put_back(&saved, &mut self.undo.temps),
+            None => self.restore_maps(&installed),
+        };
+        match restored {
             Ok(_) => {
                 failed(&format!(
                     "{why}; nothing changed (the installed config's maps written back, {running})"
@@ -259,8 +273,13 @@ impl Run {
         } else {
             String::new()
         };
-        let addresses = std::fs::read_to_string(self.paths.dir.join(crate::address_map::MAP))
-            .unwrap_or_default();
+        // Applied at run time: what the worker held when the update read it back. Else what a
+        // worker loads, the file.
+        let addresses = match (&self.state.worker_addresses, outcome) {
+            (Some(read_back), Outcome::Applied) => read_back.clone(),
+            _ => std::fs::read_to_string(self.paths.dir.join(crate::address_map::MAP))
+                .unwrap_or_default(),
+        };
         let instance_id = record::instance_id();
         let record = record::Record {
             instance_id: instance_id.clone(),
@@ -325,9 +344,16 @@ impl Run {
 
     /// Keeps the address service installed and running; its failures never undo a config
     /// that runs.
-    pub(super) fn ensure_resolver(&self) {
+    pub(super) async fn ensure_resolver(&self) {
         let agent = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("autoproxy-agent"));
-        for line in crate::resolve::ensure_service(&agent, self.config()) {
+        let config = self.config().to_path_buf();
+        // systemctl is waited for (and polled) off the runtime thread, which serves signals.
+        let lines = tokio::task::spawn_blocking(move || crate::unit::ensure_lines(&agent, &config))
+            .await
+            .unwrap_or_else(|err| {
+                vec![format!("WARNING: the service's install ended early: {err}")]
+            });
+        for line in lines {
             log("resolver", &line);
         }
     }

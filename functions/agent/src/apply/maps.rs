@@ -104,11 +104,18 @@ impl Run {
             return Ok(());
         }
         let seeded = self.seed_addresses().await;
-        let temp = files::temp_path(&self.paths.maps_dir, ".autoproxy-addresses");
-        self.undo.temps.push(temp.clone());
-        files::write_synced(&temp, seeded.as_bytes(), 0o644)
-            .and_then(|()| std::fs::rename(&temp, &addresses))
+        // Under the map's lock, as the address service writes it: a service that wrote the
+        // file meanwhile keeps what it wrote. Off the runtime thread: the lock may wait.
+        let file = crate::address_map::MapFile::at(&addresses);
+        let text = seeded.clone();
+        let wrote = tokio::task::spawn_blocking(move || file.start_with(&text))
+            .await
+            .map_err(std::io::Error::other)
+            .and_then(|wrote| wrote)
             .or_else(|err| fail(format!("cannot write {}: {err}", addresses.display())))?;
+        if !wrote {
+            return Ok(());
+        }
         log(
             "maps",
             &format!(
@@ -122,6 +129,14 @@ impl Run {
 
     /// Renames the staged maps into place: from the first rename on, a failure rolls back.
     pub(super) fn install_maps(&mut self, staged: &Staged) -> Result<(), Failure> {
+        if self.undo.maps_before.is_none() {
+            let targets = staged.files.iter().chain(staged.generation.iter());
+            self.undo.maps_before = Some(
+                targets
+                    .map(|(_, to)| (to.clone(), std::fs::read(to).ok()))
+                    .collect(),
+            );
+        }
         let mut dirs: Vec<PathBuf> = Vec::new();
         for (from, to) in &staged.files {
             let parent = to.parent().unwrap_or(&self.paths.dir).to_path_buf();
@@ -161,7 +176,8 @@ impl Run {
     }
 
     /// Writes the maps `text` names, as its route lines and header say, in place: how a
-    /// rollback brings back last-known-good's maps with its config (the config holds them).
+    /// rollback brings back last-known-good's maps when none were kept byte for byte (a
+    /// last-known-good kept by an earlier agent, or of a layout without a generation map).
     pub(super) fn restore_maps(&mut self, text: &str) -> std::io::Result<usize> {
         let generation = config::header_generation(text).unwrap_or(0);
         let maps = MapFiles::named_by(text, generation);
@@ -235,8 +251,15 @@ impl Run {
         // While the address service runs it is the one writer of the worker's address map
         // (it pushed the new hosts before it answered the apply); only without it does the
         // apply give the worker what it lacks.
-        let control = self.paths.dir.join(crate::resolve::control::SOCKET);
-        let service_writes = std::os::unix::net::UnixStream::connect(&control).is_ok();
+        let control = self.paths.dir.join(crate::control::SOCKET);
+        // A tokio connect with a deadline: a full backlog must not block the runtime thread,
+        // which serves the signals.
+        let service_writes = tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            tokio::net::UnixStream::connect(&control),
+        )
+        .await
+        .is_ok_and(|connected| connected.is_ok());
         let pushed = if service_writes {
             0
         } else {
@@ -285,6 +308,30 @@ impl Run {
                     want.len()
                 ));
             }
+        }
+        // The truth of every committed host: the worker's own address map, read back now.
+        // A host it lacks leaves its routes rejected as having no address; the record counts
+        // them unresolved.
+        due(deadline)?;
+        if artifact::body(text).contains(maps.addresses.as_str()) {
+            let held = session
+                .show_map(&maps.addresses)
+                .await
+                .map_err(|err| err.to_string())?;
+            let lines: String = held
+                .iter()
+                .map(|(host, address)| format!("{host} {address}\n"))
+                .collect();
+            let lacking = super::record::unresolved_routes(text, &lines);
+            if lacking > 0 {
+                log(
+                    "update",
+                    &format!(
+                        "{lacking} route(s) whose host the running HAProxy holds no address for: rejected as having none until the address service gives it"
+                    ),
+                );
+            }
+            self.state.worker_addresses = Some(lines);
         }
         due(deadline)?;
         let Some(generation_map) = &maps.generation else {
@@ -392,16 +439,18 @@ async fn fill_map(
 impl Run {
     /// The files of one generation's maps (the address map belongs to all): (path, text), the
     /// route tables first, as they may serve ([`crate::routes`]): a route whose host has no
-    /// address keeps the target its map file holds now, or stays out. How many are held.
+    /// address keeps the target its map file holds now, or goes in with no address. How many
+    /// are held.
     fn serving_files(
         &self,
         text: &str,
         generation: u64,
         maps: &MapFiles,
     ) -> (Vec<(String, String)>, usize) {
-        let addresses = std::fs::read_to_string(self.paths.dir.join(&maps.addresses))
+        let mut addresses = std::fs::read_to_string(self.paths.dir.join(&maps.addresses))
             .map(|text| crate::address_map::parse(&text).addresses)
             .unwrap_or_default();
+        addresses.retain(|host, _| !self.state.unpushed.contains(host));
         let (routes, suffixes) = MapFiles::route_tables(text);
         let mut files = Vec::new();
         let mut held = 0;

@@ -1,4 +1,7 @@
-//! The signals that stop an apply: SIGTERM (a cancel), SIGINT, SIGHUP.
+//! The signals that stop an apply: SIGTERM (a cancel), SIGINT, SIGHUP. One that comes
+//! during the steps stops them there (the rollback and the record follow); one that comes
+//! during the rollback and the record lets them finish, within their bounds, and the apply
+//! then exits with the signal's code (128 + its number).
 
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -18,7 +21,9 @@ impl Signals {
         }
     }
 
-    pub async fn any(mut self) -> &'static str {
+    /// The next of them to come. Cancel-safe, and the streams stay: a signal that comes
+    /// later is seen by the next call, never lost to handlers nobody reads.
+    pub async fn next(&mut self) -> &'static str {
         async fn on(signal: Option<&mut tokio::signal::unix::Signal>) {
             match signal {
                 Some(signal) => {
@@ -32,5 +37,15 @@ impl Signals {
             () = on(self.int.as_mut()) => "SIGINT",
             () = on(self.hup.as_mut()) => "SIGHUP",
         }
+    }
+}
+
+/// The exit status of a process ended by the signal named `name`: 128 + its number, as a
+/// shell reports it.
+pub fn exit_code(name: &str) -> u8 {
+    match name {
+        "SIGHUP" => 129,
+        "SIGINT" => 130,
+        _ => 143,
     }
 }

@@ -179,6 +179,11 @@ impl Run {
         let nameservers = artifact::nameservers(text).valid;
         let ensured =
             crate::addresses::ensure(&self.paths.dir, &wanted, &nameservers, ADDRESS_BUDGET).await;
+        if ensured.by == crate::addresses::By::Resolver {
+            // The service writes the file before it pushes: a name it says is missing may be
+            // in the file and not in the worker.
+            self.state.unpushed = ensured.missing.iter().map(|(n, _)| n.clone()).collect();
+        }
         log(
             "addresses",
             &format!(
@@ -261,6 +266,21 @@ impl Run {
                 ),
             );
         } else if config.is_file() {
+            // Its maps first, byte for byte: a last-known-good config is never newer than
+            // the maps kept with it (a rollback checks the kept generation map).
+            let installed = std::fs::read_to_string(&config).unwrap_or_default();
+            super::kept::keep(
+                &self.paths.dir,
+                &installed,
+                self.state.installed_gen,
+                &mut self.undo.temps,
+            )
+            .or_else(|err| {
+                fail(format!(
+                    "cannot keep the maps of {}: {err}",
+                    config.display()
+                ))
+            })?;
             let temp = files::temp_path(&self.paths.dir, ".autoproxy-last-good");
             self.undo.temps.push(temp.clone());
             files::copy_synced(&config, &temp)

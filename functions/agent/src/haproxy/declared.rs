@@ -113,6 +113,24 @@ pub fn declared_agent_socket(config: &str) -> DeclaredSocket {
     DeclaredSocket::None
 }
 
+/// Where the service binds its HTTP socket for the config `text`: the path its agent backend
+/// names, inside the `chroot` when there is one; none when it names none. `Err`: the path it
+/// names, which is not only a path (never bound).
+pub fn agent_bind_path(text: &str) -> Result<Option<PathBuf>, String> {
+    let path = match declared_agent_socket(text) {
+        DeclaredSocket::Path(path) => path,
+        DeclaredSocket::None => return Ok(None),
+        DeclaredSocket::Unsafe(path) => return Err(path),
+    };
+    let chroot = global_value(text, "chroot")
+        .map(|dir| dir.trim().trim_end_matches('/').to_owned())
+        .filter(|dir| dir.starts_with('/'));
+    Ok(Some(match chroot {
+        Some(dir) => PathBuf::from(format!("{dir}{}", path.display())),
+        None => path,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

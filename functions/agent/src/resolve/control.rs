@@ -25,8 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::log::log;
 
-/// The control socket, relative to the config's directory.
-pub const SOCKET: &str = "autoproxy/resolver.sock";
+pub use crate::control::SOCKET;
 /// How long the service keeps a name it was asked for that its config does not name.
 pub const WANTED_KEEP: Duration = Duration::from_secs(600);
 /// The most names one request may want.

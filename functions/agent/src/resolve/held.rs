@@ -1,6 +1,7 @@
-//! Held routes go in once their host has an address ([`crate::routes`]): the apply leaves a
-//! route without an address out, or at its old target, and the address service, which is
-//! the one to learn the address, puts it in without waiting for another apply.
+//! Held routes move to their target once its host has an address ([`crate::routes`]): the
+//! apply leaves a route without an address at its old target, or in at its new one with no
+//! address (rejected as `reject_no_address`), and the address service, which is the one to
+//! learn the address, moves it without waiting for another apply.
 //!
 //! The route map files are the apply's, so this runs under the apply's lock, taken without
 //! waiting: an apply that holds it writes the tables itself, and the next push tries again.
@@ -15,7 +16,7 @@ use std::sync::Arc;
 
 use autoproxy::artifact::MapFiles;
 
-use crate::apply::files;
+use crate::files;
 use crate::haproxy::{RuntimeApi, RuntimeError};
 use crate::routes;
 

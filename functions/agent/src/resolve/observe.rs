@@ -56,7 +56,7 @@ impl Answerer {
             "/ready" if reasons.is_empty() => Response::text(200, "ready\n"),
             "/ready" => Response::text(503, format!("not ready:\n{}\n", reasons.join("\n"))),
             "/agent/metrics" => {
-                let last_apply = crate::apply::record::read_local(&self.config_dir);
+                let last_apply = crate::record::read_local(&self.config_dir);
                 let body = prometheus::render(&prometheus::Exposition {
                     figures: &figures,
                     haproxy: &seen,

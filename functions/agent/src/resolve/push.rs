@@ -21,6 +21,18 @@ const SOCKET_TIMEOUT: Duration = Duration::from_secs(5);
 /// The address map the worker should hold.
 type Target = Arc<BTreeMap<Arc<str>, IpAddr>>;
 
+/// How a push ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Synced {
+    /// The worker's map equals the target.
+    Held,
+    /// No worker to push to (the config names no stats socket): the file is all a starting
+    /// worker needs.
+    NoWorker,
+    /// The worker did not take it, and why: it holds an unknown part of the target.
+    Failed(String),
+}
+
 /// What the running worker holds, as far as we know.
 #[derive(Debug)]
 pub struct Pusher {
@@ -78,12 +90,13 @@ impl Pusher {
         }
     }
 
-    /// Makes the worker's map equal `target`; whether it is (false: try again later).
-    pub async fn sync(&mut self, target: &Arc<BTreeMap<Arc<str>, IpAddr>>) -> bool {
+    /// Makes the worker's map equal `target`; how that ended (anything but `Held`: try again
+    /// later).
+    pub async fn sync(&mut self, target: &Arc<BTreeMap<Arc<str>, IpAddr>>) -> Synced {
         let Some(api) = self.api.clone() else {
             // No worker to push to: the files are all a starting worker needs.
             self.release_held(target).await;
-            return false;
+            return Synced::NoWorker;
         };
         match self.push(&api, target).await {
             Ok(pushed) => {
@@ -101,7 +114,7 @@ impl Pusher {
                     ));
                 }
                 self.release_held(target).await;
-                true
+                Synced::Held
             }
             Err(err) => {
                 if let RuntimeError::Refused { .. } = err {
@@ -116,7 +129,7 @@ impl Pusher {
                 // Read its map again next time.
                 self.pid = None;
                 self.pushed = None;
-                false
+                Synced::Failed(err.to_string())
             }
         }
     }

@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use tokio::task::{JoinError, JoinHandle};
 
-use super::push::Pusher;
+use super::push::{Pusher, Synced};
 
-/// A push and whether the worker's map equals its target now.
-type Pushed = Result<(Pusher, bool), JoinError>;
+/// A push and how it ended.
+type Pushed = Result<(Pusher, Synced), JoinError>;
 
 /// Due again this long after a push started, should it never end (its socket calls time
 /// out in seconds; its end sets the next due time).
@@ -31,7 +31,7 @@ pub struct Pushing {
     stats_socket: Option<PathBuf>,
     /// None while its push is in flight.
     pusher: Option<Pusher>,
-    task: Option<JoinHandle<(Pusher, bool)>>,
+    task: Option<JoinHandle<(Pusher, Synced)>>,
     due: Instant,
 }
 
@@ -85,8 +85,8 @@ impl Pushing {
         };
         let target = Arc::clone(written);
         self.task = Some(tokio::spawn(async move {
-            let ok = pusher.sync(&target).await;
-            (pusher, ok)
+            let synced = pusher.sync(&target).await;
+            (pusher, synced)
         }));
         self.due = now + WHILE_PUSHING;
         true
@@ -105,23 +105,34 @@ impl Pushing {
         }
     }
 
-    /// Takes back the pusher of a push that ended.
-    pub fn ended(&mut self, pushed: Pushed, now: Instant) {
+    /// Takes back the pusher of a push that ended; why the worker may not hold the map, when
+    /// it may not.
+    pub fn ended(&mut self, pushed: Pushed, now: Instant) -> Option<String> {
         self.task = None;
         match pushed {
-            Ok((pusher, ok)) => {
+            Ok((pusher, synced)) => {
                 if self.pusher.is_none() {
                     self.pusher = Some(pusher);
                 }
                 // Also every few seconds when nothing changed: a reload shows as a new pid.
-                self.due = now + if ok { AFTER_SUCCESS } else { AFTER_FAILURE };
+                self.due = now
+                    + if synced == Synced::Held {
+                        AFTER_SUCCESS
+                    } else {
+                        AFTER_FAILURE
+                    };
+                match synced {
+                    Synced::Failed(why) => Some(why),
+                    Synced::Held | Synced::NoWorker => None,
+                }
             }
             // The push panicked: start over with a fresh view of HAProxy.
-            Err(_) => {
+            Err(err) => {
                 self.pusher = Some(Pusher::new(
                     self.stats_socket.clone(),
                     Some(self.config.clone()),
-                ))
+                ));
+                Some(format!("the push ended early: {err}"))
             }
         }
     }

@@ -81,10 +81,22 @@ impl Wants {
         self.in_push.append(&mut self.ready);
     }
 
-    /// The push ended (whether or not the worker took it: a worker that does not answer is
-    /// reloaded by the apply, and loads the file): its answers go.
-    pub fn push_ended(&mut self) {
-        for (reply, lines) in self.in_push.drain(..) {
+    /// The push ended: its answers go. An `ok` says the worker holds the address, so when
+    /// the push failed (`failed`: why) each becomes `missing`: the apply then holds the route
+    /// and counts it unresolved, and the next push tries again. With no worker to push to
+    /// (`failed` is None and nothing was pushed) the file is what a starting worker loads.
+    pub fn push_ended(&mut self, failed: Option<&str>) {
+        for (reply, mut lines) in self.in_push.drain(..) {
+            if let Some(why) = failed {
+                for line in &mut lines {
+                    if let Some(name) = line
+                        .strip_prefix("ok ")
+                        .and_then(|rest| rest.split_whitespace().next())
+                    {
+                        *line = format!("missing {name} the push to HAProxy failed: {why}");
+                    }
+                }
+            }
             let _ = reply.send(lines);
         }
     }
@@ -92,5 +104,39 @@ impl Wants {
     /// The earliest time a request must be answered by.
     pub fn next_deadline(&self) -> Option<Instant> {
         self.waiting.iter().map(|w| w.deadline).min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ended(failed: Option<&str>) -> Vec<String> {
+        let (reply, answer) = oneshot::channel();
+        let mut wants = Wants::default();
+        wants.in_push.push((
+            reply,
+            vec![
+                "ok a.example 10.0.0.1".to_owned(),
+                "missing b.example NXDOMAIN".to_owned(),
+            ],
+        ));
+        wants.push_ended(failed);
+        answer.blocking_recv().unwrap_or_default()
+    }
+
+    #[test]
+    fn an_ok_stands_only_when_the_push_did_not_fail() {
+        assert_eq!(
+            ended(None),
+            ["ok a.example 10.0.0.1", "missing b.example NXDOMAIN"]
+        );
+        assert_eq!(
+            ended(Some("refused")),
+            [
+                "missing a.example the push to HAProxy failed: refused",
+                "missing b.example NXDOMAIN"
+            ]
+        );
     }
 }

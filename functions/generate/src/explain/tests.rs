@@ -3,9 +3,9 @@ use std::collections::BTreeMap;
 use autoproxy::manifest::{Manifest, ZoneEntry, zone_key};
 use autoproxy::model::{RecordSet, Route, Zone, ZoneKey, ZoneRecords};
 use autoproxy::names::HostName;
-use autoproxy::ownership::{self, Mode};
+use autoproxy::ownership::{self, Holders, Mode};
 use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, RenderOptions, Renderer};
-use autoproxy::rules::{DEFAULT_RULES, resolve, zone_routes};
+use autoproxy::rules::{DEFAULT_RULES, Rule, parse_rules, resolve, zone_routes};
 use autoproxy::s3::CurrentConfig;
 use serde_json::json;
 
@@ -45,12 +45,17 @@ type Seed<'a> = (&'a str, &'a str, &'a str, Vec<RecordSet>);
 /// What a run leaves behind after reading `zones` (holders remembered from `previous`), and
 /// Route53 answering with the same records now.
 struct World {
+    rules: Vec<Rule>,
     manifest: Manifest,
     config: CurrentConfig,
     reads: BTreeMap<ZoneKey, ZoneRead>,
 }
 
 fn run(zones: &[Seed<'_>], previous: Option<&Manifest>) -> World {
+    run_with(&DEFAULT_RULES, zones, previous)
+}
+
+fn run_with(rules: &[Rule], zones: &[Seed<'_>], previous: Option<&Manifest>) -> World {
     let mut manifest = Manifest {
         generation: 7,
         ..Manifest::default()
@@ -67,17 +72,18 @@ fn run(zones: &[Seed<'_>], previous: Option<&Manifest>) -> World {
             zone: zone.clone(),
             records: records.clone(),
         };
-        let outcome = zone_routes(DEFAULT_RULES, &zone_records, &proxies());
+        let outcome = zone_routes(rules, &zone_records, &proxies());
         let warnings = outcome.warnings.iter().map(ToString::to_string).collect();
         let entry = ZoneEntry::new(&zone, outcome.routes, warnings);
         manifest.zones.insert(zone_key(&zone.key()), entry);
         reads.insert(zone.key(), ZoneRead::Records(records.clone()));
     }
-    let remembered = previous.map(|m| m.holders.clone()).unwrap_or_default();
+    let remembered = previous.map(Holders::of).unwrap_or_default();
     let owned = ownership::owned_routes(&manifest.zones, &remembered, Mode::FirstHolder);
-    manifest.holders = owned.holders;
+    owned.holders.store(&mut manifest);
     let (routes, _) = resolve(owned.candidates);
     World {
+        rules: rules.to_vec(),
         manifest,
         config: rendered(&routes),
         reads,
@@ -112,6 +118,7 @@ fn ask(world: &World, name: &str) -> Explanation {
         config: Some(&world.config),
         manifest: Some(&world.manifest),
         proxies: &proxies(),
+        rules: &world.rules,
         associated: None,
         reads: &world.reads,
     })
@@ -319,4 +326,77 @@ fn requests_are_decoded_or_refused_saying_what_was_expected() {
         let err = request(&payload).unwrap().unwrap_err().to_string();
         assert!(err.contains(expected), "{payload}: {err}");
     }
+}
+
+const ENDPOINT: &str = "abc123.gr7.us-east-1.eks.amazonaws.com";
+
+/// An EKS-shaped zone: `eks.<zone>` CNAME → the endpoint, `proxy.eks.<zone>` CNAME → proxy.
+fn eks_pair(zone: &str) -> Vec<RecordSet> {
+    vec![
+        RecordSet::new(
+            &format!("eks.{zone}."),
+            "CNAME",
+            &["ABC123.gr7.us-east-1.eks.amazonaws.com."],
+        ),
+        RecordSet::new(&format!("proxy.eks.{zone}."), "CNAME", &[PROXY]),
+    ]
+}
+
+#[test]
+fn an_endpoint_name_outside_every_zone_is_explained_by_its_holder_and_claimants() {
+    let rules = parse_rules(
+        r#"[{"id": "eks", "front": "proxy.eks", "back": "eks", "back_types": ["CNAME"], "sni": "back-target"}]"#,
+    )
+    .unwrap();
+    let first = run_with(
+        &rules,
+        &[(
+            B,
+            "ZB",
+            "b.example.internal",
+            eks_pair("b.example.internal"),
+        )],
+        None,
+    );
+    let world = run_with(
+        &rules,
+        &[
+            (
+                A,
+                "ZA",
+                "a.example.internal",
+                eks_pair("a.example.internal"),
+            ),
+            (
+                B,
+                "ZB",
+                "b.example.internal",
+                eks_pair("b.example.internal"),
+            ),
+        ],
+        Some(&first.manifest),
+    );
+    let answer = ask(&world, ENDPOINT);
+    assert!(answer.routed, "{answer:#?}");
+    assert_eq!(answer.account.as_deref(), Some(B));
+    assert_eq!(answer.rule.as_deref(), Some("eks"));
+    assert_eq!(
+        answer.route.as_ref().unwrap().backend,
+        "eks.b.example.internal:443"
+    );
+    assert_says(
+        &answer,
+        &[
+            &format!("SNI {ENDPOINT} → eks.b.example.internal:443"),
+            &format!(
+                "eks.b.example.internal is a CNAME to ABC123.gr7.us-east-1.eks.amazonaws.com.: the backend exists, and clients send {ENDPOINT} as SNI"
+            ),
+            &format!("ownership: this zone holds the name {ENDPOINT}"),
+            // The newcomer is in the answer too, refused.
+            "zone a.example.internal (ZA in account 111111111111) claims the name, outside it, as an SNI",
+            &format!(
+                "refused: SNI {ENDPOINT} (outside every zone) is held by zone ZB in account 222222222222"
+            ),
+        ],
+    );
 }

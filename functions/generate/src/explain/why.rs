@@ -8,8 +8,8 @@ use autoproxy::manifest::{Manifest, ZoneEntry};
 use autoproxy::model::{RecordSet, SniMatch, Zone, ZoneKey, ZoneRecords};
 use autoproxy::names::{HostName, normalize};
 use autoproxy::near_miss::near_proxy;
-use autoproxy::ownership::{self, Mode, Owned, Refusal};
-use autoproxy::rules::{DEFAULT_RULES, FRONT_TYPE, Rule, zone_routes};
+use autoproxy::ownership::{self, Holders, Mode, Owned};
+use autoproxy::rules::{FRONT_TYPE, Rule, SniMode, zone_routes};
 use autoproxy::s3::CurrentConfig;
 
 use super::{CarriedRoute, Explanation, ZoneRef};
@@ -36,12 +36,15 @@ pub struct Facts<'a> {
     pub config: Option<&'a CurrentConfig>,
     pub manifest: Option<&'a Manifest>,
     pub proxies: &'a [HostName],
+    /// The rule table the generator matches with.
+    pub rules: &'a [Rule],
     /// The zones of the proxy VPCs with `PROXY_VPCS`; `None` for first-holder ownership.
     pub associated: Option<&'a BTreeSet<ZoneKey>>,
     pub reads: &'a BTreeMap<ZoneKey, ZoneRead>,
 }
 
-/// The zones the manifest knows that are `name` or a parent of it, deepest first.
+/// The zones the manifest knows that are `name` or a parent of it, deepest first; then those
+/// that claim it as an SNI outside themselves (a `back-target` rule's).
 pub fn candidates<'a>(name: &HostName, manifest: Option<&'a Manifest>) -> Vec<&'a ZoneEntry> {
     let Some(manifest) = manifest else {
         return Vec::new();
@@ -60,7 +63,19 @@ pub fn candidates<'a>(name: &HostName, manifest: Option<&'a Manifest>) -> Vec<&'
         })
         .collect();
     found.sort_by(|(a, x), (b, y)| b.cmp(a).then(x.account.cmp(&y.account)));
-    found.into_iter().map(|(_, entry)| entry).collect()
+    let claims = manifest.zones.values().filter(|entry| {
+        entry
+            .routes
+            .iter()
+            .any(|route| route.sni == name.as_str() && ownership::is_outside(route))
+    });
+    let mut zones: Vec<&ZoneEntry> = found.into_iter().map(|(_, entry)| entry).collect();
+    for entry in claims {
+        if !zones.iter().any(|z| std::ptr::eq(*z, entry)) {
+            zones.push(entry);
+        }
+    }
+    zones
 }
 
 /// Why `facts.name` is or is not routed.
@@ -87,7 +102,7 @@ pub fn explain(facts: &Facts<'_>) -> Explanation {
         return out;
     };
     let mode = facts.associated.map_or(Mode::FirstHolder, Mode::Vpc);
-    let owned = ownership::owned_routes(&manifest.zones, &manifest.holders, mode);
+    let owned = ownership::owned_routes(&manifest.zones, &Holders::of(manifest), mode);
     let findings: Vec<Finding> = zones
         .iter()
         .map(|entry| zone_finding(facts, manifest, &owned, entry))
@@ -118,7 +133,7 @@ pub fn explain(facts: &Facts<'_>) -> Explanation {
             id: finding.key.id,
             name: finding.name.as_str().to_owned(),
         });
-        out.rule = finding.rule.map(|rule| rule.id.to_owned());
+        out.rule = finding.rule.map(|rule| rule.id.clone());
         out.records = finding.records;
         out.ownership = finding.ownership;
         out.refusal = finding.refusal;
@@ -229,10 +244,10 @@ fn unknown_step(out: &mut Explanation, manifest: Option<&Manifest>) {
 
 /// What one zone says about the name.
 #[derive(Debug)]
-struct Finding {
+struct Finding<'a> {
     key: ZoneKey,
     name: HostName,
-    rule: Option<&'static Rule>,
+    rule: Option<&'a Rule>,
     records: Vec<RecordSet>,
     ownership: Option<String>,
     refusal: Option<String>,
@@ -240,12 +255,12 @@ struct Finding {
     warnings: Vec<String>,
 }
 
-fn zone_finding(
-    facts: &Facts<'_>,
+fn zone_finding<'a>(
+    facts: &Facts<'a>,
     manifest: &Manifest,
     owned: &Owned,
     entry: &ZoneEntry,
-) -> Finding {
+) -> Finding<'a> {
     let key = ZoneKey {
         account: entry.account.clone(),
         id: entry.id.clone(),
@@ -254,11 +269,23 @@ fn zone_finding(
     let zone_name = normalize(&entry.name)
         .to_host()
         .unwrap_or_else(|_| facts.name.clone());
-    let rule = DEFAULT_RULES
+    let rule = facts
+        .rules
         .iter()
-        .find(|rule| fits(rule, &key, &zone_name, facts.name));
+        .find(|rule| fits(rule, entry, &key, &zone_name, facts.name));
+    let inside = facts.name.as_str() == zone_name.as_str()
+        || facts
+            .name
+            .as_str()
+            .strip_suffix(zone_name.as_str())
+            .is_some_and(|head| head.ends_with('.'));
+    let first = if inside {
+        format!("zone {zone_name} ({key}) holds the name")
+    } else {
+        format!("zone {zone_name} ({key}) claims the name, outside it, as an SNI")
+    };
     let mut finding = Finding {
-        why: vec![format!("zone {zone_name} ({key}) holds the name")],
+        why: vec![first],
         key,
         name: zone_name,
         rule,
@@ -268,9 +295,10 @@ fn zone_finding(
         warnings: entry.warnings.clone(),
     };
     let Some(rule) = rule else {
-        let fronts: Vec<String> = DEFAULT_RULES
+        let fronts: Vec<String> = facts
+            .rules
             .iter()
-            .map(|r| finding.name.with_prefix(r.front).to_string())
+            .map(|r| finding.name.with_prefix(&r.front).to_string())
             .collect();
         finding.why.push(format!(
             "no rule routes {} from this zone: the rules' names there are {}",
@@ -281,14 +309,33 @@ fn zone_finding(
     };
     records_step(&mut finding, facts, rule, entry);
     manifest_step(&mut finding, manifest, rule, entry);
-    ownership_step(&mut finding, manifest, owned);
+    let outside = rule.sni == SniMode::BackTarget
+        && entry
+            .routes
+            .iter()
+            .any(|route| route.rule == rule.id && ownership::is_outside(route));
+    ownership_step(&mut finding, manifest, owned, outside.then_some(facts.name));
     finding
 }
 
 /// Whether `rule` in this zone routes `name`: its exact SNI, or a name ending in its suffix
-/// no deeper than HAProxy looks.
-fn fits(rule: &Rule, zone: &ZoneKey, zone_name: &HostName, name: &HostName) -> bool {
-    let route = rule.route(zone, zone_name);
+/// no deeper than HAProxy looks. A `back-target` rule's SNI is the one the last run read.
+fn fits(
+    rule: &Rule,
+    entry: &ZoneEntry,
+    zone: &ZoneKey,
+    zone_name: &HostName,
+    name: &HostName,
+) -> bool {
+    if rule.sni == SniMode::BackTarget {
+        return entry
+            .routes
+            .iter()
+            .any(|route| route.rule == rule.id && route.sni == name.as_str());
+    }
+    let Some(route) = rule.route(zone, zone_name, None) else {
+        return false;
+    };
     match route.sni_match {
         SniMatch::Exact => route.sni == name.as_str(),
         SniMatch::Suffix => name
@@ -300,13 +347,20 @@ fn fits(rule: &Rule, zone: &ZoneKey, zone_name: &HostName, name: &HostName) -> b
 
 /// The rule's two records as Route53 has them now, and what they make of the rule.
 fn records_step(finding: &mut Finding, facts: &Facts<'_>, rule: &Rule, entry: &ZoneEntry) {
-    let front = finding.name.with_prefix(rule.front);
-    let back = finding.name.with_prefix(rule.back);
+    let front = finding.name.with_prefix(&rule.front);
+    let back = finding.name.with_prefix(&rule.back);
+    let sni = match rule.sni {
+        SniMode::Front => format!("the SNI {front}"),
+        SniMode::FrontSuffix => format!("every SNI under {front}"),
+        SniMode::Back => format!("the SNI {back}"),
+        SniMode::BackTarget => format!("the SNI that {back}'s CNAME points to"),
+    };
     finding.why.push(format!(
-        "rule {}: {front} must be a CNAME to the peering proxy and {back} a {} record; HAProxy \
-         then forwards to {back}:{}",
+        "rule {} (sni {}): {front} must be a CNAME to the peering proxy and {back} a {} \
+         record; HAProxy then forwards {sni} to {back}:{}",
         rule.id,
-        rule.back_types.join("/"),
+        rule.sni,
+        rule.back_types_text(),
         rule.port
     ));
     let records = match facts.reads.get(&finding.key) {
@@ -346,20 +400,22 @@ fn records_step(finding: &mut Finding, facts: &Facts<'_>, rule: &Rule, entry: &Z
         .push(describe_front(&front, &fronts, facts.proxies));
     finding.why.push(if backs.is_empty() {
         format!("Route53 has no record {back}")
-    } else if backs
-        .iter()
-        .any(|set| rule.back_types.contains(&set.rtype.as_str()))
-    {
-        format!(
-            "{back} is a {} record: the backend exists",
-            rule.back_types.join("/")
-        )
+    } else if let Some(set) = backs.iter().find(|set| rule.accepts_back(&set.rtype)) {
+        match (rule.sni, set.values.first()) {
+            (SniMode::BackTarget, Some(target)) => format!(
+                "{back} is a CNAME to {target}: the backend exists, and clients send {} as SNI",
+                normalize(target)
+                    .to_host()
+                    .map_or_else(|err| err.to_string(), |host| host.as_str().to_owned())
+            ),
+            _ => format!("{back} is a {} record: the backend exists", set.rtype),
+        }
     } else {
         let types: Vec<&str> = backs.iter().map(|set| set.rtype.as_str()).collect();
         format!(
             "{back} is a {} record, not {}",
             types.join("/"),
-            rule.back_types.join("/")
+            rule.back_types_text()
         )
     });
     finding.records = fronts.into_iter().chain(backs).collect();
@@ -381,7 +437,11 @@ fn change_step(
         private: true,
     };
     let records = records.to_vec();
-    let now = zone_routes(&[*rule], &ZoneRecords { zone, records }, proxies);
+    let now = zone_routes(
+        std::slice::from_ref(rule),
+        &ZoneRecords { zone, records },
+        proxies,
+    );
     let then = entry.routes.iter().any(|route| route.rule == rule.id);
     match (now.routes.is_empty(), then) {
         (false, false) => finding.why.push(
@@ -449,18 +509,24 @@ fn manifest_step(finding: &mut Finding, manifest: &Manifest, rule: &Rule, entry:
     }
 }
 
-/// Whether this zone may route its name (docs/ARCHITECTURE.md, "Who may route a zone name").
-fn ownership_step(finding: &mut Finding, manifest: &Manifest, owned: &Owned) {
-    let name = finding.name.as_str();
+/// Whether this zone may route its name (docs/ARCHITECTURE.md, "Who may route a zone name"),
+/// and, for an SNI outside the zone (`outside`), that name ("Who may route a name outside
+/// every zone").
+fn ownership_step(
+    finding: &mut Finding<'_>,
+    manifest: &Manifest,
+    owned: &Owned,
+    outside: Option<&HostName>,
+) {
+    let zone_name = finding.name.as_str();
+    let (name, holders) = match outside {
+        Some(sni) => (sni.as_str(), &manifest.outside_holders),
+        None => (zone_name, &manifest.holders),
+    };
     let refusal = owned.refusals.iter().find(|refusal| {
-        let zone = match refusal {
-            Refusal::NotInVpc { zone, .. }
-            | Refusal::HeldByAnother { zone, .. }
-            | Refusal::Unsettled { zone, .. } => zone,
-        };
-        *zone == finding.key
+        *refusal.zone() == finding.key && (refusal.name() == name || refusal.name() == zone_name)
     });
-    let holder = match manifest.holders.get(name) {
+    let holder = match holders.get(name) {
         Some(holder) if *holder == finding.key => format!("this zone holds the name {name}"),
         Some(holder) => format!("the name {name} is held by zone {holder}"),
         None => format!("no zone is known to hold the name {name}"),

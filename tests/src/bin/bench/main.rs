@@ -24,6 +24,7 @@ use autoproxy_tests::bench::{self, Shape, binary_size};
 use autoproxy_tests::estate::{self, role_arn};
 use autoproxy_tests::moto::{Moto, OWN_ACCOUNT};
 
+mod custom;
 mod scale;
 mod sweep;
 
@@ -107,6 +108,7 @@ async fn main() {
         args.rate,
         unit.as_deref(),
         CONFIG_KEY,
+        None,
     );
     sweep::rows(
         &mut rows,
@@ -118,6 +120,17 @@ async fn main() {
         unit.as_deref(),
     )
     .await;
+    println!("the same estate with a custom rule set of four rules (ROUTING_RULES) …");
+    let custom = sweep::run(
+        &moto,
+        &seeded,
+        &shape,
+        args.rate,
+        unit.as_deref(),
+        "custom-rules/haproxy.cfg",
+        Some(custom::RULES),
+    );
+    rows.extend(custom::rows(&swept, &custom));
     sweep::config_rows(&mut rows, &sdk, args.big_routes).await;
 
     for function in ["autoproxy-generate", "autoproxy-configure"] {

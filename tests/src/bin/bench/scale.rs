@@ -34,6 +34,7 @@ pub(super) async fn rows(shape: Shape, rate: f64) -> Vec<Row> {
             rate,
             from_unit.then_some(unit.as_str()),
             &key,
+            None,
         );
         assert_eq!(
             swept.sweep["run"]["rules"].as_u64(),

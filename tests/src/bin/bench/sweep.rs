@@ -23,11 +23,12 @@ pub(super) struct Swept {
     /// Each account's Route53 calls during the sweep, when they reached its proxy.
     pub(super) sweep_wire: BTreeMap<String, Vec<Instant>>,
     /// The calls of the event run, all accounts.
-    event_wire: usize,
+    pub(super) event_wire: usize,
 }
 
 /// A full sweep at `rate` calls/s per account, then an event naming one known zone with
-/// rules (in a member account when there is one); the config and its manifest at `key`.
+/// rules (in a member account when there is one); the config and its manifest at `key`;
+/// with `rules`, `ROUTING_RULES` set to them.
 pub(super) fn run(
     moto: &Moto,
     seeded: &Seeded,
@@ -35,6 +36,7 @@ pub(super) fn run(
     rate: f64,
     unit: Option<&str>,
     key: &str,
+    rules: Option<&str>,
 ) -> Swept {
     let upstream = format!("127.0.0.1:{}", moto.port).parse().unwrap();
     let proxies: BTreeMap<String, RecordingProxy> = seeded
@@ -54,7 +56,11 @@ pub(super) fn run(
         .map(|(account, zone)| format!("{account}/{}", zone.id))
         .expect("a zone with rules");
 
-    let mut child = sweep_command(moto, seeded, &endpoints, rate, unit)
+    let mut command = sweep_command(moto, seeded, &endpoints, rate, unit);
+    if let Some(rules) = rules {
+        command.env("ROUTING_RULES", rules);
+    }
+    let mut child = command
         .env("CONFIG_KEY", key)
         .env("BENCH_EVENT_ZONE", &event_zone)
         .stdin(Stdio::piped())
@@ -238,7 +244,7 @@ pub(super) async fn config_rows(
         .expect("read config")
         .expect("a published config");
     let manifest = store
-        .manifest()
+        .manifest(&autoproxy::rules::DEFAULT_RULES)
         .await
         .expect("read manifest")
         .expect("a manifest");

@@ -152,7 +152,7 @@ fn first_install(traced: &Traced<'_>, first: &str) {
     let addresses = staged_file(
         &events,
         &maps,
-        ".autoproxy-addresses.",
+        ".addresses.map.",
         &maps.join("addresses.map"),
         seeded,
     );

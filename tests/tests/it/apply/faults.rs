@@ -13,6 +13,7 @@
 //! old document, which has no such hook; what the old one did at each point is argued on the
 //! tests below that run without the hook.
 
+mod finish;
 mod matrix;
 mod orphans;
 mod systemctl;
@@ -51,6 +52,20 @@ impl Fixture {
         self.spawn(document, &[("ConfigVersion", version)], env, &[])
             .unwrap()
     }
+}
+
+/// The apply's own process among the run's (the launcher's `sh` may run it as its child).
+fn agent_pid(background: &Background) -> u32 {
+    background
+        .processes()
+        .into_iter()
+        .find(|(_, argv)| {
+            argv.first()
+                .is_some_and(|a| a.ends_with("/autoproxy-agent"))
+                && argv.get(1).is_some_and(|a| a == "apply")
+        })
+        .unwrap_or_else(|| panic!("no agent in {:?}", background.processes()))
+        .0
 }
 
 fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {

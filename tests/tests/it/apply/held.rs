@@ -1,24 +1,26 @@
-//! A route whose host has no address yet never goes live pointing nowhere: it is held (left
-//! out, or kept at the target it served with), counted in the fleet record, and put in by the
-//! address service once its host resolves, without another apply.
+//! A route whose host has no address yet is held (kept at the target it served with, or in
+//! with no address, its connections rejected as having no address), counted in the fleet
+//! record, and served by the address service once its host resolves, without another apply.
 
 use std::net::Ipv4Addr;
 
 use autoproxy::names::HostName;
+use autoproxy_tests::observe::CloudWatch;
+use autoproxy_tests::prometheus;
 use autoproxy_tests::resolver::{Knobs, Resolver};
 
 use super::runtime::{assert_maps_equal_files, file_map, held_map};
 use super::*;
 
 /// The resolver as the instances run it, asking every name again each 2 s.
-const QUICK: Knobs = Knobs {
+pub(super) const QUICK: Knobs = Knobs {
     refresh_seconds: 2.0,
     max_qps: 50,
     query_timeout: 0.3,
     max_stale_seconds: 900.0,
 };
 
-fn ip(f: &Fixture, backend: &str) -> Ipv4Addr {
+pub(super) fn ip(f: &Fixture, backend: &str) -> Ipv4Addr {
     match f.backends.get(backend).addr.ip() {
         std::net::IpAddr::V4(ip) => ip,
         std::net::IpAddr::V6(_) => unreachable!("backends listen on IPv4 loopback"),
@@ -38,7 +40,7 @@ fn config(f: &Fixture, dns: &DnsServer, generation: u64, host: &str) -> String {
     )
 }
 
-fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+pub(super) fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
     let deadline = std::time::Instant::now() + timeout;
     while !done() {
         if std::time::Instant::now() >= deadline {
@@ -56,7 +58,8 @@ fn a_route_to_a_name_that_does_not_resolve_is_held_then_put_in_by_the_resolver()
     let routes_map = MapFiles::stable().routes;
     let key = "proxy.api.named.test";
 
-    // NXDOMAIN: the route stays out, the apply returns at once, the record counts it.
+    // NXDOMAIN: the route goes in with no address, the apply returns at once, the record
+    // counts it.
     let started = std::time::Instant::now();
     let (run, record) = f.apply_and_record(&f.upload(&config(&f, &dns, 1, "api.new.test")));
     assert!(run.success(), "{run}");
@@ -67,13 +70,13 @@ fn a_route_to_a_name_that_does_not_resolve_is_held_then_put_in_by_the_resolver()
     );
     assert_eq!(record["unresolved_routes"], 1, "{record}");
     assert!(
-        !file_map(&f, &routes_map).iter().any(|e| e.starts_with(key)),
-        "held out of the file"
+        file_map(&f, &routes_map).contains(&format!("{key} api.new.test:{}", f.backends.port)),
+        "in the file at its host with no address"
     );
     assert!(f.haproxy.probe(key).is_err(), "not live");
     f.assert_routes("g1.test", "a");
 
-    // Its host appears: the resolver puts the route in, in the file and the running worker.
+    // Its host appears: the resolver gives the worker its address, and the route serves.
     let resolver = Resolver::start(&f.haproxy.config_path(), QUICK);
     dns.set("api.new.test", &[ip(&f, "b")]);
     let live = wait_until(Duration::from_secs(10), || {
@@ -143,11 +146,21 @@ fn an_apply_while_the_resolver_pushes_leaves_one_entry_per_host() {
         !run.stdout.contains("gave the running HAProxy"),
         "the apply wrote the worker's address map itself:\n{run}"
     );
-    // Every new route the apply put in serves the moment it returns: the service had pushed
-    // its host's address to the worker before it answered the apply.
+    // The new routes whose host the worker holds when the apply returns serve then (the
+    // service pushed those addresses before it answered the apply); the others are in too,
+    // rejected for no address until the service pushes theirs.
+    let known = autoproxy_tests::resolver::show_map(
+        &f.haproxy.stats_socket(),
+        &MapFiles::stable().addresses,
+    )
+    .unwrap();
     let live: Vec<String> = file_map(&f, &MapFiles::stable().routes)
         .into_iter()
-        .filter_map(|entry| entry.split_whitespace().next().map(str::to_owned))
+        .filter_map(|entry| {
+            let (key, target) = entry.split_once(' ')?;
+            let host = target.rsplit_once(':').map_or(target, |(host, _)| host);
+            known.contains_key(host).then(|| key.to_owned())
+        })
         .filter(|key| (200..300).any(|i| *key == format!("proxy.api.n{i}.test")))
         .collect();
     assert!(live.len() > 10, "{live:?}\n{run}");
@@ -184,4 +197,94 @@ fn an_apply_while_the_resolver_pushes_leaves_one_entry_per_host() {
     });
     assert!(all_in, "{}", resolver.output());
     assert_maps_equal_files(&f);
+}
+
+/// A held route's connections are rejected for what they lack, an address, never as a
+/// missing route: in `show stat`, HAProxy's `/metrics`, the log line and the address
+/// service's CloudWatch figures, beside connections to SNIs that have no route at all.
+#[test]
+fn a_held_routes_connections_are_rejected_as_no_address() {
+    let f = Fixture::new(&["a"]);
+    let dns = DnsServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
+    let log = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut options = f.haproxy.options(f.backends.port);
+    options.log = format!("{} local0", log.local_addr().unwrap());
+    let mut named = proxy::api_route("named.test", f.backends.get("a"));
+    named.backend = HostName::parse("api.nowhere.test").unwrap();
+    let routes = [proxy::api_route("g1.test", f.backends.get("a")), named];
+    let config = proxy::render_with(1, &routes, &options, &[dns.addr()]);
+    let (run, record) = f.apply_and_record(&f.upload(&config));
+    assert!(run.success(), "{run}");
+    assert_eq!(record["unresolved_routes"], 1, "{record}");
+
+    let cloudwatch = CloudWatch::start();
+    let mut env = cloudwatch.env();
+    env.push(("AUTOPROXY_METRICS_SECONDS".to_owned(), "1".to_owned()));
+    env.push(("AUTOPROXY_INSTANCE_ID".to_owned(), INSTANCE.to_owned()));
+    let resolver = Resolver::start_with(&f.haproxy.config_path(), QUICK, &env);
+    let published = |metric: &str| {
+        cloudwatch
+            .points(metric, INSTANCE)
+            .unwrap_or_else(|err| panic!("{metric}: {err}"))
+    };
+    assert!(
+        wait_until(Duration::from_secs(15), || published("HAProxyUp").count
+            >= 1.0),
+        "a first publish:\n{}",
+        resolver.output()
+    );
+
+    let (unrouted, unresolved): (u32, u32) = (7, 5);
+    for _ in 0..unrouted {
+        let answer = f.haproxy.probe("proxy.api.unknown.test");
+        assert!(matches!(answer, Err(ProbeError::Closed)), "{answer:?}");
+    }
+    for _ in 0..unresolved {
+        let answer = f.haproxy.probe("proxy.api.named.test");
+        assert!(matches!(answer, Err(ProbeError::Closed)), "{answer:?}");
+    }
+    f.assert_routes("g1.test", "a");
+
+    let stat = crate::metrics::backend_sessions(&f.haproxy);
+    assert_eq!(
+        (stat["reject_no_route"], stat["reject_no_address"]),
+        (u64::from(unrouted), u64::from(unresolved)),
+        "show stat: {stat:?}"
+    );
+    let metrics = prometheus::get(f.haproxy.stats, "/metrics").unwrap();
+    let samples = prometheus::samples(&metrics.body).unwrap();
+    let sessions =
+        |backend: &str| samples[&format!("haproxy_backend_sessions_total{{proxy=\"{backend}\"}}")];
+    assert_eq!(
+        (sessions("reject_no_route"), sessions("reject_no_address")),
+        (f64::from(unrouted), f64::from(unresolved)),
+        "/metrics"
+    );
+    let total = usize::try_from(unrouted + unresolved).unwrap() + 1;
+    let lines = crate::metrics::log_lines(&log, total, Duration::from_secs(5));
+    let held: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("sni=proxy.api.named.test "))
+        .collect();
+    assert_eq!(held.len(), 5, "{lines:#?}");
+    let route = format!("route=api.nowhere.test:{} addr=-", f.backends.port);
+    assert!(
+        held.iter()
+            .all(|l| l.contains(" reject_no_address/<NOSRV> ") && l.contains(&route)),
+        "{held:#?}"
+    );
+
+    let sums = || {
+        (
+            published("RejectedNoRoute").sum,
+            published("RejectedNoAddress").sum,
+        )
+    };
+    let want = (f64::from(unrouted), f64::from(unresolved));
+    assert!(
+        wait_until(Duration::from_secs(5), || sums() == want),
+        "CloudWatch has {:?}, sent {want:?}\n{}",
+        sums(),
+        resolver.output()
+    );
 }

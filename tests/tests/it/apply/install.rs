@@ -157,13 +157,18 @@ fn map_dirs(f: &Fixture) -> Vec<String> {
     names
 }
 
-/// What the maps' directory holds between applies: the three route maps and the last
-/// apply's fleet record (which the address service reads for `/agent/metrics`).
-const STABLE: [&str; 4] = [
+/// What the maps' directory holds between applies: the three route maps, last-known-good's
+/// copies of them (kept byte for byte for a rollback), the last apply's record and the
+/// address map's lock (the address map itself aside).
+const STABLE: [&str; 8] = [
+    "addresses.map.lock",
     "generation.map",
+    "generation.map.last-good",
     "last-apply.json",
     "routes.map",
+    "routes.map.last-good",
     "suffixes.map",
+    "suffixes.map.last-good",
 ];
 
 fn read(path: &Path) -> String {
@@ -247,7 +252,10 @@ fn a_fleet_on_per_generation_maps_moves_to_the_stable_ones_with_one_reload() {
     let first = per_generation(&f.config(1, &[("g1.test", "a")]), 1);
     let run = f.apply(&f.upload(&first));
     assert!(run.success(), "{run}{}", f.haproxy.log());
-    assert_eq!(map_dirs(&f), ["gen-1", "last-apply.json"]);
+    assert_eq!(
+        map_dirs(&f),
+        ["addresses.map.lock", "gen-1", "last-apply.json"]
+    );
     f.assert_routes("g1.test", "a");
 
     let second = f.config(2, &[("g2.test", "b")]);

@@ -9,8 +9,9 @@ use autoproxy_tests::systemctl::Systemctl;
 
 use super::*;
 
-/// How long the tests freeze a worker: longer than one question on the socket (2 s), shorter
-/// than the agent's budget for a silent socket (10 s).
+/// How long the tests freeze a worker: longer than one question on the socket
+/// (`SOCKET_TIMEOUT`, 2 s), shorter than the agent's budget for a silent socket
+/// (`SILENT_BUDGET`, 6 s).
 const FROZEN: Duration = Duration::from_secs(3);
 
 impl Fixture {
@@ -111,10 +112,23 @@ fn a_worker_frozen_during_the_first_question_delays_the_apply_but_changes_no_dec
     let second = f.config(2, &[("g1.test", "b"), ("g2.test", "a")]);
     let version = f.upload(&second);
 
+    let frozen_at = std::time::Instant::now();
     let thaw = Frozen::stop_for(worker, FROZEN);
     let run = f.apply(&version);
+    let took = frozen_at.elapsed();
     thaw.join().unwrap();
     assert_eq!(run.status, Some(0), "{run}{}", f.haproxy.log());
+    // The apply could not end before the worker thawed: a question met the freeze. Not the
+    // update's (that would have reloaded, below), so the first one, which asked again.
+    assert!(
+        took >= FROZEN,
+        "the apply ended {took:?} after the freeze, before the thaw:\n{run}"
+    );
+    assert!(
+        FROZEN > autoproxy_agent::apply::SOCKET_TIMEOUT
+            && FROZEN < autoproxy_agent::apply::SILENT_BUDGET,
+        "the freeze outlasts one question and not the budget"
+    );
     assert!(
         run.stdout.contains("no reload"),
         "the same worker took the routes:\n{run}"

@@ -1,15 +1,6 @@
-//! The generator listing its member accounts from AWS Organizations.
+//! The generator listing its member accounts from Organizations, with exactly its grants.
 
-use autoproxy::route53::AccountRoute53;
-use autoproxy::settings::GenerateSettings;
-use autoproxy_generate::handler::{self as generate, Deps};
-use autoproxy_tests::moto::OWN_ACCOUNT;
-use serde_json::json;
-
-use super::roles::generate_with_members;
-use super::{AT, KEY, PROXY, classified, enforcing_with_bucket, prove, route53_with_one_zone};
-use crate::template::stack::{BUCKET, TEMPLATE_KEY, stack, statements_in};
-use crate::template::template;
+use super::*;
 
 /// The generator listing its members, from units and from the whole organization: without
 /// one of its Organizations grants the first run fails; later runs fall back on the members

@@ -27,7 +27,7 @@ pub(super) fn valid_manifest() -> BoxedStrategy<Manifest> {
                 };
                 let routes = DEFAULT_RULES
                     .iter()
-                    .map(|rule| rule.route(&zone.key(), &zone_name))
+                    .filter_map(|rule| rule.route(&zone.key(), &zone_name, None))
                     .collect();
                 manifest
                     .zones
@@ -77,7 +77,7 @@ pub(super) fn merge_and_resolve(
     let proxies = proxies();
     let ignore = IgnoreZones::default();
     let matching = Matching {
-        rules: DEFAULT_RULES,
+        rules: &DEFAULT_RULES,
         proxies: &proxies,
         ignore: &ignore,
     };
@@ -101,7 +101,7 @@ pub(super) fn merge_and_resolve(
     );
     let owned = ownership::owned_routes(
         &swept.manifest.zones,
-        &manifest.holders,
+        &ownership::Holders::of(manifest),
         ownership::Mode::FirstHolder,
     );
     let (routes, _conflicts) = resolve(owned.candidates);
@@ -116,7 +116,7 @@ pub(super) fn load_and_render(
     render: &Render,
     tally: &Tally,
 ) -> Result<Option<(Vec<Route>, String, u64)>, TestCaseError> {
-    let manifest = match Manifest::from_json(text) {
+    let manifest = match Manifest::from_json(text, &DEFAULT_RULES) {
         Ok(Some(manifest)) => manifest,
         Ok(None) => {
             tally.add("other format", 1);

@@ -270,14 +270,14 @@ pub(super) fn rule_pair() -> BoxedStrategy<Vec<GenRecord>> {
             let (back_type, values, alias_target) = back;
             vec![
                 GenRecord {
-                    name: RecordName::InZone(labels(rule.front), front_spelling),
+                    name: RecordName::InZone(labels(&rule.front), front_spelling),
                     rtype: front_type.unwrap_or_else(|| "CNAME".to_owned()),
                     values: vec![front_target],
                     alias_target: None,
                 },
                 GenRecord {
-                    name: RecordName::InZone(labels(rule.back), back_spelling),
-                    rtype: back_type.unwrap_or_else(|| rule.back_types[0].to_owned()),
+                    name: RecordName::InZone(labels(&rule.back), back_spelling),
+                    rtype: back_type.unwrap_or_else(|| rule.back_types[0].as_str().to_owned()),
                     values,
                     alias_target,
                 },

@@ -11,7 +11,7 @@ pub(super) fn route53_data_reaches_the_config_only_as_plain_host_names() {
         let mut candidates = Vec::new();
         for zone in &estate {
             let data = zone.zone_records();
-            let outcome = zone_routes(DEFAULT_RULES, &data, &proxies);
+            let outcome = zone_routes(&DEFAULT_RULES, &data, &proxies);
             if !zone.private {
                 prop_assert!(outcome.routes.is_empty() && outcome.warnings.is_empty());
                 continue;
@@ -181,7 +181,7 @@ pub(super) fn a_well_formed_api_pair_always_routes_whatever_its_spelling() {
             },
             records,
         };
-        let outcome = zone_routes(DEFAULT_RULES, &data, &proxies);
+        let outcome = zone_routes(&DEFAULT_RULES, &data, &proxies);
         let name: Vec<&str> = case
             .zone
             .iter()

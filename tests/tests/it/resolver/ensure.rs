@@ -14,11 +14,13 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// An apply's new names get their addresses from the running resolver before the apply
-/// swaps the config in, and the resolver keeps them although its config does not name them
-/// yet; with no resolver running, `ensure` resolves them itself into the same file.
+/// `addresses::ensure`, which the apply calls before its swap (that the apply does, through
+/// a swap, is `it::apply::runtime::a_new_route_host_has_its_address_in_the_running_worker_before_its_route`):
+/// new names get their addresses from the running resolver, which keeps them although its
+/// config does not name them yet; with no resolver running, `ensure` resolves them itself
+/// into the same file.
 #[test]
-fn an_apply_gets_its_new_names_before_the_swap() {
+fn ensure_gets_new_names_from_the_running_service_or_resolves_them_itself() {
     use autoproxy_agent::addresses::{self, By};
     let knobs = QUICK;
     let f = Fixture::start(2, &["first", "second"]);

@@ -4,7 +4,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use autoproxy_agent::resolve::service::{self, Host, ServiceState};
+use autoproxy_agent::unit::{self as service, Host, ServiceState};
 
 /// `systemd-analyze verify` passes `unit` (written under `dir`) and says nothing about it.
 fn assert_verifies(unit: &str, dir: &Path) {
@@ -142,5 +142,46 @@ fn the_service_unit_verifies_and_installs_through_systemctl() {
         std::fs::read_to_string(&host.unit_path)
             .unwrap()
             .contains(&format!("ExecStart={} resolve ", upgraded.display()))
+    );
+}
+
+/// One address service per config: a second one on the same config exits 1 within a second,
+/// naming the pid of the first, and never resolves beside it; the first goes on.
+#[test]
+fn a_second_service_on_one_config_exits_naming_the_first() {
+    use std::time::Duration;
+
+    use super::fixture::{Fixture, QUICK, host};
+
+    let f = Fixture::start(1, &["b"]);
+    f.dns.set(&host(0), &[f.backend_ip("b")]);
+    let mut first = f.resolver(QUICK);
+    assert!(
+        f.wait_until(Duration::from_secs(10), |f| f.running_map().len() == 1),
+        "{}",
+        first.output()
+    );
+    let mut second = f.resolver(QUICK);
+    let status = second.exited_within(Duration::from_secs(1));
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(1),
+        "the second service still runs or ended otherwise:\n{}",
+        second.output()
+    );
+    let said = second.output();
+    assert!(
+        said.contains(&format!("pid {}", first.pid())),
+        "the holder's pid is not named:\n{said}"
+    );
+    assert!(!said.contains("yourself"), "{said}");
+    assert!(first.is_running(), "{}", first.output());
+    // Once the first is gone, a service may run again.
+    assert!(first.terminate().is_some());
+    let mut third = f.resolver(QUICK);
+    assert!(
+        third.exited_within(Duration::from_secs(2)).is_none(),
+        "{}",
+        third.output()
     );
 }

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::apply::running::Running;
 use crate::haproxy::{RuntimeApi, RuntimeError};
+use crate::running::Running;
 
 /// Each command on the stats socket gets at most this long: a health check waits for it.
 pub const TIMEOUT: Duration = Duration::from_secs(1);

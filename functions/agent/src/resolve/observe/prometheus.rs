@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::figures::Figures;
 use super::probe::Seen;
-use crate::apply::record::Record;
+use crate::record::Record;
 
 /// Everything `/agent/metrics` shows.
 #[derive(Debug)]
@@ -166,7 +166,7 @@ mod tests {
 
     use super::super::probe::Worker;
     use super::*;
-    use crate::apply::record::Outcome;
+    use crate::record::Outcome;
 
     fn record(path: &str) -> Record {
         Record {

@@ -193,7 +193,7 @@ impl Counters {
 /// HAProxy's worker processes for `config`, old ones still draining included: the processes
 /// that read it whose parent reads it too (the master's children; the master is not one).
 fn workers(config: &Path) -> u64 {
-    let pids = crate::apply::processes_reading(config);
+    let pids = crate::running::processes_reading(config);
     let parents: Vec<(u32, u32)> = pids
         .iter()
         .filter_map(|pid| Some((*pid, parent(*pid)?)))

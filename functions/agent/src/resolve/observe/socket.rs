@@ -34,23 +34,7 @@ pub enum SocketError {
     },
 }
 
-/// Where the service binds its HTTP socket for the config `text`: the path its agent backend
-/// names, inside the `chroot` when there is one; none when it names none. `Err`: the path it
-/// names, which is not only a path (never bound).
-pub fn bind_path(text: &str) -> Result<Option<PathBuf>, String> {
-    let path = match crate::haproxy::declared_agent_socket(text) {
-        crate::haproxy::DeclaredSocket::Path(path) => path,
-        crate::haproxy::DeclaredSocket::None => return Ok(None),
-        crate::haproxy::DeclaredSocket::Unsafe(path) => return Err(path),
-    };
-    let chroot = crate::haproxy::global_value(text, "chroot")
-        .map(|dir| dir.trim().trim_end_matches('/').to_owned())
-        .filter(|dir| dir.starts_with('/'));
-    Ok(Some(match chroot {
-        Some(dir) => PathBuf::from(format!("{dir}{}", path.display())),
-        None => path,
-    }))
-}
+pub use crate::haproxy::agent_bind_path as bind_path;
 
 /// The group HAProxy's workers run as, from the config `text` (`gid N`, or `group NAME`
 /// looked up in `groups`, the text of /etc/group).

@@ -72,16 +72,7 @@ fn stop(f: &Fixture, version: &str, point: &str, signal: &str) -> Run {
         // To the agent only (the launcher's `sh` may run it as its child): the run then ends
         // with the agent's own exit status.
         "TERM" => {
-            let agent = background
-                .processes()
-                .into_iter()
-                .find(|(_, argv)| {
-                    argv.first()
-                        .is_some_and(|a| a.ends_with("/autoproxy-agent"))
-                        && argv.get(1).is_some_and(|a| a == "apply")
-                })
-                .unwrap_or_else(|| panic!("no agent in {:?}", background.processes()));
-            background.signal_process(agent.0, signal);
+            background.signal_process(agent_pid(&background), signal);
         }
         // To the whole process group, as SSM's timeout does.
         _ => background.signal_group(signal),

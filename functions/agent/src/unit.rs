@@ -1,4 +1,5 @@
-//! The resolver as a systemd service: its unit, and keeping it installed and running.
+//! The address service as a systemd unit (the host floor: the apply installs it, the service
+//! runs under it): its text, and keeping it installed and running.
 //!
 //! The apply calls [`ensure`] after every successful apply or skip. The unit names the agent
 //! by its path, and the launcher caches each agent build under its own sha256: an upgrade is
@@ -103,7 +104,7 @@ pub fn unit(agent: &Path, config: &Path) -> Result<String, ServiceError> {
 /// The directory of the HTTP socket the config at `config` names, if it names one.
 pub fn socket_dir(config: &Path) -> Option<PathBuf> {
     let text = std::fs::read_to_string(config).ok()?;
-    let path = super::observe::socket::bind_path(&text).ok()??;
+    let path = crate::haproxy::agent_bind_path(&text).ok()??;
     path.parent().map(Path::to_path_buf)
 }
 
@@ -132,7 +133,9 @@ After=network-online.target haproxy.service
 Wants=network-online.target
 
 [Service]
-Type=exec
+Type=notify
+NotifyAccess=main
+WatchdogSec=30
 ExecStart={agent_text} resolve {config_text}
 Restart=always
 RestartSec=5
@@ -297,6 +300,29 @@ fn systemctl(host: &Host, args: &[&str]) -> Result<(), ServiceError> {
     }
 }
 
+/// Keeps the address service installed and running for `config`, run from `agent`; one log
+/// line per thing it did or could not do. The apply calls this after every successful apply
+/// or skip; [`ensure`] is the typed form.
+pub fn ensure_lines(agent: &Path, config: &Path) -> Vec<String> {
+    let line = match ensure(agent, config, &Host::system()) {
+        Ok(ServiceState::NotRoot) => format!(
+            "not root: the address service for {} is not installed (root installs it as {})",
+            config.display(),
+            UNIT
+        ),
+        Ok(ServiceState::NoSystemd) => format!(
+            "no systemd here: the address service for {} is not installed ({} needs systemd)",
+            config.display(),
+            UNIT
+        ),
+        Ok(ServiceState::Running) => return Vec::new(),
+        Ok(ServiceState::Started) => "started autoproxy-resolver".to_owned(),
+        Ok(ServiceState::Installed) => "installed and (re)started autoproxy-resolver".to_owned(),
+        Err(err) => format!("WARNING: {err}"),
+    };
+    vec![line]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -312,6 +338,8 @@ mod tests {
             "\nExecStart=/var/lib/autoproxy/agent/ab12/autoproxy-agent resolve /etc/haproxy/haproxy.cfg\n"
         ));
         assert!(text.contains("\nReadWritePaths=-/etc/haproxy/autoproxy\n"));
+        // systemd restarts a wedged loop, not only an exited process.
+        assert!(text.contains("\nType=notify\nNotifyAccess=main\nWatchdogSec=30\n"));
         let with_socket = unit_with(
             Path::new("/var/lib/autoproxy/agent/ab12/autoproxy-agent"),
             Path::new("/etc/haproxy/haproxy.cfg"),

@@ -151,7 +151,7 @@ impl Service {
             Service::Systemd { systemctl, unit } => {
                 let args = vec!["is-active".to_owned(), unit.clone()];
                 let finished =
-                    super::child::run(Path::new(systemctl), &args, Path::new("/"), SERVICE_TIMEOUT)
+                    crate::child::run(Path::new(systemctl), &args, Path::new("/"), SERVICE_TIMEOUT)
                         .await
                         .map_err(|err| format!("cannot run {systemctl} is-active {unit}: {err}"))?;
                 if finished.timed_out {
@@ -257,5 +257,17 @@ mod tests {
     fn processes_are_found_by_the_config_they_read() {
         let me = std::process::id();
         assert!(!processes_reading(Path::new("/no/such/haproxy.cfg")).contains(&me));
+        // A process whose command line reads a config with `-f` is found by that config
+        // alone; once it ended (a zombie, then reaped) it is not.
+        let config = format!("/nonexistent/autoproxy-{me}/haproxy.cfg");
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 30", "-f", &config])
+            .spawn()
+            .expect("start sh");
+        assert_eq!(processes_reading(Path::new(&config)), [child.id()]);
+        assert!(processes_reading(Path::new("/nonexistent/other.cfg")).is_empty());
+        child.kill().expect("kill sh");
+        let _ = child.wait();
+        assert!(processes_reading(Path::new(&config)).is_empty());
     }
 }

@@ -7,6 +7,9 @@
 
 pub use autoproxy::fleet::{ApplyResult as Outcome, Record, record_key as key};
 
+/// How long the fleet record's upload may take.
+pub const RECORD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// The instance id the SSM agent passes (`AWS_SSM_INSTANCE_ID`), else the host name, kept
 /// only if it is a plain id.
 pub fn instance_id() -> String {
@@ -36,10 +39,10 @@ pub fn write_local(config_dir: &std::path::Path, record: &Record) -> std::io::Re
     let dir = path.parent().unwrap_or(config_dir);
     std::fs::create_dir_all(dir)?;
     let body = serde_json::to_vec(record).map_err(std::io::Error::other)?;
-    let temp = super::files::temp_path(dir, ".last-apply");
-    let written = super::files::write_synced(&temp, &body, 0o644)
+    let temp = crate::files::temp_path(dir, ".last-apply");
+    let written = crate::files::write_synced(&temp, &body, 0o644)
         .and_then(|()| std::fs::rename(&temp, &path))
-        .and_then(|()| super::files::sync_dir(dir));
+        .and_then(|()| crate::files::sync_dir(dir));
     if written.is_err() {
         let _ = std::fs::remove_file(&temp);
     }
@@ -82,13 +85,10 @@ pub async fn put(
         .content_type("application/json")
         .body(body.into())
         .send();
-    match tokio::time::timeout(super::RECORD_TIMEOUT, put).await {
+    match tokio::time::timeout(RECORD_TIMEOUT, put).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(err)) => Err(aws_sdk_s3::error::DisplayErrorContext(err).to_string()),
-        Err(_) => Err(format!(
-            "no answer within {} s",
-            super::RECORD_TIMEOUT.as_secs()
-        )),
+        Err(_) => Err(format!("no answer within {} s", RECORD_TIMEOUT.as_secs())),
     }
 }
 

@@ -1,0 +1,146 @@
+//! What every invocation works with, built once per cold start: the settings, the S3 store,
+//! the Route53 clients of every account, the embedded template; and the one read both a run
+//! and `explain` make of them, the zones of the proxy VPCs.
+
+use std::collections::BTreeSet;
+
+use autoproxy::model::ZoneKey;
+use autoproxy::render::{DEFAULT_TEMPLATE, RenderError, Renderer};
+use autoproxy::route53::AccountRoute53;
+use autoproxy::s3::ConfigStore;
+use autoproxy::settings::{GenerateSettings, ProxyVpc};
+use aws_config::retry::RetryConfig;
+use aws_config::sts::AssumeRoleProvider;
+use aws_config::{BehaviorVersion, SdkConfig};
+use tracing::info;
+
+use crate::members::Members;
+
+/// The SDK configuration the function runs with: the environment's, with adaptive retries
+/// that back off on Route53's Throttling and PriorRequestNotComplete.
+pub async fn sdk_config() -> SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .retry_config(RetryConfig::adaptive().with_max_attempts(5))
+        .load()
+        .await
+}
+
+/// Everything a run needs, built once per cold start.
+#[derive(Debug)]
+pub struct Deps {
+    pub settings: GenerateSettings,
+    pub store: ConfigStore,
+    /// The function's own account first (unless `SCAN_OWN_ACCOUNT=false`), then one per role.
+    pub accounts: Vec<AccountRoute53>,
+    /// The own account's Route53, which owns the proxy VPCs and lists the zones associated
+    /// with them (`PROXY_VPCS`); `None` when built by [`Deps::with_accounts`].
+    pub vpc_owner: Option<AccountRoute53>,
+    /// The accounts of `MEMBER_ACCOUNTS`, listed at each run.
+    pub members: Option<Members>,
+    pub default_renderer: Renderer,
+}
+
+impl Deps {
+    /// [`Deps::new_in`] in the `aws` partition.
+    pub async fn new(
+        settings: GenerateSettings,
+        sdk: &SdkConfig,
+        own_account: &str,
+    ) -> Result<Self, RenderError> {
+        Self::new_in(settings, sdk, own_account, "aws").await
+    }
+
+    /// Builds the clients: the own account's Route53, one assumed-role client per
+    /// `ACCOUNT_ROLE_ARNS` entry (credentials are fetched lazily, on first use), and the
+    /// member accounts' source (`MEMBER_ACCOUNTS`; role ARNs in the caller's `partition`).
+    pub async fn new_in(
+        settings: GenerateSettings,
+        sdk: &SdkConfig,
+        own_account: &str,
+        partition: &str,
+    ) -> Result<Self, RenderError> {
+        let rate = settings.route53_requests_per_second;
+        let own = AccountRoute53::new(own_account, &aws_sdk_route53::Config::new(sdk), rate);
+        let mut accounts = Vec::new();
+        if settings.scans_own_account(own_account) {
+            accounts.push(own.clone());
+        }
+        for role in &settings.account_roles {
+            if role.account == own_account {
+                continue;
+            }
+            let provider = AssumeRoleProvider::builder(&role.arn)
+                .session_name("autoproxy-generate")
+                .configure(sdk)
+                .build()
+                .await;
+            let config = aws_sdk_route53::config::Builder::from(sdk)
+                .credentials_provider(provider)
+                .build();
+            accounts.push(AccountRoute53::new(&role.account, &config, rate));
+        }
+        let members = settings
+            .member_accounts
+            .clone()
+            .map(|members| Members::new(members, sdk, partition, rate));
+        let mut deps = Self::with_accounts(settings, sdk, accounts)?;
+        deps.vpc_owner = Some(own);
+        deps.members = members;
+        Ok(deps)
+    }
+
+    /// The rest of the wiring around Route53 clients built elsewhere (the benchmark and the
+    /// rate-limit test point each account at its own recording proxy).
+    pub fn with_accounts(
+        settings: GenerateSettings,
+        sdk: &SdkConfig,
+        accounts: Vec<AccountRoute53>,
+    ) -> Result<Self, RenderError> {
+        let store = ConfigStore::new(
+            aws_sdk_s3::Client::new(sdk),
+            &settings.config_bucket,
+            &settings.config_key,
+            &settings.manifest_key(),
+        );
+        Ok(Deps {
+            default_renderer: Renderer::new(DEFAULT_TEMPLATE)?,
+            settings,
+            store,
+            accounts,
+            vpc_owner: None,
+            members: None,
+        })
+    }
+}
+
+/// Listing the zones of a proxy VPC failed: with `PROXY_VPCS` set, nobody may route until
+/// they are known.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ProxyVpcsError(pub String);
+
+/// Every zone associated with one of the proxy VPCs, as listed by the VPCs' owner (this
+/// account).
+pub async fn vpc_zones(
+    deps: &Deps,
+    vpcs: &[ProxyVpc],
+) -> Result<BTreeSet<ZoneKey>, ProxyVpcsError> {
+    let owner = deps
+        .vpc_owner
+        .as_ref()
+        .ok_or_else(|| ProxyVpcsError("no Route53 client for the VPCs' own account".to_owned()))?;
+    let mut zones = BTreeSet::new();
+    for vpc in vpcs {
+        let listed = owner
+            .list_zones_by_vpc(vpc)
+            .await
+            .map_err(|err| ProxyVpcsError(format!("{}:{}: {err}", vpc.region, vpc.vpc_id)))?;
+        zones.extend(listed);
+    }
+    info!(
+        vpcs = vpcs.len(),
+        zones = zones.len(),
+        "zones associated with the proxy VPCs"
+    );
+    Ok(zones)
+}
