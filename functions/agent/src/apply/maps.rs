@@ -181,22 +181,11 @@ impl Run {
     pub(super) fn restore_maps(&mut self, text: &str) -> std::io::Result<usize> {
         let generation = config::header_generation(text).unwrap_or(0);
         let maps = MapFiles::named_by(text, generation);
-        let mut dirs: Vec<PathBuf> = Vec::new();
         let (files, _) = self.serving_files(text, generation, &maps);
         for (path, body) in &files {
             let target = self.paths.dir.join(path);
-            let parent = target.parent().unwrap_or(&self.paths.dir).to_path_buf();
-            std::fs::create_dir_all(&parent)?;
-            let temp = files::temp_path(&parent, ".restore");
-            self.undo.temps.push(temp.clone());
-            files::write_synced(&temp, body.as_bytes(), 0o644)?;
-            std::fs::rename(&temp, &target)?;
-            if !dirs.contains(&parent) {
-                dirs.push(parent);
-            }
-        }
-        for dir in dirs {
-            files::sync_dir(&dir)?;
+            std::fs::create_dir_all(target.parent().unwrap_or(&self.paths.dir))?;
+            files::replace(&target, body.as_bytes(), 0o644)?;
         }
         Ok(files.len())
     }

@@ -84,13 +84,8 @@ pub async fn release(
                 .map_err(|err| format!("{path}: {err}"))?;
         }
         let target = dir.join(&path);
-        let temp = files::temp_path(target.parent().unwrap_or(dir), ".held");
-        files::write_synced(&temp, table.as_bytes(), 0o644)
-            .and_then(|()| std::fs::rename(&temp, &target))
-            .map_err(|err| {
-                let _ = std::fs::remove_file(&temp);
-                format!("cannot write {}: {err}", target.display())
-            })?;
+        files::replace(&target, table.as_bytes(), 0o644)
+            .map_err(|err| format!("cannot write {}: {err}", target.display()))?;
         released += changed.len();
     }
     drop(lock);
