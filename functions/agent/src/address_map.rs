@@ -4,13 +4,13 @@
 //!
 //! Both writers take the lock `addresses.map.lock` around a read and a rewrite, so neither
 //! loses what the other added. Every write is atomic (a temporary file, fsync, rename, fsync
-//! of the directory): a starting worker sees the old file or the new one, whole.
+//! of the directory: [`crate::files::replace`], under that lock): a starting worker sees the
+//! old file or the new one, whole.
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::Write;
 use std::net::IpAddr;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The map's path relative to the config's directory, and its name in HAProxy.
@@ -146,20 +146,7 @@ impl MapFile {
     /// Replaces the file with `text`, atomically and durably, mode 0644; the stamp written.
     /// The caller holds the lock.
     pub fn write(&self, _lock: &Locked, text: &str) -> std::io::Result<Option<Stamp>> {
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        let temp = dir.join(format!(".addresses.map.{}", std::process::id()));
-        let written = (|| {
-            let mut file = File::create(&temp)?;
-            file.write_all(text.as_bytes())?;
-            file.set_permissions(std::fs::Permissions::from_mode(0o644))?;
-            file.sync_all()?;
-            std::fs::rename(&temp, &self.path)
-        })();
-        if let Err(err) = written {
-            let _ = std::fs::remove_file(&temp);
-            return Err(err);
-        }
-        File::open(dir)?.sync_all()?;
+        crate::files::replace(&self.path, text.as_bytes(), 0o644)?;
         Ok(self.stamp())
     }
 
@@ -183,6 +170,8 @@ impl MapFile {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     #[test]

@@ -150,18 +150,9 @@ impl Drop for TreeGuard {
 /// shows them now. Stopping the parents first keeps a shell from starting more.
 pub fn kill_tree(root: u32) {
     let mut parents: HashMap<u32, Vec<u32>> = HashMap::new();
-    if let Ok(entries) = std::fs::read_dir("/proc") {
-        for entry in entries.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|s| s.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            if let Some(ppid) = parent_of(pid) {
-                parents.entry(ppid).or_default().push(pid);
-            }
+    for pid in crate::proc::pids() {
+        if let Some(stat) = crate::proc::stat(pid) {
+            parents.entry(stat.parent).or_default().push(pid);
         }
     }
     let mut order = vec![root];
@@ -177,13 +168,6 @@ pub fn kill_tree(root: u32) {
             let _ = kill_process(pid, Signal::KILL);
         }
     }
-}
-
-/// The parent of `pid`: field 4 of `/proc/<pid>/stat`, after the command in parentheses.
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(1)?.parse().ok()
 }
 
 #[cfg(test)]
@@ -217,13 +201,8 @@ mod tests {
         // A killed process stays a zombie until its parent (init here) reaps it, and SIGKILL
         // takes effect asynchronously: wait (bounded) until it no longer runs.
         let runs = || {
-            let state =
-                std::fs::read_to_string(format!("/proc/{grandchild}/stat")).unwrap_or_default();
-            let running = state
-                .rfind(')')
-                .and_then(|i| state[i + 1..].split_whitespace().next())
-                .is_some_and(|s| s != "Z" && s != "X");
-            (running, state)
+            let state = crate::proc::stat(grandchild);
+            (state.is_some_and(|stat| stat.live()), state)
         };
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         let (mut running, mut state) = runs();
@@ -231,7 +210,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
             (running, state) = runs();
         }
-        assert!(!running, "the grandchild still runs: {state}");
+        assert!(!running, "the grandchild still runs: {state:?}");
     }
 
     #[tokio::test]

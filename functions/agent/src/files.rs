@@ -1,6 +1,9 @@
-//! Files the apply installs: every one is complete on disk (fsync) before the rename that
-//! installs it, and the rename itself is flushed (fsync of the directory), so a crash never
-//! leaves a renamed but empty file in place.
+//! The host floor's files: every file the agent writes in place of another goes through
+//! [`replace`], complete on disk (fsync) before the rename that installs it, and the rename
+//! itself flushed (fsync of the directory), so a crash never leaves a renamed but empty file
+//! in place. The apply stages a few files under its own names and renames them later (the
+//! config and its maps, checked before they are installed): those use the parts,
+//! [`write_synced`] and [`sync_dir`].
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -14,6 +17,29 @@ pub fn temp_path(dir: &Path, prefix: &str) -> PathBuf {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     dir.join(format!("{prefix}.{}.{nanos}", std::process::id()))
+}
+
+/// Replaces the file `path` with `bytes` (mode `mode`), durably: written aside in its
+/// directory, flushed, renamed over `path`, the rename flushed. A reader sees the old file or
+/// the new one, never a part, and a crash keeps one of them. A file that has a lock (the
+/// address map's, the config's for the route maps) is replaced by the holder of that lock:
+/// the callers take it.
+pub fn replace(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temp = temp_path(dir, &format!(".{name}"));
+    let renamed = write_synced(&temp, bytes, mode).and_then(|()| std::fs::rename(&temp, path));
+    if let Err(err) = renamed {
+        let _ = std::fs::remove_file(&temp);
+        return Err(err);
+    }
+    sync_dir(dir)
 }
 
 /// Writes `bytes` to a new file `path` (mode `mode`) and flushes it to disk.
@@ -67,4 +93,43 @@ pub enum LockError {
     Open(std::io::Error),
     #[error("held by another apply")]
     Busy,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replace_leaves_the_new_bytes_with_their_mode_and_nothing_aside() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("a.map");
+        replace(&path, b"old\n", 0o600).expect("written");
+        replace(&path, b"new\n", 0o644).expect("replaced");
+        assert_eq!(std::fs::read(&path).expect("reads"), b"new\n");
+        let mode = std::fs::metadata(&path).expect("meta").permissions().mode();
+        assert_eq!(mode & 0o777, 0o644);
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("lists")
+            .filter_map(Result::ok)
+            .map(|entry| entry.file_name())
+            .collect();
+        assert_eq!(names, ["a.map"]);
+    }
+
+    #[test]
+    fn a_failed_replace_keeps_the_old_file_and_leaves_nothing_aside() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        // The target is a non-empty directory: the rename fails after the write aside.
+        let path = dir.path().join("taken");
+        std::fs::create_dir(&path).expect("dir");
+        std::fs::write(path.join("inside"), b"x").expect("file");
+        assert!(replace(&path, b"new\n", 0o644).is_err());
+        assert!(path.join("inside").is_file());
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("lists")
+            .filter_map(Result::ok)
+            .map(|entry| entry.file_name())
+            .collect();
+        assert_eq!(names, ["taken"]);
+    }
 }

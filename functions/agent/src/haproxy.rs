@@ -20,6 +20,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
 mod declared;
+mod map;
+
+pub use map::{MapChange, MapVersion};
 
 pub use declared::{
     AGENT_BACKEND, DeclaredSocket, agent_bind_path, declared_agent_socket, declared_socket,
@@ -49,6 +52,14 @@ pub enum RuntimeError {
     },
     #[error("refusing to send {command:?} to HAProxy: expected one command without newline or ';'")]
     Unsafe { command: String },
+    #[error(
+        "refusing to send {command:?} with the {what} {word:?}: expected one word, without space, control character, ';' or '\\', not '#<n>'"
+    )]
+    NotOneWord {
+        command: &'static str,
+        what: &'static str,
+        word: String,
+    },
     #[error("HAProxy closed {path} before it answered {command:?}")]
     Closed { path: PathBuf, command: String },
     #[error("HAProxy answered {command:?} with {answer:?}")]
@@ -175,7 +186,7 @@ impl RuntimeApi {
 
     /// The entries of a map, on a connection of its own.
     pub async fn show_map(&self, map: &str) -> Result<Vec<(String, String)>, RuntimeError> {
-        let command = format!("show map {map}");
+        let command = map::show(map)?;
         parse_map(&command, &self.command(&command).await?)
     }
 
@@ -205,7 +216,7 @@ pub struct Session {
 
 impl Session {
     /// Sends one command and returns its answer (without the prompt).
-    pub async fn ask(&mut self, command: &str) -> Result<String, RuntimeError> {
+    async fn ask(&mut self, command: &str) -> Result<String, RuntimeError> {
         check(command)?;
         self.ask_raw(&format!("{command}\n"), command).await
     }
@@ -243,24 +254,42 @@ impl Session {
         .await
     }
 
-    /// Sends a command that answers nothing on success; any answer is HAProxy's refusal.
-    pub async fn change(&mut self, command: &str) -> Result<(), RuntimeError> {
-        let answer = self.ask(command).await?;
+    /// Changes a map; HAProxy answers nothing on success, so any answer is its refusal.
+    pub async fn change(&mut self, change: MapChange<'_>) -> Result<(), RuntimeError> {
+        let command = change.line()?;
+        let answer = self.ask(&command).await?;
         if answer.trim().is_empty() {
             Ok(())
         } else {
             Err(RuntimeError::Refused {
-                command: command.to_owned(),
+                command,
                 answer: answer.trim().to_owned(),
             })
         }
+    }
+
+    /// `prepare map`: a new, empty version of `map`, to fill and commit.
+    pub async fn prepare_map(&mut self, map: &str) -> Result<MapVersion, RuntimeError> {
+        let command = map::prepare(map)?;
+        let answer = self.ask(&command).await?;
+        MapVersion::from_answer(&command, &answer)
+    }
+
+    /// `add map @<version> <map>` with `lines` (`key value\n` each) as its payload.
+    pub async fn fill_map(
+        &mut self,
+        map: &str,
+        version: MapVersion,
+        lines: &str,
+    ) -> Result<(), RuntimeError> {
+        self.payload(&map::fill(map, version)?, lines).await
     }
 
     /// Sends a command with a payload (`<command> <<`, its lines, an empty line) and expects
     /// no answer but the payload prompts: any other answer is HAProxy's refusal. The payload
     /// is lines ending in `\n`, none empty (an empty line would end it early, and what
     /// follows would run as commands), without `\r` or `;`.
-    pub async fn payload(&mut self, command: &str, lines: &str) -> Result<(), RuntimeError> {
+    async fn payload(&mut self, command: &str, lines: &str) -> Result<(), RuntimeError> {
         check(command)?;
         if lines.is_empty()
             || !lines.ends_with('\n')
@@ -303,7 +332,7 @@ impl Session {
 
     /// The entries of a map as HAProxy holds them: `(key, value)` in HAProxy's order.
     pub async fn show_map(&mut self, map: &str) -> Result<Vec<(String, String)>, RuntimeError> {
-        let command = format!("show map {map}");
+        let command = map::show(map)?;
         let answer = self.ask(&command).await?;
         parse_map(&command, &answer)
     }

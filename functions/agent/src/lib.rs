@@ -15,6 +15,7 @@ pub mod child;
 pub mod control;
 pub mod files;
 pub mod haproxy;
+pub mod proc;
 pub mod record;
 pub mod resolve;
 pub mod routes;

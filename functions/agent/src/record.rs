@@ -39,14 +39,7 @@ pub fn write_local(config_dir: &std::path::Path, record: &Record) -> std::io::Re
     let dir = path.parent().unwrap_or(config_dir);
     std::fs::create_dir_all(dir)?;
     let body = serde_json::to_vec(record).map_err(std::io::Error::other)?;
-    let temp = crate::files::temp_path(dir, ".last-apply");
-    let written = crate::files::write_synced(&temp, &body, 0o644)
-        .and_then(|()| std::fs::rename(&temp, &path))
-        .and_then(|()| crate::files::sync_dir(dir));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    written
+    crate::files::replace(&path, &body, 0o644)
 }
 
 /// The last apply's record left in `config_dir`, if there is one that parses.

@@ -178,29 +178,16 @@ fn unit_runs(answer: &str) -> bool {
 /// The live processes (not zombies) whose command line reads `config` with `-f`.
 pub fn processes_reading(config: &Path) -> Vec<u32> {
     let wanted = config.as_os_str().as_encoded_bytes();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+    crate::proc::pids()
+        .into_iter()
         .filter(|pid| {
-            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-                return false;
-            };
-            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-            let reads = args
-                .windows(2)
-                .any(|pair| pair[0] == b"-f" && pair[1] == wanted);
-            reads && !zombie(*pid)
+            let reads = crate::proc::command_line(*pid).is_some_and(|args| {
+                args.windows(2)
+                    .any(|pair| pair[0] == b"-f" && pair[1] == wanted)
+            });
+            reads && crate::proc::stat(*pid).is_some_and(|stat| stat.live())
         })
         .collect()
-}
-
-fn zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with(['Z', 'X']))
-    })
 }
 
 #[cfg(test)]
@@ -261,7 +248,8 @@ mod tests {
         // alone; once it ended (a zombie, then reaped) it is not.
         let config = format!("/nonexistent/autoproxy-{me}/haproxy.cfg");
         let mut child = std::process::Command::new("sh")
-            .args(["-c", "sleep 30", "-f", &config])
+            // Not `sleep 30` alone: a shell may exec its one command in its own place.
+            .args(["-c", "sleep 30; exit", "-f", &config])
             .spawn()
             .expect("start sh");
         assert_eq!(processes_reading(Path::new(&config)), [child.id()]);

@@ -15,8 +15,6 @@
 //! `AUTOPROXY_*` variable: the service's defaults are the production values (CloudWatch
 //! metrics every 60 s, with the instance profile's credentials and the region from IMDS).
 
-use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -234,24 +232,7 @@ fn write_unit(path: &Path, text: &str) -> Result<(), ServiceError> {
         path: path.to_path_buf(),
         source,
     };
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let temp = dir.join(format!(".{name}.{}", std::process::id()));
-    let written = (|| {
-        let mut file = std::fs::File::create(&temp)?;
-        file.write_all(text.as_bytes())?;
-        file.set_permissions(std::fs::Permissions::from_mode(0o644))?;
-        file.sync_all()?;
-        std::fs::rename(&temp, path)?;
-        std::fs::File::open(dir)?.sync_all()
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    written.map_err(failed)
+    crate::files::replace(path, text.as_bytes(), 0o644).map_err(failed)
 }
 
 /// The longest any systemctl call may take (a restart waits for the old process to stop).

@@ -1,10 +1,11 @@
 //! autoproxy-agent's runtime-API client against a real HAProxy (master-worker, on loopback):
-//! what `show info` gives, map changes over one `prompt` connection, HAProxy's refusals
-//! surfacing as errors, and a command that would be two never reaching the socket.
+//! what `show info` gives, typed map changes over one `prompt` connection (a version prepared,
+//! filled and committed), HAProxy's refusals surfacing as errors, and a word that would be
+//! read as two never reaching the socket.
 
 use std::time::Duration;
 
-use autoproxy_agent::haproxy::{RuntimeApi, RuntimeError};
+use autoproxy_agent::haproxy::{MapChange, RuntimeApi, RuntimeError};
 use autoproxy_tests::proxy::{self, Backends, Haproxy, HaproxyFiles};
 
 const ADDRESSES: &str = "autoproxy/addresses.map";
@@ -38,20 +39,32 @@ async fn the_client_reads_and_changes_a_running_haproxy() {
         info,
         "prompt mode answers the same"
     );
+    let add = |key, value| MapChange::Add {
+        map: ADDRESSES,
+        key,
+        value,
+    };
     session
-        .change(&format!("add map {ADDRESSES} api.one.test 127.0.0.9"))
+        .change(add("api.one.test", "127.0.0.9"))
         .await
         .unwrap();
     session
-        .change(&format!("set map {ADDRESSES} api.one.test 127.0.0.10"))
+        .change(MapChange::Set {
+            map: ADDRESSES,
+            key: "api.one.test",
+            value: "127.0.0.10",
+        })
         .await
         .unwrap();
     session
-        .change(&format!("add map {ADDRESSES} api.two.test 127.0.0.11"))
+        .change(add("api.two.test", "127.0.0.11"))
         .await
         .unwrap();
     session
-        .change(&format!("del map {ADDRESSES} api.two.test"))
+        .change(MapChange::Delete {
+            map: ADDRESSES,
+            key: "api.two.test",
+        })
         .await
         .unwrap();
     let entries = session.show_map(ADDRESSES).await.unwrap();
@@ -60,8 +73,42 @@ async fn the_client_reads_and_changes_a_running_haproxy() {
         vec![("api.one.test".to_owned(), "127.0.0.10".to_owned())]
     );
 
+    // A new version, filled and committed: the map is replaced as a whole.
+    let version = session.prepare_map(ADDRESSES).await.unwrap();
+    session
+        .fill_map(
+            ADDRESSES,
+            version,
+            "api.three.test 127.0.0.12\napi.four.test 127.0.0.13\n",
+        )
+        .await
+        .unwrap();
+    assert_eq!(session.show_map(ADDRESSES).await.unwrap().len(), 1);
+    session
+        .change(MapChange::Commit {
+            map: ADDRESSES,
+            version,
+        })
+        .await
+        .unwrap();
+    let mut entries = session.show_map(ADDRESSES).await.unwrap();
+    entries.sort();
+    assert_eq!(
+        entries,
+        vec![
+            ("api.four.test".to_owned(), "127.0.0.13".to_owned()),
+            ("api.three.test".to_owned(), "127.0.0.12".to_owned())
+        ]
+    );
+
     // HAProxy's own refusals come back as errors naming the command, and the session goes on.
-    let refused = session.change("add map autoproxy/no-such.map a b").await;
+    let refused = session
+        .change(MapChange::Add {
+            map: "autoproxy/no-such.map",
+            key: "a",
+            value: "b",
+        })
+        .await;
     assert!(
         matches!(&refused, Err(RuntimeError::Refused { command, .. }) if command.contains("no-such")),
         "{refused:?}"
@@ -73,14 +120,23 @@ async fn the_client_reads_and_changes_a_running_haproxy() {
     );
     assert_eq!(session.info().await.unwrap().pid, info.pid);
 
-    // Never sent: HAProxy would run the second command.
-    let two = session
-        .change(&format!(
-            "del map {ADDRESSES} api.one.test;shutdown sessions"
-        ))
-        .await;
-    assert!(matches!(two, Err(RuntimeError::Unsafe { .. })), "{two:?}");
-    assert_eq!(session.show_map(ADDRESSES).await.unwrap().len(), 1);
+    // Never sent: HAProxy would run the second command, or read a key and a value.
+    for key in [
+        "api.three.test;shutdown sessions",
+        "api.three.test 127.0.0.1",
+    ] {
+        let two = session
+            .change(MapChange::Delete {
+                map: ADDRESSES,
+                key,
+            })
+            .await;
+        assert!(
+            matches!(two, Err(RuntimeError::NotOneWord { .. })),
+            "{two:?}"
+        );
+    }
+    assert_eq!(session.show_map(ADDRESSES).await.unwrap().len(), 2);
 }
 
 #[tokio::test]

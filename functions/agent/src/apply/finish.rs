@@ -87,7 +87,7 @@ impl Run {
         let temp = files::temp_path(&self.paths.dir, ".autoproxy-restore");
         let restored = std::fs::read_to_string(&self.paths.last_good).and_then(|text| {
             match kept::last_good(&self.paths.dir, &text, lg_gen) {
-                Some(saved) => kept::put_back(&saved, &mut self.undo.temps)?,
+                Some(saved) => kept::put_back(&saved)?,
                 None => {
                     log(
                         "rollback",
@@ -174,7 +174,7 @@ impl Run {
             return 1;
         }
         let restored = match self.undo.maps_before.take() {
-            Some(saved) => kept::put_back(&saved, &mut self.undo.temps),
+            Some(saved) => kept::put_back(&saved),
             None => self.restore_maps(&installed),
         };
         match restored {

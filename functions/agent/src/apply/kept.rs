@@ -30,32 +30,18 @@ fn generation_maps(dir: &Path, text: &str, generation: u64) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Copies the live maps of `text` beside them as last-known-good's, each complete on disk
-/// before its rename; the temporary names go into `temps`.
-pub fn keep(
-    dir: &Path,
-    text: &str,
-    generation: u64,
-    temps: &mut Vec<PathBuf>,
-) -> std::io::Result<()> {
+/// Copies the live maps of `text` beside them as last-known-good's, each a durable replace.
+pub fn keep(dir: &Path, text: &str, generation: u64) -> std::io::Result<()> {
     if MapFiles::named_by(text, generation).generation.is_none() {
         // A layout whose maps are in a directory of their generation: they stay as they are
         // until it is replaced, and a rollback could not tell kept copies as its own.
         return Ok(());
     }
-    let mut dirs: Vec<PathBuf> = Vec::new();
     for path in generation_maps(dir, text, generation) {
-        let parent = path.parent().unwrap_or(dir).to_path_buf();
         let bytes = std::fs::read(&path).unwrap_or_default();
-        let temp = files::temp_path(&parent, ".last-good");
-        temps.push(temp.clone());
-        files::write_synced(&temp, &bytes, 0o644)?;
-        std::fs::rename(&temp, copy_of(&path))?;
-        if !dirs.contains(&parent) {
-            dirs.push(parent);
-        }
+        files::replace(&copy_of(&path), &bytes, 0o644)?;
     }
-    dirs.iter().try_for_each(|dir| files::sync_dir(dir))
+    Ok(())
 }
 
 /// Last-known-good's kept maps, when they are its: every copy is there and the kept
@@ -77,30 +63,23 @@ pub fn last_good(dir: &Path, text: &str, generation: u64) -> Option<Saved> {
         .collect()
 }
 
-/// Puts `saved` back in place, each file complete on disk before its rename (a file that
-/// was not there is removed); how many files. The temporary names go into `temps`.
-pub fn put_back(saved: &Saved, temps: &mut Vec<PathBuf>) -> std::io::Result<usize> {
-    let mut dirs: Vec<PathBuf> = Vec::new();
+/// Puts `saved` back in place, each file a durable replace (a file that was not there is
+/// removed, the removal flushed); how many files.
+pub fn put_back(saved: &Saved) -> std::io::Result<usize> {
     for (path, bytes) in saved {
-        let parent = path.parent().unwrap_or(Path::new("/")).to_path_buf();
+        let parent = path.parent().unwrap_or(Path::new("/"));
         match bytes {
             Some(bytes) => {
-                std::fs::create_dir_all(&parent)?;
-                let temp = files::temp_path(&parent, ".restore");
-                temps.push(temp.clone());
-                files::write_synced(&temp, bytes, 0o644)?;
-                std::fs::rename(&temp, path)?;
+                std::fs::create_dir_all(parent)?;
+                files::replace(path, bytes, 0o644)?;
             }
             None => match std::fs::remove_file(path) {
                 Err(err) if err.kind() != std::io::ErrorKind::NotFound => return Err(err),
-                _ => {}
+                Err(_) => {}
+                Ok(()) => files::sync_dir(parent)?,
             },
         }
-        if !dirs.contains(&parent) {
-            dirs.push(parent);
-        }
     }
-    dirs.iter().try_for_each(|dir| files::sync_dir(dir))?;
     Ok(saved.len())
 }
 
@@ -125,13 +104,12 @@ mod tests {
         write(&routes, "a.example old:443\n");
         write(&dir.join(&maps.suffixes), "");
         write(&generation, &MapFiles::generation_table(7));
-        let mut temps = Vec::new();
-        keep(&dir, CONFIG, 7, &mut temps).unwrap();
+        keep(&dir, CONFIG, 7).unwrap();
         let kept = last_good(&dir, CONFIG, 7).unwrap();
 
         write(&routes, "a.example new:443\n");
         write(&generation, &MapFiles::generation_table(8));
-        assert_eq!(put_back(&kept, &mut temps).unwrap(), 3);
+        assert_eq!(put_back(&kept).unwrap(), 3);
         assert_eq!(
             std::fs::read_to_string(&routes).unwrap(),
             "a.example old:443\n"

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use autoproxy::artifact::{self, MapFiles};
 
 use super::{Before, Failure, NewConfig, Run, Stage, UPDATE_BUDGET, config, fail, files, log};
-use crate::haproxy::{RuntimeError, Session};
+use crate::haproxy::{MapChange, MapVersion, Session};
 
 /// The largest `add map` payload sent at once: well under HAProxy's default `tune.bufsize`
 /// (16 kB), which must hold the command and its whole payload. Before HAProxy 3.0 a larger
@@ -181,22 +181,11 @@ impl Run {
     pub(super) fn restore_maps(&mut self, text: &str) -> std::io::Result<usize> {
         let generation = config::header_generation(text).unwrap_or(0);
         let maps = MapFiles::named_by(text, generation);
-        let mut dirs: Vec<PathBuf> = Vec::new();
         let (files, _) = self.serving_files(text, generation, &maps);
         for (path, body) in &files {
             let target = self.paths.dir.join(path);
-            let parent = target.parent().unwrap_or(&self.paths.dir).to_path_buf();
-            std::fs::create_dir_all(&parent)?;
-            let temp = files::temp_path(&parent, ".restore");
-            self.undo.temps.push(temp.clone());
-            files::write_synced(&temp, body.as_bytes(), 0o644)?;
-            std::fs::rename(&temp, &target)?;
-            if !dirs.contains(&parent) {
-                dirs.push(parent);
-            }
-        }
-        for dir in dirs {
-            files::sync_dir(&dir)?;
+            std::fs::create_dir_all(target.parent().unwrap_or(&self.paths.dir))?;
+            files::replace(&target, body.as_bytes(), 0o644)?;
         }
         Ok(files.len())
     }
@@ -291,7 +280,7 @@ impl Run {
             }
             due(deadline)?;
             session
-                .change(&format!("commit map @{version} {map}"))
+                .change(MapChange::Commit { map, version })
                 .await
                 .map_err(|err| err.to_string())?;
         }
@@ -338,10 +327,11 @@ impl Run {
             return Err("this layout has no generation map".to_owned());
         };
         session
-            .change(&format!(
-                "set map {generation_map} {} {generation}",
-                artifact::GENERATION_KEY
-            ))
+            .change(MapChange::Set {
+                map: generation_map,
+                key: artifact::GENERATION_KEY,
+                value: &generation.to_string(),
+            })
             .await
             .map_err(|err| err.to_string())?;
         self.state.seen = Some((generation, "update"));
@@ -384,7 +374,11 @@ async fn push_addresses(
         }
         due(deadline)?;
         session
-            .change(&format!("add map {map} {host} {address}"))
+            .change(MapChange::Add {
+                map,
+                key: &host,
+                value: &address,
+            })
             .await
             .map_err(|err| err.to_string())?;
         pushed += 1;
@@ -410,26 +404,16 @@ async fn fill_map(
     map: &str,
     table: &str,
     deadline: std::time::Instant,
-) -> Result<u32, String> {
+) -> Result<MapVersion, String> {
     due(deadline)?;
-    let command = format!("prepare map {map}");
-    let answer = session.ask(&command).await.map_err(|err| err.to_string())?;
-    let version = answer
-        .trim()
-        .strip_prefix("New version created: ")
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .ok_or_else(|| {
-            RuntimeError::Unexpected {
-                command,
-                expected: "'New version created: N'",
-                answer: autoproxy::excerpt(&answer, 200),
-            }
-            .to_string()
-        })?;
+    let version = session
+        .prepare_map(map)
+        .await
+        .map_err(|err| err.to_string())?;
     for chunk in chunks(table, PAYLOAD_BYTES) {
         due(deadline)?;
         session
-            .payload(&format!("add map @{version} {map}"), chunk)
+            .fill_map(map, version, chunk)
             .await
             .map_err(|err| err.to_string())?;
     }

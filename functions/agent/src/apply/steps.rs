@@ -269,18 +269,14 @@ impl Run {
             // Its maps first, byte for byte: a last-known-good config is never newer than
             // the maps kept with it (a rollback checks the kept generation map).
             let installed = std::fs::read_to_string(&config).unwrap_or_default();
-            super::kept::keep(
-                &self.paths.dir,
-                &installed,
-                self.state.installed_gen,
-                &mut self.undo.temps,
-            )
-            .or_else(|err| {
-                fail(format!(
-                    "cannot keep the maps of {}: {err}",
-                    config.display()
-                ))
-            })?;
+            super::kept::keep(&self.paths.dir, &installed, self.state.installed_gen).or_else(
+                |err| {
+                    fail(format!(
+                        "cannot keep the maps of {}: {err}",
+                        config.display()
+                    ))
+                },
+            )?;
             let temp = files::temp_path(&self.paths.dir, ".autoproxy-last-good");
             self.undo.temps.push(temp.clone());
             files::copy_synced(&config, &temp)
@@ -408,12 +404,19 @@ impl Run {
     }
 
     /// Staging a killed run left behind (under the lock, no other run is staging): its
-    /// `autoproxy/.stage.*` directories and `.autoproxy-*` files beside the config.
+    /// `autoproxy/.stage.*` directories, the maps' files set aside by `files::replace`, and
+    /// `.autoproxy-*` files beside the config.
     pub(super) fn remove_leftovers(&self) {
         for (dir, prefixes) in [
             (
                 &self.paths.maps_dir,
-                &[".stage.", ".autoproxy-addresses.", ".restore."][..],
+                &[
+                    ".stage.",
+                    ".autoproxy-addresses.",
+                    ".routes.map.",
+                    ".suffixes.map.",
+                    ".generation.map.",
+                ][..],
             ),
             (
                 &self.paths.dir,

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use autoproxy::artifact::MapFiles;
 
 use crate::files;
-use crate::haproxy::{RuntimeApi, RuntimeError};
+use crate::haproxy::{MapChange, RuntimeApi, RuntimeError};
 use crate::routes;
 
 /// One route table's entries to change so its held routes serve: (key, target).
@@ -84,13 +84,8 @@ pub async fn release(
                 .map_err(|err| format!("{path}: {err}"))?;
         }
         let target = dir.join(&path);
-        let temp = files::temp_path(target.parent().unwrap_or(dir), ".held");
-        files::write_synced(&temp, table.as_bytes(), 0o644)
-            .and_then(|()| std::fs::rename(&temp, &target))
-            .map_err(|err| {
-                let _ = std::fs::remove_file(&temp);
-                format!("cannot write {}: {err}", target.display())
-            })?;
+        files::replace(&target, table.as_bytes(), 0o644)
+            .map_err(|err| format!("cannot write {}: {err}", target.display()))?;
         released += changed.len();
     }
     drop(lock);
@@ -103,10 +98,20 @@ async fn set_entries(api: &RuntimeApi, map: &str, entries: &Released) -> Result<
     let mut session = api.session().await?;
     let held: BTreeMap<String, String> = session.show_map(map).await?.into_iter().collect();
     for (key, target) in entries {
-        let verb = if held.contains_key(key) { "set" } else { "add" };
-        session
-            .change(&format!("{verb} map {map} {key} {target}"))
-            .await?;
+        let change = if held.contains_key(key) {
+            MapChange::Set {
+                map,
+                key,
+                value: target,
+            }
+        } else {
+            MapChange::Add {
+                map,
+                key,
+                value: target,
+            }
+        };
+        session.change(change).await?;
     }
     Ok(())
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::address_map::MAP;
-use crate::haproxy::{RuntimeApi, RuntimeError};
+use crate::haproxy::{MapChange, RuntimeApi, RuntimeError};
 
 use super::log;
 
@@ -172,19 +172,31 @@ impl Pusher {
             .cloned()
             .collect();
         for key in gone {
-            session.change(&format!("del map {MAP} {key}")).await?;
+            session
+                .change(MapChange::Delete {
+                    map: MAP,
+                    key: &key,
+                })
+                .await?;
             self.view.remove(&key);
             pushed += 1;
         }
         for (name, address) in target.iter() {
-            let verb = match self.view.get(name.as_ref()) {
+            let value = address.to_string();
+            let change = match self.view.get(name.as_ref()) {
                 Some(old) if old == address => continue,
-                Some(_) => "set",
-                None => "add",
+                Some(_) => MapChange::Set {
+                    map: MAP,
+                    key: name,
+                    value: &value,
+                },
+                None => MapChange::Add {
+                    map: MAP,
+                    key: name,
+                    value: &value,
+                },
             };
-            session
-                .change(&format!("{verb} map {MAP} {name} {address}"))
-                .await?;
+            session.change(change).await?;
             self.view.insert(name.to_string(), *address);
             pushed += 1;
         }

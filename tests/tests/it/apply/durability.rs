@@ -212,7 +212,7 @@ fn failed_reload(traced: &Traced<'_>, second: &str) {
     let restore = staged_file(&events, &dir, ".autoproxy-restore.", &config, len(second));
     assert!(new < restore, "the restore after the swap");
     let routes = maps.join("routes.map");
-    let (maps_restored, _) = rename_of(&events, &maps, ".restore.", &routes);
+    let (maps_restored, _) = rename_of(&events, &maps, ".routes.map.", &routes);
     assert!(
         maps_restored < restore,
         "the maps restored before the config"

@@ -196,7 +196,7 @@ fn workers(config: &Path) -> u64 {
     let pids = crate::running::processes_reading(config);
     let parents: Vec<(u32, u32)> = pids
         .iter()
-        .filter_map(|pid| Some((*pid, parent(*pid)?)))
+        .filter_map(|pid| Some((*pid, crate::proc::stat(*pid)?.parent)))
         .collect();
     children_among(&parents)
 }
@@ -210,13 +210,6 @@ fn children_among(processes: &[(u32, u32)]) -> u64 {
     u64::try_from(count).unwrap_or(u64::MAX)
 }
 
-/// The parent of `pid`, from `/proc/<pid>/stat` (the field after the state).
-fn parent(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(") ")?;
-    rest.split_whitespace().nth(1)?.parse().ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,9 +221,5 @@ mod tests {
         assert_eq!(children_among(&[(10, 1), (11, 10)]), 1);
         assert_eq!(children_among(&[(10, 1), (11, 10), (12, 10), (13, 10)]), 3);
         assert_eq!(children_among(&[(11, 10), (12, 1)]), 0, "an orphan");
-        assert_eq!(
-            parent(std::process::id()),
-            Some(std::os::unix::process::parent_id())
-        );
     }
 }
