@@ -166,7 +166,9 @@ async fn run(config: &Path, knobs: Knobs, metrics: Option<Duration>) -> Result<(
         // for as long as this loop turns: a wedged loop stops the pings and systemd restarts
         // the unit (WatchdogSec=).
         watchdog.turned(now);
-        engine.step(now, &mut transport);
+        // The pacer counts the cap on the time the queries leave, not on when this turn began:
+        // reading a config and asking HAProxy above can take tens of milliseconds.
+        engine.step(Instant::now(), &mut transport);
         if now >= next_wanted_check {
             next_wanted_check = now + WANTED_CHECK;
             engine.expire_wanted(now);

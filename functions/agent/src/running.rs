@@ -247,9 +247,10 @@ mod tests {
         // A process whose command line reads a config with `-f` is found by that config
         // alone; once it ended (a zombie, then reaped) it is not.
         let config = format!("/nonexistent/autoproxy-{me}/haproxy.cfg");
+        // Not `-c "sleep 30"`: dash execs a lone last command, and the command line it had
+        // (with `-f`) would be gone by the time the test looks, at random.
         let mut child = std::process::Command::new("sh")
-            // Not `sleep 30` alone: a shell may exec its one command in its own place.
-            .args(["-c", "sleep 30; exit", "-f", &config])
+            .args(["-c", "sleep 30; exit 0", "-f", &config])
             .spawn()
             .expect("start sh");
         assert_eq!(processes_reading(Path::new(&config)), [child.id()]);

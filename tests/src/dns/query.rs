@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 /// One query the server received.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Query {
+    /// When the kernel took it in (for UDP; for TCP, when its message was read).
     pub at: Instant,
     /// The question's name, lower-cased, without the trailing dot.
     pub name: String,

@@ -1,11 +1,16 @@
 //! The serving threads: UDP and TCP on one port, each query recorded, then answered from the
 //! zone (or not at all, for a dropped name).
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::io::{IoSliceMut, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::sys::socket::sockopt::ReceiveTimestampns;
+use nix::sys::socket::{ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg, setsockopt};
+use nix::sys::time::TimeSpec;
 
 use super::query::Query;
 use super::wire::{Question, parse_question};
@@ -22,13 +27,15 @@ pub(super) struct Shared {
 }
 
 pub(super) fn serve(socket: &UdpSocket, shared: &Shared, stop: &AtomicBool) {
+    let stamped = setsockopt(socket, ReceiveTimestampns, &true).is_ok();
     let mut buf = [0u8; 1500];
+    let mut control = nix::cmsg_space!(TimeSpec);
     while !stop.load(Ordering::SeqCst) {
         // An error is the read timeout, or a stray ICMP error: look at the flag again.
-        let Ok((len, peer)) = socket.recv_from(&mut buf) else {
+        let Some(Datagram { len, peer, at }) = receive(socket, &mut buf, &mut control, stamped)
+        else {
             continue;
         };
-        let at = Instant::now();
         let Some(question) = parse_question(&buf[..len]) else {
             continue;
         };
@@ -37,6 +44,61 @@ pub(super) fn serve(socket: &UdpSocket, shared: &Shared, stop: &AtomicBool) {
         };
         let _ = socket.send_to(&reply, peer);
     }
+}
+
+/// One datagram received.
+struct Datagram {
+    len: usize,
+    peer: SocketAddr,
+    /// When the kernel took it in. On loopback that is in the sender's `sendto`, so a rate
+    /// counted on these times is the sender's; `Instant::now()` after `recv` would add however
+    /// long this thread was descheduled (tens of milliseconds on two loaded cores), bunching
+    /// the queries that waited in the socket.
+    at: Instant,
+}
+
+fn receive(
+    socket: &UdpSocket,
+    buf: &mut [u8],
+    control: &mut [u8],
+    stamped: bool,
+) -> Option<Datagram> {
+    let mut iov = [IoSliceMut::new(buf)];
+    let msg = recvmsg::<SockaddrStorage>(
+        socket.as_raw_fd(),
+        &mut iov,
+        stamped.then_some(control),
+        MsgFlags::empty(),
+    )
+    .ok()?;
+    let received = Instant::now();
+    let address = msg.address?;
+    let peer = match (address.as_sockaddr_in(), address.as_sockaddr_in6()) {
+        (Some(v4), _) => SocketAddr::V4((*v4).into()),
+        (None, Some(v6)) => SocketAddr::V6((*v6).into()),
+        (None, None) => return None,
+    };
+    let stamp = msg.cmsgs().ok().and_then(|mut cmsgs| {
+        cmsgs.find_map(|cmsg| match cmsg {
+            ControlMessageOwned::ScmTimestampns(stamp) => Some(stamp),
+            _ => None,
+        })
+    });
+    let at = stamp.map_or(received, |stamp| kernel_instant(stamp, received));
+    Some(Datagram {
+        len: msg.bytes,
+        peer,
+        at,
+    })
+}
+
+/// The monotonic instant of a kernel receive stamp (wall-clock time): `received` less the
+/// wall-clock time since the stamp.
+fn kernel_instant(stamp: TimeSpec, received: Instant) -> Instant {
+    let waited = SystemTime::now()
+        .duration_since(UNIX_EPOCH + Duration::from(stamp))
+        .unwrap_or_default();
+    received.checked_sub(waited).unwrap_or(received)
 }
 
 /// Records the query and builds its reply (none for a dropped name), truncated to what

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use autoproxy_tests::hanging_endpoint::HangingEndpoint;
+use autoproxy_tests::moto::REGION;
 use autoproxy_tests::observe::{Answer, CloudWatch, Points, get_unix, sample};
 use autoproxy_tests::prometheus;
 use autoproxy_tests::proxy::HaproxyFiles;
@@ -239,6 +241,88 @@ fn a_failed_publish_leaves_routing_untouched() {
             .count()
             >= 2),
         "retried every interval:\n{}",
+        resolver.output()
+    );
+}
+
+/// CloudWatch hanging (a loopback endpoint that accepts and never answers), where the test
+/// above only meets a refusal: each publish gives up within its bound (the period, 1 s here)
+/// and the next one starts, while addresses are still pushed, connections still flow and
+/// `/ready` still answers 200.
+#[test]
+fn a_hanging_publish_leaves_routing_untouched() {
+    // A publish ends within the period; the next starts at the next tick, at once when the
+    // last one used the whole period. A margin for two loaded cores.
+    const BOUND: Duration = Duration::from_secs(1);
+    const PERIOD: Duration = Duration::from_secs(1);
+    const MARGIN: Duration = Duration::from_secs(1);
+    let hanging = HangingEndpoint::start().expect("a hanging endpoint");
+    let f = Fixture::start(1, &["first", "second"]);
+    let (first, second) = (f.backend_ip("first"), f.backend_ip("second"));
+    f.dns.set(&host(0), &[first]);
+    let env = [
+        ("AWS_ENDPOINT_URL", hanging.url()),
+        ("AWS_ACCESS_KEY_ID", "testing".to_owned()),
+        ("AWS_SECRET_ACCESS_KEY", "testing".to_owned()),
+        ("AWS_REGION", REGION.to_owned()),
+        ("AWS_EC2_METADATA_DISABLED", "true".to_owned()),
+        ("AUTOPROXY_METRICS_SECONDS", "1".to_owned()),
+        ("AUTOPROXY_INSTANCE_ID", INSTANCE.to_owned()),
+    ];
+    let mut resolver = Resolver::start_with(&f.haproxy.config_path(), QUICK, &env);
+    f.assert_running_map(
+        Duration::from_secs(10),
+        &expected(&[(host(0), first)]),
+        "the first address",
+        &resolver,
+    );
+    f.assert_routes(0, "first");
+    let gave_up = "CloudWatch metrics not published: no answer within 1s";
+    assert!(
+        f.wait_until(Duration::from_secs(10), |_| resolver
+            .output()
+            .contains(gave_up)),
+        "a publish that hangs is given up:\n{}",
+        resolver.output()
+    );
+    f.dns.set(&host(0), &[second]);
+    f.assert_running_map(
+        Duration::from_secs(6),
+        &expected(&[(host(0), second)]),
+        "the new address, pushed while publishing hangs",
+        &resolver,
+    );
+    f.assert_routes(0, "second");
+    assert_eq!(get(&f, "/ready").status, 200, "{:?}", get(&f, "/ready"));
+    assert!(resolver.is_running(), "{}", resolver.output());
+
+    // Every publish reached the endpoint and hung there: one connection each. The next
+    // connection comes only once the last publish gave up, so the gaps are its time.
+    std::thread::sleep(Duration::from_secs(4));
+    let accepted = hanging.accepted();
+    let gaps: Vec<Duration> = accepted.windows(2).map(|w| w[1] - w[0]).collect();
+    let longest = gaps.iter().max().copied().unwrap_or_default();
+    println!(
+        "hanging publishes: {} connections, longest gap {:.2}s (bound {}s + period {}s)",
+        accepted.len(),
+        longest.as_secs_f64(),
+        BOUND.as_secs(),
+        PERIOD.as_secs()
+    );
+    assert!(
+        accepted.len() >= 4,
+        "a publish every period, each given up: {} connections\n{}",
+        accepted.len(),
+        resolver.output()
+    );
+    assert!(
+        longest <= BOUND + PERIOD + MARGIN,
+        "a publish hung for {longest:?}, past its bound of {BOUND:?}: {gaps:?}\n{}",
+        resolver.output()
+    );
+    assert!(
+        resolver.output().matches(gave_up).count() + 1 >= accepted.len(),
+        "each hanging publish is logged:\n{}",
         resolver.output()
     );
 }
