@@ -21,45 +21,7 @@ pub struct ApiServer {
 impl ApiServer {
     pub fn start(ip: Ipv4Addr, port: u16, name: &str) -> Result<ApiServer, String> {
         let dir = tempfile::tempdir().map_err(|err| err.to_string())?;
-        let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-        let made = Command::new("openssl")
-            .args([
-                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-            ])
-            .arg("-subj")
-            .arg(format!("/CN={name}"))
-            .arg("-addext")
-            .arg(format!("subjectAltName=DNS:{name}"))
-            .arg("-keyout")
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .map_err(|err| format!("openssl: {err}"))?;
-        if !made.success() {
-            return Err(format!("openssl req {made}"));
-        }
-        let mut server = Command::new("python3")
-            .arg(crate::root().join("tests/data/watch-apiserver.py"))
-            .arg(ip.to_string())
-            .arg(port.to_string())
-            .arg(&cert)
-            .arg(&key)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|err| format!("start the API server: {err}"))?;
-        let mut ready = String::new();
-        if let Some(out) = server.stdout.take() {
-            let _ = BufReader::new(out).read_line(&mut ready);
-        }
-        if ready.trim() != "listening" {
-            let _ = server.kill();
-            let _ = server.wait();
-            return Err(format!("the API server did not start on {ip}:{port}"));
-        }
+        let (server, cert) = start_api_server(dir.path(), ip, port, name)?;
         Ok(ApiServer {
             server,
             certificate: cert,
@@ -104,4 +66,54 @@ impl Drop for ApiServer {
         let _ = self.server.kill();
         let _ = self.server.wait();
     }
+}
+
+/// `tests/data/watch-apiserver.py` on `ip:port`, serving a fresh self-signed certificate (in
+/// `dir`) whose only name is `name`: the process, once it said it listens, and the certificate.
+pub fn start_api_server(
+    dir: &std::path::Path,
+    ip: Ipv4Addr,
+    port: u16,
+    name: &str,
+) -> Result<(Child, PathBuf), String> {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .arg("-subj")
+        .arg(format!("/CN={name}"))
+        .arg("-addext")
+        .arg(format!("subjectAltName=DNS:{name}"))
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map_err(|err| format!("openssl: {err}"))?;
+    if !made.success() {
+        return Err(format!("openssl req {made}"));
+    }
+    let mut server = Command::new("python3")
+        .arg(crate::root().join("tests/data/watch-apiserver.py"))
+        .arg(ip.to_string())
+        .arg(port.to_string())
+        .arg(&cert)
+        .arg(&key)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|err| format!("start the API server: {err}"))?;
+    let mut ready = String::new();
+    if let Some(out) = server.stdout.take() {
+        let _ = BufReader::new(out).read_line(&mut ready);
+    }
+    if ready.trim() != "listening" {
+        let _ = server.kill();
+        let _ = server.wait();
+        return Err(format!("the API server did not start on {ip}:{port}"));
+    }
+    Ok((server, cert))
 }

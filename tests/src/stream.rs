@@ -106,43 +106,7 @@ impl KubectlWatch {
     pub fn start(ip: Ipv4Addr, port: u16, proxy: SocketAddr, sni: &str) -> Result<Self, String> {
         use std::process::{Command, Stdio};
         let dir = tempfile::tempdir().map_err(|err| err.to_string())?;
-        let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-        let made = Command::new("openssl")
-            .args([
-                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-            ])
-            .arg("-subj")
-            .arg(format!("/CN={sni}"))
-            .arg("-keyout")
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .map_err(|err| format!("openssl: {err}"))?;
-        if !made.success() {
-            return Err(format!("openssl req {made}"));
-        }
-        let script = crate::root().join("tests/data/watch-apiserver.py");
-        let mut server = Command::new("python3")
-            .arg(script)
-            .arg(ip.to_string())
-            .arg(port.to_string())
-            .arg(&cert)
-            .arg(&key)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|err| format!("start the API server: {err}"))?;
-        let mut ready = String::new();
-        if let Some(out) = server.stdout.take() {
-            let _ = BufReader::new(out).read_line(&mut ready);
-        }
-        if ready.trim() != "listening" {
-            let _ = server.kill();
-            return Err(format!("the API server did not start on {ip}:{port}"));
-        }
+        let (server, _) = crate::kube::start_api_server(dir.path(), ip, port, sni)?;
         let kubeconfig = dir.path().join("kubeconfig");
         std::fs::write(
             &kubeconfig,
