@@ -1,7 +1,35 @@
-//! `resolver.sock`, the control socket between the two programs: the apply asks the address
-//! service to resolve names now ([`crate::addresses::ensure`] is the client end, the service's
-//! `resolve::control` the listening end; the protocol is written there). Here, where both
-//! find it without importing each other.
+//! `resolver.sock`, the control socket between the two programs, both ends: an apply asks the
+//! address service to resolve names now ([`ask`], which [`crate::addresses::ensure`] calls),
+//! and the service answers ([`Control`]). A Unix stream in `<config dir>/autoproxy/`, root
+//! only. One request per connection:
+//!
+//! ```text
+//! client:  want <name>          one line per name (at most MAX_WANTED)
+//!          go <milliseconds>    how long the client waits for the answers
+//! server:  ok <name> <address>  one line per name, in the order asked, once the map file
+//!          missing <name> <why>   holds the addresses and the running worker has them
+//!          done
+//!          error <why>          instead, for a request it cannot read
+//! ```
+//!
+//! The service keeps such wanted names (and refreshes them) for
+//! [`crate::dns::engine::WANTED_KEEP`] even though the installed config does not name them yet.
+
+mod ask;
+mod listen;
+
+use std::time::Duration;
+
+pub use ask::{Answer, Asked, ask};
+pub use listen::{Control, Want};
 
 /// The control socket, relative to the config's directory.
 pub const SOCKET: &str = "autoproxy/resolver.sock";
+/// The most names one request may want.
+pub const MAX_WANTED: usize = 100_000;
+/// How long a client may take to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest wait a client may ask for.
+pub const MAX_WAIT: Duration = Duration::from_secs(120);
+/// The longest request line: `want ` and a 253-byte name, with room to spare.
+const MAX_LINE: usize = 300;

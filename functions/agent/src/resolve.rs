@@ -51,25 +51,18 @@
 //! are, sleeps until the next name is due, the 1-s config check or the 2-s HAProxy check.
 //! `tests/src/bin/bench_resolver.rs` measures it at 10,000 names.
 
-pub mod control;
-pub mod dns;
-pub mod knobs;
 pub mod observe;
-pub mod once;
-pub mod schedule;
 
 mod config;
-mod engine;
 mod held;
-mod log;
 mod output;
 mod push;
 mod pushing;
 mod single;
 mod wants;
 
-pub use knobs::{KnobError, Knobs};
-pub(crate) use log::log;
+pub use crate::dns::knobs::{KnobError, Knobs};
+pub(crate) use crate::log::log;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -78,9 +71,10 @@ use std::time::{Duration, Instant};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::address_map::MapFile;
+use crate::control::{self, Control};
+use crate::dns::engine::{Engine, Transport};
+use crate::dns::knobs;
 use config::{Installed, Watched};
-use control::Control;
-use engine::{Engine, Transport};
 use observe::Observer;
 use output::Output;
 use pushing::Pushing;

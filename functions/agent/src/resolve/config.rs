@@ -8,9 +8,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::log::log;
 use super::observe::figures::RouteHosts;
 use super::observe::socket;
+use crate::log::log;
 
 /// What the resolver reads from the installed config.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
 use super::config::Installed;
-use super::engine::Engine;
-use super::log::log;
+use crate::dns::engine::Engine;
+use crate::log::log;
 use figures::{Figures, RouteHosts, Shared};
 use http::Response;
 use probe::Probe;

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use crate::address_map::{self, MapFile, Stamp};
 
-use super::engine::Engine;
-use super::log::log;
+use crate::dns::engine::Engine;
+use crate::log::log;
 
 /// The shortest time between two writes.
 const WRITE_SPACING: Duration = Duration::from_secs(1);

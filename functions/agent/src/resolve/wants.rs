@@ -8,9 +8,9 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use super::control::Want;
-use super::engine::Engine;
 use super::output::Output;
+use crate::control::Want;
+use crate::dns::engine::Engine;
 
 /// One request, waiting for its names.
 #[derive(Debug)]

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use hickory_proto::rr::{Name, RecordType};
 
-use super::super::dns::{self, Ids, Reply};
 use super::super::schedule::Outcome;
+use super::super::wire::{self, Ids, Reply};
 
 /// Tries per turn for a name that gets no answer: the first query and two retries.
 pub const ATTEMPTS: u8 = 3;
@@ -175,7 +175,8 @@ impl InFlight {
     pub fn take_reply(&mut self, bytes: &[u8], from: SocketAddr) -> Option<(Pending, Reply)> {
         let id = bytes.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]]))?;
         let pending = self.udp.get(&id).filter(|p| p.server == from)?;
-        let reply = dns::interpret(bytes, id, &pending.lookup.target, pending.lookup.qtype).ok()?;
+        let reply =
+            wire::interpret(bytes, id, &pending.lookup.target, pending.lookup.qtype).ok()?;
         self.udp.remove(&id).map(|pending| (pending, reply))
     }
 
@@ -230,7 +231,7 @@ mod tests {
 
     /// `svc.example`'s first query, changed by `change`.
     fn lookup(change: impl FnOnce(&mut Lookup)) -> Lookup {
-        let target = dns::fqdn("svc.example").expect("a name");
+        let target = wire::fqdn("svc.example").expect("a name");
         let mut lookup = Lookup::new(Arc::from("svc.example"), target, 0);
         change(&mut lookup);
         lookup
@@ -243,7 +244,7 @@ mod tests {
     }
 
     fn lb() -> Name {
-        dns::fqdn("lb.example").expect("a name")
+        wire::fqdn("lb.example").expect("a name")
     }
 
     #[test]

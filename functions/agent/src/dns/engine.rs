@@ -20,13 +20,16 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::control::WANTED_KEEP;
-use super::dns::{self, Reply};
 use super::knobs::Knobs;
 use super::schedule::{Outcome, Pacer, Rules};
+use super::wire::{self, Reply};
 use lookup::{InFlight, Lookup, Next, Pending};
 use names::Names;
 pub use transport::{TcpDone, Transport};
+
+/// How long a name asked for by an apply (over the control socket, or merged into the map
+/// file when no service answered) is kept, and refreshed, whatever the config says.
+pub const WANTED_KEEP: Duration = Duration::from_secs(600);
 
 /// The engine's clock: sends, replies and time-outs are handled on ticks this far apart
 /// while queries are in flight (a few queries each at the cap), not on a wake-up each.
@@ -116,8 +119,13 @@ impl Engine {
         self.nameservers = nameservers;
     }
 
+    /// How many names the engine keeps.
     pub fn len(&self) -> usize {
         self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// The address of `name`, or why it has none.
@@ -345,7 +353,7 @@ impl Engine {
             .nameservers
             .get(lookup.ns % self.nameservers.len().max(1))?;
         let id = self.flight.fresh_id();
-        let bytes = match dns::query(id, &lookup.target, lookup.qtype) {
+        let bytes = match wire::query(id, &lookup.target, lookup.qtype) {
             Ok(bytes) => bytes,
             Err(why) => {
                 let name = Arc::clone(&lookup.name);
@@ -427,7 +435,7 @@ impl Engine {
             Ok(bytes) => bytes,
             Err(err) => return self.retry(lookup, format!("TCP to {server}: {err}"), now),
         };
-        match dns::interpret(&bytes, id, &lookup.target, lookup.qtype) {
+        match wire::interpret(&bytes, id, &lookup.target, lookup.qtype) {
             Ok(Reply::Truncated) => {
                 self.retry(lookup, format!("truncated over TCP from {server}"), now);
             }

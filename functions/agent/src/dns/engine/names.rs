@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use hickory_proto::rr::Name;
 
-use super::super::log::log;
 use super::super::schedule::{self, NameState, Outcome, Rules};
+use crate::log::log;
 
 /// One name.
 #[derive(Debug)]
@@ -75,7 +75,7 @@ impl Names {
         now: Instant,
         due: Instant,
     ) -> Option<Arc<str>> {
-        let Ok(qname) = super::super::dns::fqdn(name) else {
+        let Ok(qname) = super::super::wire::fqdn(name) else {
             log(format_args!("ignored host name {name:?}"));
             return None;
         };

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use tokio::sync::mpsc;
 
-use super::super::dns;
+use super::super::wire;
 use super::{Engine, Outgoing, Via};
 
 /// The answer of a TCP exchange, back from its task.
@@ -79,7 +79,7 @@ impl Transport {
             Via::Tcp { token, timeout } => {
                 let tx = self.tcp_tx.clone();
                 tokio::spawn(async move {
-                    let result = dns::tcp_exchange(query.server, &query.bytes, timeout).await;
+                    let result = wire::tcp_exchange(query.server, &query.bytes, timeout).await;
                     let _ = tx.send(TcpDone { token, result });
                 });
                 Ok(())

@@ -46,7 +46,7 @@ fn reply(query: &Outgoing, build: impl FnOnce(&mut Message)) -> Vec<u8> {
 }
 
 fn a_record(owner: &str, ttl: u32) -> Record {
-    let owner = dns::fqdn(owner).expect("a name");
+    let owner = wire::fqdn(owner).expect("a name");
     Record::from_rdata(owner, ttl, RData::A(A::new(10, 0, 0, 1)))
 }
 
@@ -184,8 +184,8 @@ fn follow_ups_go_at_the_cap_before_any_name_due() {
         );
     };
     let chase = |m: &mut Message| {
-        let owner = dns::fqdn("a.example").expect("a name");
-        let target = dns::fqdn("lb.example").expect("a name");
+        let owner = wire::fqdn("a.example").expect("a name");
+        let target = wire::fqdn("lb.example").expect("a name");
         m.add_answer(Record::from_rdata(owner, 30, RData::CNAME(CNAME(target))));
     };
     check(&chase, ("lb.example", RecordType::A, false, 0));

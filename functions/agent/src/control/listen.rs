@@ -1,19 +1,5 @@
-//! The control socket `<config dir>/autoproxy/resolver.sock` (a Unix stream, root only), on
-//! which the address service answers an apply's "resolve these names now"
-//! ([`crate::addresses::ensure`] is the client). One request per connection:
-//!
-//! ```text
-//! client:  want <name>          one line per name (at most MAX_WANTED)
-//!          go <milliseconds>    how long the client waits for the answers
-//! server:  ok <name> <address>  one line per name, in the order asked, once the map file
-//!          missing <name> <why>   holds the addresses (resolved first, at the cap)
-//!          done
-//!          error <why>          instead, for a request it cannot read
-//! ```
-//!
-//! The service keeps such wanted names (and refreshes them) for [`WANTED_KEEP`] even though
-//! the installed config does not name them yet. This is the service's end: it reads the
-//! request, hands it to the service's loop, writes the answer.
+//! The service's end of the control socket: it reads each request, hands it to the service's
+//! loop, writes the answer.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -23,19 +9,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
-use super::log::log;
-
-pub use crate::control::SOCKET;
-/// How long the service keeps a name it was asked for that its config does not name.
-pub const WANTED_KEEP: Duration = Duration::from_secs(600);
-/// The most names one request may want.
-pub const MAX_WANTED: usize = 100_000;
-/// How long a client may take to send its request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// The longest wait a client may ask for.
-pub const MAX_WAIT: Duration = Duration::from_secs(120);
-/// The longest request line: `want ` and a 253-byte name, with room to spare.
-const MAX_LINE: usize = 300;
+use super::{MAX_LINE, MAX_WAIT, MAX_WANTED, REQUEST_TIMEOUT};
+use crate::log::log;
 
 /// A request, handed to the daemon's loop.
 #[derive(Debug)]
