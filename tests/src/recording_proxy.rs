@@ -6,6 +6,9 @@
 //! when a client→server chunk begins with an HTTP method token: hyper writes one request per
 //! write sequence on a keep-alive connection and waits for the answer before the next one,
 //! so a chunk that starts mid-request (a body) never starts with a method.
+//!
+//! Started with a delay, it holds each request that long before it forwards it: an endpoint
+//! that answers every call late (a slow S3), the answer itself untouched.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -34,7 +37,13 @@ pub struct RecordingProxy {
 impl RecordingProxy {
     /// Listens on a free loopback port and forwards every connection to `upstream`.
     pub fn start(upstream: SocketAddr) -> RecordingProxy {
-        let server = LoopbackServer::start(move |client, log| forward(client, upstream, log));
+        RecordingProxy::start_slow(upstream, Duration::ZERO)
+    }
+
+    /// The same, holding each request `delay` before it forwards it.
+    pub fn start_slow(upstream: SocketAddr, delay: Duration) -> RecordingProxy {
+        let server =
+            LoopbackServer::start(move |client, log| forward(client, upstream, delay, log));
         RecordingProxy {
             port: server.port,
             server,
@@ -53,7 +62,7 @@ impl RecordingProxy {
     }
 }
 
-fn forward(client: TcpStream, upstream: SocketAddr, log: &Mutex<Vec<Instant>>) {
+fn forward(client: TcpStream, upstream: SocketAddr, delay: Duration, log: &Mutex<Vec<Instant>>) {
     let _ = client.set_nodelay(true);
     let Ok(server) = TcpStream::connect(upstream) else {
         return;
@@ -76,6 +85,7 @@ fn forward(client: TcpStream, upstream: SocketAddr, log: &Mutex<Vec<Instant>>) {
         };
         if METHODS.iter().any(|m| buf[..n].starts_with(m)) {
             log.lock().expect("request log").push(Instant::now());
+            std::thread::sleep(delay);
         }
         if server_write.write_all(&buf[..n]).is_err() {
             break;

@@ -112,16 +112,31 @@ impl MapFile {
 
     /// Takes the lock (waits for it); creates the directory and the lock file if needed.
     pub fn lock(&self) -> std::io::Result<Locked> {
+        let file = self.lock_file()?;
+        file.lock()?;
+        Ok(Locked(file))
+    }
+
+    /// Takes the lock when it is free now: `None` when another writer holds it.
+    pub fn try_lock(&self) -> std::io::Result<Option<Locked>> {
+        let file = self.lock_file()?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(Locked(file))),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(err)) => Err(err),
+        }
+    }
+
+    /// The lock file, opened (created, with its directory, if needed).
+    fn lock_file(&self) -> std::io::Result<File> {
         if let Some(dir) = self.path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let file = std::fs::OpenOptions::new()
+        std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
-            .open(&self.lock)?;
-        file.lock()?;
-        Ok(Locked(file))
+            .open(&self.lock)
     }
 
     /// The stamp of the file now; `None` when it does not exist.

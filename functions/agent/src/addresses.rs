@@ -80,7 +80,12 @@ pub async fn ensure(
                 .iter()
                 .filter_map(|(name, result)| result.as_ref().ok().map(|a| (name.clone(), *a)))
                 .collect();
-            match map.merge(&found) {
+            // The lock may be held by the service's write: waited for off the runtime thread.
+            let merging = map.clone();
+            let merged = tokio::task::spawn_blocking(move || merging.merge(&found))
+                .await
+                .unwrap_or_else(|err| Err(std::io::Error::other(err.to_string())));
+            match merged {
                 Ok(()) => {
                     for (name, result) in results {
                         match result {

@@ -50,7 +50,7 @@ use crate::haproxy::RuntimeApi;
 pub use crate::record::Outcome;
 use crate::running::{Answer, Before, Running, Service};
 pub use crate::running::{SILENT_BUDGET, SOCKET_TIMEOUT, processes_reading};
-use crate::{child, files, record, running};
+use crate::{child, files, record};
 pub use params::Params;
 use signals::Signals;
 use stages::NewConfig;
@@ -69,31 +69,24 @@ pub use crate::record::RECORD_TIMEOUT;
 /// How long the runtime update of the route tables may take before the apply reloads instead
 /// (each command on the socket waits at most `SOCKET_TIMEOUT` more).
 pub const UPDATE_BUDGET: Duration = Duration::from_secs(10);
-/// Longer than another apply can hold the lock (the sum of [`LOCKED_STEPS`]), and short
-/// enough that a wait plus a whole apply fits the document's 600 s.
+/// How long the steps under the lock may take, all together, from the lock taken to the new
+/// generation running (download, state, addresses, check, update or reload, running check):
+/// past it the run stops where it is, as at a signal, and [`Run::finish`] undoes what it
+/// installed. Each step keeps its own bound too (a child past it is killed at once).
+pub const LOCKED_BUDGET: Duration = Duration::from_secs(170);
+/// How long the ending may take, all together: the rollback, the fleet record and, after a
+/// success, the address service kept running. The record always keeps [`RECORD_BUDGET`] of it.
+pub const FINISH_BUDGET: Duration = Duration::from_secs(120);
+/// The part of [`FINISH_BUDGET`] kept for the fleet record: the last question to HAProxy and
+/// the put to S3.
+pub const RECORD_BUDGET: Duration = Duration::from_secs(30);
+/// How long an apply waits for another one's lock: longer than that one can hold it (its two
+/// budgets), and short enough that a wait plus a whole apply fits the document's 600 s.
 pub const LOCK_WAIT: Duration = Duration::from_secs(300);
-
-/// Every bounded step an apply can take under the lock, with its bound, the longest way
-/// through (a runtime update that gives up, a reload that fails, a rollback's reload): what
-/// [`LOCK_WAIT`] must outlast. A new step under the lock belongs here.
-pub const LOCKED_STEPS: [(&str, Duration); 12] = [
-    ("download", DOWNLOAD_TIMEOUT),
-    ("state: the stats socket", SILENT_BUDGET),
-    ("state: the service", running::SERVICE_TIMEOUT),
-    ("addresses", ADDRESS_BUDGET),
-    ("check", CHECK_TIMEOUT),
-    // The budget is checked before each command, which may wait one more socket time-out.
-    ("update", UPDATE_BUDGET.saturating_add(SOCKET_TIMEOUT)),
-    ("reload", RELOAD_TIMEOUT),
-    ("running", RUNNING_TIMEOUT.saturating_add(SOCKET_TIMEOUT)),
-    ("rollback: what runs", SOCKET_TIMEOUT),
-    ("rollback: reload", RELOAD_TIMEOUT),
-    (
-        "rollback: running",
-        RUNNING_TIMEOUT.saturating_add(SOCKET_TIMEOUT),
-    ),
-    ("record", SILENT_BUDGET.saturating_add(RECORD_TIMEOUT)),
-];
+const _: () = assert!(
+    LOCKED_BUDGET.as_secs() + FINISH_BUDGET.as_secs() < LOCK_WAIT.as_secs()
+        && RECORD_BUDGET.as_secs() > SILENT_BUDGET.as_secs() + RECORD_TIMEOUT.as_secs()
+);
 
 /// Names the apply can stop at before a step, for the fault tests (`AUTOPROXY_AGENT_PAUSE`),
 /// for `AUTOPROXY_AGENT_PAUSE_SECONDS` (120).
@@ -377,6 +370,18 @@ impl Run {
     async fn steps(&mut self) -> Result<(), Failure> {
         self.check_params()?;
         self.take_lock().await?;
+        match tokio::time::timeout(LOCKED_BUDGET, self.locked_steps()).await {
+            Ok(result) => result,
+            Err(_) => fail(format!(
+                "the apply's steps did not end within {} s (stopped at step {})",
+                LOCKED_BUDGET.as_secs(),
+                self.step
+            )),
+        }
+    }
+
+    /// The steps under the lock, within [`LOCKED_BUDGET`] all together.
+    async fn locked_steps(&mut self) -> Result<(), Failure> {
         // Asked before the swap, on the socket of the config HAProxy was started with: the new
         // config may name another socket.
         self.read_state().await?;
@@ -573,24 +578,11 @@ impl Run {
             &format!(
                 "generation {generation} is running, {how} (apply took {} ms, peak memory {})",
                 self.started.elapsed().as_millis(),
-                peak_memory()
+                crate::proc::own_peak_memory().unwrap_or_else(|| "unknown".to_owned())
             ),
         );
         Ok(())
     }
-}
-
-/// The agent's peak resident memory (`VmHWM`), as a log line says it.
-fn peak_memory() -> String {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix("VmHWM:"))
-                .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
-        })
-        .unwrap_or_else(|| "unknown".to_owned())
 }
 
 /// Command output squeezed into one short line for a log or failure line.

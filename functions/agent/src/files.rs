@@ -1,5 +1,6 @@
 //! The host floor's files: every file the agent writes in place of another goes through
-//! [`replace`], complete on disk (fsync) before the rename that installs it, and the rename
+//! [`replace`] (or [`copy_over`], the same for a copy of another file: last-known-good kept,
+//! and restored), complete on disk (fsync) before the rename that installs it, and the rename
 //! itself flushed (fsync of the directory), so a crash never leaves a renamed but empty file
 //! in place. The apply stages a few files under its own names and renames them later (the
 //! config and its maps, checked before they are installed): those use the parts,
@@ -25,15 +26,27 @@ pub fn temp_path(dir: &Path, prefix: &str) -> PathBuf {
 /// address map's, the config's for the route maps) is replaced by the holder of that lock:
 /// the callers take it.
 pub fn replace(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
     let name = path
         .file_name()
         .map(|name| name.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let temp = temp_path(dir, &format!(".{name}"));
+    replace_via(path, bytes, mode, &format!(".{name}"))
+}
+
+/// Replaces `to` with a copy of `from` (with its mode), durably as [`replace`] does, written
+/// aside under `temp_prefix` (what a killed run's leftovers are known by).
+pub fn copy_over(from: &Path, to: &Path, temp_prefix: &str) -> std::io::Result<()> {
+    let bytes = std::fs::read(from)?;
+    let mode = std::fs::metadata(from)?.permissions().mode() & 0o7777;
+    replace_via(to, &bytes, mode, temp_prefix)
+}
+
+fn replace_via(path: &Path, bytes: &[u8], mode: u32, temp_prefix: &str) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let temp = temp_path(dir, temp_prefix);
     let renamed = write_synced(&temp, bytes, mode).and_then(|()| std::fs::rename(&temp, path));
     if let Err(err) = renamed {
         let _ = std::fs::remove_file(&temp);
@@ -57,13 +70,6 @@ pub fn write_synced(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()>
 /// Flushes a directory's entries (the renames in it) to disk.
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
-}
-
-/// Copies `from` to a new synced file `to` with the same mode.
-pub fn copy_synced(from: &Path, to: &Path) -> std::io::Result<()> {
-    let bytes = std::fs::read(from)?;
-    let mode = std::fs::metadata(from)?.permissions().mode() & 0o7777;
-    write_synced(to, &bytes, mode)
 }
 
 /// The lock beside the config: held until the returned file is dropped (closing it releases

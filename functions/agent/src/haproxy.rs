@@ -132,11 +132,12 @@ impl RuntimeApi {
         }
     }
 
-    fn timed_out(&self, command: &str) -> RuntimeError {
+    /// `command` got no (whole) answer within `after`.
+    pub fn timed_out(&self, command: &str, after: Duration) -> RuntimeError {
         RuntimeError::Timeout {
             path: self.path.clone(),
             command: autoproxy::excerpt(command, 200),
-            after: self.timeout,
+            after,
         }
     }
 
@@ -148,7 +149,7 @@ impl RuntimeApi {
     ) -> Result<T, RuntimeError> {
         tokio::time::timeout(self.timeout, exchange)
             .await
-            .unwrap_or_else(|_| Err(self.timed_out(command)))
+            .unwrap_or_else(|_| Err(self.timed_out(command, self.timeout)))
     }
 
     async fn connect(&self) -> Result<UnixStream, RuntimeError> {

@@ -1,5 +1,5 @@
 //! `/proc`, the one reader of it on the host floor: which processes there are, each one's
-//! state and parent (`/proc/<pid>/stat`), and its command line. What a process is to the
+//! state and parent (`/proc/<pid>/stat`), its command line; this process's peak memory and the host name. What a process is to the
 //! agent (HAProxy reading a config, a child to kill with its tree) is its callers' business.
 
 /// What `/proc/<pid>/stat` says of a process, as far as the agent asks.
@@ -41,6 +41,22 @@ pub fn command_line(pid: u32) -> Option<Vec<Vec<u8>>> {
         return Some(Vec::new());
     };
     Some(args.split(|b| *b == 0).map(<[u8]>::to_vec).collect())
+}
+
+/// This process's peak resident memory (`VmHWM` in `/proc/self/status`), as the kernel
+/// writes it (`8196 kB`).
+pub fn own_peak_memory() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .map(|value| value.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+/// The host name (`/proc/sys/kernel/hostname`), trimmed.
+pub fn hostname() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    Some(name.trim().to_owned())
 }
 
 /// `pid (command) state ppid …`: the command may hold spaces and `)`, so the fields are read

@@ -15,11 +15,7 @@ pub const RECORD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2
 pub fn instance_id() -> String {
     let id = std::env::var("AWS_SSM_INSTANCE_ID")
         .ok()
-        .or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .ok()
-                .map(|s| s.trim().to_owned())
-        })
+        .or_else(crate::proc::hostname)
         .unwrap_or_default();
     let plain = (1..=64).contains(&id.len())
         && id

@@ -7,7 +7,7 @@
 //! frozen worker leaves the socket silent: its generation is unknown, which is never 0.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use autoproxy::artifact::{self, MapFiles};
 
@@ -44,11 +44,17 @@ pub enum Answer {
 }
 
 impl Running {
-    /// Asks the worker on `api` once.
+    /// Asks the worker on `api` once: connect, `show info`, the generation map, within one
+    /// [`SOCKET_TIMEOUT`] for the whole question, however slowly each part answers.
     pub async fn read(api: &RuntimeApi) -> Result<Running, RuntimeError> {
-        let mut session = api.session().await?;
-        let info = session.info().await?;
-        Running::read_on(&mut session, &info).await
+        let question = async {
+            let mut session = api.session().await?;
+            let info = session.info().await?;
+            Running::read_on(&mut session, &info).await
+        };
+        tokio::time::timeout(SOCKET_TIMEOUT, question)
+            .await
+            .unwrap_or_else(|_| Err(api.timed_out("show info; show map", SOCKET_TIMEOUT)))
     }
 
     /// What the worker that answered `info` on `session` runs.
@@ -84,17 +90,26 @@ impl Running {
         Running::ask_socket(&socket, budget).await
     }
 
-    /// The same, on `socket`.
+    /// The same, on `socket`: ends within `budget` (one question more than fits is cut
+    /// short, never waited out).
     pub async fn ask_socket(socket: &Path, budget: Duration) -> Answer {
         let api = RuntimeApi::new(socket, SOCKET_TIMEOUT);
-        let deadline = Instant::now() + budget;
-        loop {
-            match Running::read(&api).await {
-                Ok(running) => return Answer::Runs(running),
-                Err(err) if err.nothing_listens() => return Answer::NothingListens,
-                Err(err) if Instant::now() >= deadline => return Answer::Silent(err.to_string()),
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        let mut last = None;
+        let asking = async {
+            loop {
+                match Running::read(&api).await {
+                    Ok(running) => return Answer::Runs(running),
+                    Err(err) if err.nothing_listens() => return Answer::NothingListens,
+                    Err(err) => last = Some(err.to_string()),
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
+        };
+        match tokio::time::timeout(budget, asking).await {
+            Ok(answer) => answer,
+            Err(_) => Answer::Silent(
+                last.unwrap_or_else(|| api.timed_out("show info", budget).to_string()),
+            ),
         }
     }
 }
@@ -253,7 +268,14 @@ mod tests {
             .args(["-c", "sleep 30; exit 0", "-f", &config])
             .spawn()
             .expect("start sh");
-        assert_eq!(processes_reading(Path::new(&config)), [child.id()]);
+        // Its fork for `sleep` has the same command line until it execs: wait that out.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let mut found = processes_reading(Path::new(&config));
+        while found != [child.id()] && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            found = processes_reading(Path::new(&config));
+        }
+        assert_eq!(found, [child.id()]);
         assert!(processes_reading(Path::new("/nonexistent/other.cfg")).is_empty());
         child.kill().expect("kill sh");
         let _ = child.wait();

@@ -193,7 +193,12 @@ fn safe<'a>(path: &'a Path, what: &'static str) -> Result<&'a str, ServiceError>
 
 /// Keeps the resolver's unit installed and the service running, for `config`, run from
 /// `agent` (see the module doc).
-pub fn ensure(agent: &Path, config: &Path, host: &Host) -> Result<ServiceState, ServiceError> {
+pub fn ensure(
+    agent: &Path,
+    config: &Path,
+    host: &Host,
+    deadline: Instant,
+) -> Result<ServiceState, ServiceError> {
     if host.require_root && !rustix::process::geteuid().is_root() {
         return Ok(ServiceState::NotRoot);
     }
@@ -214,16 +219,16 @@ pub fn ensure(agent: &Path, config: &Path, host: &Host) -> Result<ServiceState, 
     let current = std::fs::read_to_string(&host.unit_path).ok();
     if current.as_deref() != Some(text.as_str()) {
         write_unit(&host.unit_path, &text)?;
-        systemctl(host, &["daemon-reload"])?;
-        systemctl(host, &["enable", "--quiet", UNIT])?;
-        systemctl(host, &["restart", UNIT])?;
+        systemctl(host, &["daemon-reload"], deadline)?;
+        systemctl(host, &["enable", "--quiet", UNIT], deadline)?;
+        systemctl(host, &["restart", UNIT], deadline)?;
         return Ok(ServiceState::Installed);
     }
-    if systemctl(host, &["is-active", "--quiet", UNIT]).is_ok() {
+    if systemctl(host, &["is-active", "--quiet", UNIT], deadline).is_ok() {
         return Ok(ServiceState::Running);
     }
-    systemctl(host, &["enable", "--quiet", UNIT])?;
-    systemctl(host, &["start", UNIT])?;
+    systemctl(host, &["enable", "--quiet", UNIT], deadline)?;
+    systemctl(host, &["start", UNIT], deadline)?;
     Ok(ServiceState::Started)
 }
 
@@ -238,7 +243,7 @@ fn write_unit(path: &Path, text: &str) -> Result<(), ServiceError> {
 /// The longest any systemctl call may take (a restart waits for the old process to stop).
 const SYSTEMCTL_TIMEOUT: Duration = Duration::from_secs(60);
 
-fn systemctl(host: &Host, args: &[&str]) -> Result<(), ServiceError> {
+fn systemctl(host: &Host, args: &[&str], deadline: Instant) -> Result<(), ServiceError> {
     let failed = |why: String| ServiceError::Systemctl {
         args: args.join(" "),
         why,
@@ -250,7 +255,8 @@ fn systemctl(host: &Host, args: &[&str]) -> Result<(), ServiceError> {
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|err| failed(format!("cannot run {}: {err}", host.systemctl.display())))?;
-    let deadline = Instant::now() + SYSTEMCTL_TIMEOUT;
+    let waited = Instant::now();
+    let deadline = deadline.min(waited + SYSTEMCTL_TIMEOUT);
     loop {
         match child.try_wait() {
             Ok(Some(status)) if status.success() => return Ok(()),
@@ -272,8 +278,8 @@ fn systemctl(host: &Host, args: &[&str]) -> Result<(), ServiceError> {
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(failed(format!(
-                    "no exit within {}s",
-                    SYSTEMCTL_TIMEOUT.as_secs()
+                    "no exit within {} ms (its bound, or what was left of the apply's)",
+                    waited.elapsed().as_millis()
                 )));
             }
             Err(err) => return Err(failed(err.to_string())),
@@ -284,8 +290,8 @@ fn systemctl(host: &Host, args: &[&str]) -> Result<(), ServiceError> {
 /// Keeps the address service installed and running for `config`, run from `agent`; one log
 /// line per thing it did or could not do. The apply calls this after every successful apply
 /// or skip; [`ensure`] is the typed form.
-pub fn ensure_lines(agent: &Path, config: &Path) -> Vec<String> {
-    let line = match ensure(agent, config, &Host::system()) {
+pub fn ensure_lines(agent: &Path, config: &Path, deadline: Instant) -> Vec<String> {
+    let line = match ensure(agent, config, &Host::system(), deadline) {
         Ok(ServiceState::NotRoot) => format!(
             "not root: the address service for {} is not installed (root installs it as {})",
             config.display(),

@@ -6,24 +6,71 @@ use std::time::{Duration, Instant};
 
 use super::kept;
 use super::{
-    Answer, Before, Failure, Outcome, RUNNING_TIMEOUT, Run, Running, SILENT_BUDGET, SOCKET_TIMEOUT,
-    Stage, config, failed, files, log, oneline, record,
+    Answer, Before, FINISH_BUDGET, Failure, Outcome, RECORD_BUDGET, RUNNING_TIMEOUT, Run, Running,
+    SILENT_BUDGET, SOCKET_TIMEOUT, Stage, config, failed, files, log, oneline, record,
 };
 use crate::haproxy::RuntimeApi;
 
 impl Run {
-    /// Ends the run: on failure rolls back what was installed; writes the fleet record;
-    /// returns the exit status.
+    /// Ends the run within [`FINISH_BUDGET`]: on failure rolls back what was installed (by
+    /// the budget less [`RECORD_BUDGET`]); writes the fleet record (by the budget); after a
+    /// success keeps the address service running (by the budget); returns the exit status.
     pub(super) async fn finish(&mut self, result: Result<(), Failure>) -> u8 {
-        let (code, outcome, reason) = match result {
+        let deadline = Instant::now() + FINISH_BUDGET;
+        let undo_by = deadline - RECORD_BUDGET;
+        let failure = result.as_ref().err().map(|f| f.reason.clone());
+        let (code, outcome, reason) = match tokio::time::timeout_at(
+            undo_by.into(),
+            self.undo(result),
+        )
+        .await
+        {
+            Ok(ended) => ended,
+            Err(_) => {
+                let reason = format!(
+                    "{}; the rollback did not end within {} s (stopped at {}): what HAProxy runs is in the record",
+                    failure.unwrap_or_default(),
+                    (FINISH_BUDGET - RECORD_BUDGET).as_secs(),
+                    self.step
+                );
+                failed(&reason);
+                (3, Outcome::Failed, reason)
+            }
+        };
+        self.pause("record").await;
+        if tokio::time::timeout_at(deadline.into(), self.report(outcome, &reason))
+            .await
+            .is_err()
+        {
+            log(
+                "fleet",
+                &format!(
+                    "WARNING: the record was not written within {} s",
+                    RECORD_BUDGET.as_secs()
+                ),
+            );
+        }
+        // The service's install may wait on systemctl: not under the lock, which another
+        // apply is waiting for.
+        self._lock = None;
+        if code == 0 {
+            self.ensure_resolver(deadline).await;
+        }
+        code
+    }
+
+    /// What the failure leaves to undo, undone: the exit status, the outcome and the reason.
+    async fn undo(&mut self, result: Result<(), Failure>) -> (u8, Outcome, String) {
+        match result {
             Ok(()) => (0, self.verdict.outcome, String::new()),
             Err(Failure { reason }) if self.undo.stage == Stage::MapsInstalled => {
+                self.step = "rollback";
                 let code = self.unstage_maps(&reason);
                 (code, Outcome::Failed, reason)
             }
             Err(Failure { reason }) if self.undo.stage == Stage::Installed => {
-                let (code, outcome, reason) = self.rollback(&reason).await;
-                (code, outcome, reason)
+                self.step = "rollback";
+                self.rollback(&reason).await
             }
             Err(Failure { reason }) => {
                 failed(&format!(
@@ -37,16 +84,7 @@ impl Run {
                 };
                 (1, outcome, reason)
             }
-        };
-        self.pause("record").await;
-        self.report(outcome, &reason).await;
-        // The service's install may wait on systemctl for minutes: not under the lock, which
-        // another apply is waiting for (and whose bounded steps LOCK_WAIT counts).
-        self._lock = None;
-        if code == 0 {
-            self.ensure_resolver().await;
         }
-        code
     }
 
     pub(super) async fn rollback(&mut self, why: &str) -> (u8, Outcome, String) {
@@ -84,7 +122,6 @@ impl Run {
     /// route lines, so the restored config finds its routes when it is read; then the file.
     fn restore_last_good(&mut self, lg_gen: u64) -> Result<(), String> {
         let config = self.config().to_path_buf();
-        let temp = files::temp_path(&self.paths.dir, ".autoproxy-restore");
         let restored = std::fs::read_to_string(&self.paths.last_good).and_then(|text| {
             match kept::last_good(&self.paths.dir, &text, lg_gen) {
                 Some(saved) => kept::put_back(&saved)?,
@@ -96,24 +133,13 @@ impl Run {
                     self.restore_maps(&text)?
                 }
             };
-            files::copy_synced(&self.paths.last_good, &temp)?;
-            std::fs::rename(&temp, &config)
+            files::copy_over(&self.paths.last_good, &config, ".autoproxy-restore")
         });
         if let Err(err) = restored {
-            let _ = std::fs::remove_file(&temp);
             return Err(format!(
                 "could not restore last-known-good generation {lg_gen} from {}: {err}",
                 self.paths.last_good.display()
             ));
-        }
-        if let Err(err) = files::sync_dir(&self.paths.dir) {
-            log(
-                "rollback",
-                &format!(
-                    "WARNING: could not flush {}: {err}",
-                    self.paths.dir.display()
-                ),
-            );
         }
         log(
             "rollback",
@@ -342,17 +368,18 @@ impl Run {
         }
     }
 
-    /// Keeps the address service installed and running; its failures never undo a config
-    /// that runs.
-    pub(super) async fn ensure_resolver(&self) {
+    /// Keeps the address service installed and running, by `deadline`; its failures never
+    /// undo a config that runs.
+    pub(super) async fn ensure_resolver(&self, deadline: Instant) {
         let agent = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("autoproxy-agent"));
         let config = self.config().to_path_buf();
-        // systemctl is waited for (and polled) off the runtime thread, which serves signals.
-        let lines = tokio::task::spawn_blocking(move || crate::unit::ensure_lines(&agent, &config))
-            .await
-            .unwrap_or_else(|err| {
-                vec![format!("WARNING: the service's install ended early: {err}")]
-            });
+        // systemctl is waited for (and polled) off the runtime thread, which serves signals;
+        // every systemctl call ends by the deadline (killed past it).
+        let lines = tokio::task::spawn_blocking(move || {
+            crate::unit::ensure_lines(&agent, &config, deadline)
+        })
+        .await
+        .unwrap_or_else(|err| vec![format!("WARNING: the service's install ended early: {err}")]);
         for line in lines {
             log("resolver", &line);
         }

@@ -277,17 +277,15 @@ impl Run {
                     ))
                 },
             )?;
-            let temp = files::temp_path(&self.paths.dir, ".autoproxy-last-good");
-            self.undo.temps.push(temp.clone());
-            files::copy_synced(&config, &temp)
-                .and_then(|()| std::fs::rename(&temp, &self.paths.last_good))
-                .or_else(|err| {
+            files::copy_over(&config, &self.paths.last_good, ".autoproxy-last-good").or_else(
+                |err| {
                     fail(format!(
                         "cannot keep {} as {}: {err}",
                         config.display(),
                         self.paths.last_good.display()
                     ))
-                })?;
+                },
+            )?;
             log(
                 "keep",
                 &format!(

@@ -70,25 +70,43 @@ impl Output {
     }
 
     /// Writes the engine's map if it changed and the last write is a second old; whether
-    /// it wrote.
+    /// it wrote. Never waits for the lock on the loop's thread: when an apply holds it, the
+    /// map stays dirty and the next turn tries again.
     pub fn write_due(&mut self, engine: &mut Engine, now: Instant) -> bool {
-        if engine.dirty && now >= self.next_write {
-            self.write(engine, now);
-            return true;
+        if !engine.dirty || now < self.next_write {
+            return false;
         }
-        false
+        match self.file.try_lock() {
+            Ok(Some(lock)) => self.write_locked(&lock, engine, now),
+            Ok(None) => false,
+            Err(err) => {
+                self.next_write = now + WRITE_SPACING;
+                log(format_args!("cannot lock {}: {err}", self.path().display()));
+                false
+            }
+        }
     }
 
-    /// Writes the engine's map under the lock, taking in what another writer added first.
-    pub fn write(&mut self, engine: &mut Engine, now: Instant) {
-        self.next_write = now + WRITE_SPACING;
-        let lock = match self.file.lock() {
-            Ok(lock) => lock,
+    /// Writes the engine's map under the lock (waited for: an apply holds it only to read
+    /// and replace the file), taking in what another writer added first; whether it wrote.
+    pub fn write(&mut self, engine: &mut Engine, now: Instant) -> bool {
+        match self.file.lock() {
+            Ok(lock) => self.write_locked(&lock, engine, now),
             Err(err) => {
+                self.next_write = now + WRITE_SPACING;
                 log(format_args!("cannot lock {}: {err}", self.path().display()));
-                return;
+                false
             }
-        };
+        }
+    }
+
+    fn write_locked(
+        &mut self,
+        lock: &address_map::Locked,
+        engine: &mut Engine,
+        now: Instant,
+    ) -> bool {
+        self.next_write = now + WRITE_SPACING;
         if self.file.stamp() != self.stamp {
             match self.file.read() {
                 Ok(entries) => engine.adopt(&entries.addresses, now),
@@ -97,16 +115,20 @@ impl Output {
         }
         let snapshot = engine.snapshot();
         let text = address_map::format(snapshot.iter().map(|(n, a)| (n.as_ref(), *a)));
-        match self.file.write(&lock, &text) {
+        match self.file.write(lock, &text) {
             Ok(stamp) => {
                 self.stamp = stamp;
                 self.written = Arc::new(snapshot);
                 engine.dirty = false;
+                true
             }
-            Err(err) => log(format_args!(
-                "cannot write {}: {err}",
-                self.path().display()
-            )),
+            Err(err) => {
+                log(format_args!(
+                    "cannot write {}: {err}",
+                    self.path().display()
+                ));
+                false
+            }
         }
     }
 }

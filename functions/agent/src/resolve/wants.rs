@@ -54,14 +54,17 @@ impl Wants {
         if done.is_empty() {
             return false;
         }
-        if engine.dirty {
-            output.write(engine, now);
-        }
+        // `ok` says the file holds the address: not when it could not be written.
+        let unwritten = engine.dirty && !output.write(engine, now);
         for waiter in done {
             let lines = waiter
                 .names
                 .iter()
                 .map(|name| match engine.answer(name) {
+                    Ok(_) if unwritten => format!(
+                        "missing {name} {} could not be written",
+                        output.path().display()
+                    ),
                     Ok(address) => format!("ok {name} {address}"),
                     Err(why) => format!("missing {name} {why}"),
                 })

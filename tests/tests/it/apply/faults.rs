@@ -13,6 +13,7 @@
 //! old document, which has no such hook; what the old one did at each point is argued on the
 //! tests below that run without the hook.
 
+mod bounds;
 mod finish;
 mod matrix;
 mod orphans;

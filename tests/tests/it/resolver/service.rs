@@ -7,6 +7,11 @@ use std::process::Command;
 use autoproxy_agent::unit::{self as service, Host, ServiceState};
 
 /// `systemd-analyze verify` passes `unit` (written under `dir`) and says nothing about it.
+/// A deadline the systemctl stand-in never comes near.
+fn later() -> std::time::Instant {
+    std::time::Instant::now() + std::time::Duration::from_secs(60)
+}
+
 fn assert_verifies(unit: &str, dir: &Path) {
     let unit_dir = dir.join("units");
     std::fs::create_dir_all(&unit_dir).unwrap();
@@ -87,14 +92,14 @@ fn the_service_unit_verifies_and_installs_through_systemctl() {
     let name = service::UNIT;
 
     assert_eq!(
-        service::ensure(&agent, &config, &host).unwrap(),
+        service::ensure(&agent, &config, &host, later()).unwrap(),
         ServiceState::NoSystemd
     );
     assert!(take_calls().is_empty());
     std::fs::create_dir_all(&marker).unwrap();
 
     assert_eq!(
-        service::ensure(&agent, &config, &host).unwrap(),
+        service::ensure(&agent, &config, &host, later()).unwrap(),
         ServiceState::Installed
     );
     assert_eq!(
@@ -112,14 +117,14 @@ fn the_service_unit_verifies_and_installs_through_systemctl() {
     );
 
     assert_eq!(
-        service::ensure(&agent, &config, &host).unwrap(),
+        service::ensure(&agent, &config, &host, later()).unwrap(),
         ServiceState::Running
     );
     assert_eq!(take_calls(), [format!("is-active --quiet {name}")]);
 
     std::fs::write(&systemctl.inactive, "").unwrap();
     assert_eq!(
-        service::ensure(&agent, &config, &host).unwrap(),
+        service::ensure(&agent, &config, &host, later()).unwrap(),
         ServiceState::Started
     );
     assert_eq!(
@@ -134,7 +139,7 @@ fn the_service_unit_verifies_and_installs_through_systemctl() {
     // An upgrade: the launcher caches each build under its own path.
     let upgraded = dir.path().join("agent/0123abcd/autoproxy-agent");
     assert_eq!(
-        service::ensure(&upgraded, &config, &host).unwrap(),
+        service::ensure(&upgraded, &config, &host, later()).unwrap(),
         ServiceState::Installed
     );
     assert_eq!(take_calls().last().unwrap(), &format!("restart {name}"));
