@@ -262,6 +262,33 @@ impl ConfigStore {
     }
 }
 
+/// One object's bytes and its version id (`null` in a bucket without versioning), a failure
+/// as one line: the download the proxies' agent does (a version given: that one), and the
+/// SSM agent's own `aws:downloadContent`.
+pub async fn get_bytes(
+    client: &Client,
+    bucket: &str,
+    key: &str,
+    version: Option<&str>,
+) -> Result<(Vec<u8>, String), String> {
+    let object = client
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .set_version_id(version.map(str::to_owned))
+        .send()
+        .await
+        .map_err(|err| DisplayErrorContext(err).to_string())?;
+    let version = object.version_id().unwrap_or("null").to_owned();
+    let bytes = object
+        .body
+        .collect()
+        .await
+        .map_err(|err| err.to_string())?
+        .into_bytes();
+    Ok((bytes.to_vec(), version))
+}
+
 /// The header's values as S3 metadata.
 pub fn header_metadata(header: &Header) -> Vec<(&'static str, String)> {
     vec![

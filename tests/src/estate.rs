@@ -60,6 +60,17 @@ impl EstateError {
     }
 }
 
+/// The generator's settings from `vars` alone (name, value), as its environment would give
+/// them; a test's settings that do not parse are a bug in the test.
+pub fn generate_settings(vars: &[(&str, String)]) -> autoproxy::settings::GenerateSettings {
+    autoproxy::settings::GenerateSettings::from_lookup(|name| {
+        vars.iter()
+            .find(|(var, _)| *var == name)
+            .map(|(_, value)| value.clone())
+    })
+    .unwrap_or_else(|err| panic!("settings {vars:?}: {err}"))
+}
+
 /// `arn:aws:iam::<account>:role/autoproxy-reader`: the role the generator's settings name.
 pub fn role_arn(account: &str) -> String {
     format!("arn:aws:iam::{account}:role/{READER_ROLE}")

@@ -34,6 +34,7 @@
 
 mod config;
 mod finish;
+mod hooks;
 mod kept;
 mod maps;
 mod params;
@@ -51,6 +52,7 @@ pub use crate::record::Outcome;
 use crate::running::{Answer, Before, Running, Service};
 pub use crate::running::{SILENT_BUDGET, SOCKET_TIMEOUT, processes_reading};
 use crate::{child, files, record};
+use hooks::locked_budget;
 pub use params::Params;
 use signals::Signals;
 use stages::NewConfig;
@@ -87,10 +89,6 @@ const _: () = assert!(
     LOCKED_BUDGET.as_secs() + FINISH_BUDGET.as_secs() < LOCK_WAIT.as_secs()
         && RECORD_BUDGET.as_secs() > SILENT_BUDGET.as_secs() + RECORD_TIMEOUT.as_secs()
 );
-
-/// Names the apply can stop at before a step, for the fault tests (`AUTOPROXY_AGENT_PAUSE`),
-/// for `AUTOPROXY_AGENT_PAUSE_SECONDS` (120).
-const PAUSE_VARIABLE: &str = "AUTOPROXY_AGENT_PAUSE";
 
 /// One log line on stdout.
 pub fn say(line: &str) {
@@ -353,28 +351,17 @@ impl Run {
         }
     }
 
-    async fn pause(&mut self, step: &'static str) {
-        self.step = step;
-        if std::env::var(PAUSE_VARIABLE).is_ok_and(|v| v == step) {
-            let seconds = std::env::var(format!("{PAUSE_VARIABLE}_SECONDS"))
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(120);
-            log("pause", &format!("before {step}"));
-            tokio::time::sleep(Duration::from_secs(seconds)).await;
-        }
-    }
-
     /// The run as its stages: each returns the value the next one takes, and `self.undo.stage`
     /// says what a failure from there must undo (see [`Stage`]).
     async fn steps(&mut self) -> Result<(), Failure> {
         self.check_params()?;
         self.take_lock().await?;
-        match tokio::time::timeout(LOCKED_BUDGET, self.locked_steps()).await {
+        let budget = locked_budget();
+        match tokio::time::timeout(budget, self.locked_steps()).await {
             Ok(result) => result,
             Err(_) => fail(format!(
                 "the apply's steps did not end within {} s (stopped at step {})",
-                LOCKED_BUDGET.as_secs(),
+                budget.as_secs(),
                 self.step
             )),
         }

@@ -148,19 +148,8 @@ impl S3Client {
                     ))
                     .force_path_style(true)
                     .build();
-                let object = aws_sdk_s3::Client::from_conf(config)
-                    .get_object()
-                    .bucket(&bucket)
-                    .key(&key)
-                    .send()
-                    .await
-                    .map_err(|err| aws_sdk_s3::error::DisplayErrorContext(err).to_string())?;
-                let bytes = object
-                    .body
-                    .collect()
-                    .await
-                    .map_err(|err| err.to_string())?
-                    .into_bytes();
+                let client = aws_sdk_s3::Client::from_conf(config);
+                let (bytes, _) = autoproxy::s3::get_bytes(&client, &bucket, &key, None).await?;
                 std::fs::write(&target, &bytes).map_err(|err| err.to_string())
             })
         })

@@ -87,11 +87,15 @@ impl Fixture {
         routes: &[(&str, &str)],
         options: &autoproxy::render::RenderOptions,
     ) -> String {
-        let routes: Vec<_> = routes
+        proxy::render(generation, &self.api_routes(routes), options)
+    }
+
+    /// An API route `proxy.api.<zone>` to the named backend, per pair.
+    fn api_routes(&self, routes: &[(&str, &str)]) -> Vec<autoproxy::model::Route> {
+        routes
             .iter()
             .map(|(zone, backend)| proxy::api_route(zone, self.backends.get(backend)))
-            .collect();
-        proxy::render(generation, &routes, options)
+            .collect()
     }
 
     /// Uploads a config as the generator does; its version id.
@@ -150,6 +154,22 @@ impl Fixture {
         assert!(run.success(), "first install failed:\n{run}");
         let generation = artifact::parse_header(text).unwrap().generation;
         assert_eq!(self.haproxy.running_generation(), Some(generation), "{run}");
+    }
+
+    /// Generation 1 installed (`g1.test` to `a`), generation 2 uploaded with a setting that
+    /// reloads (and `g2.test` to `b`), and the document deployed with a reload command that
+    /// fails once (a rollback's own reload works): generation 1's config, 2's version, that
+    /// document.
+    fn before_a_failing_reload(&self) -> (String, String, Document) {
+        let first = self.config(1, &[("g1.test", "a")]);
+        self.install_first(&first);
+        let second = self.reloading_config(2, &[("g1.test", "a"), ("g2.test", "b")]);
+        let version = self.upload(&second);
+        let flaky = self
+            .haproxy
+            .apply_document_reloading_with(&self.haproxy.reload_command(&["fail-once"]))
+            .unwrap();
+        (first, version, flaky)
     }
 
     /// Runs `apply` and returns the fleet record it leaves (sent in the background: waited for).

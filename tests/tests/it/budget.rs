@@ -47,6 +47,15 @@ fn budget(ms: u64) -> Option<Instant> {
     Some(Instant::now() + Duration::from_millis(ms))
 }
 
+/// The manifest the last run stored (a test that reads it expects one).
+async fn stored_manifest(deps: &Deps) -> autoproxy::manifest::Manifest {
+    deps.store
+        .manifest(&deps.settings.routing_rules)
+        .await
+        .unwrap()
+        .expect("a stored manifest")
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unfinished_first_sweep_publishes_nothing_and_the_next_runs_finish_it() {
     let moto = Moto::start();
@@ -65,12 +74,7 @@ async fn an_unfinished_first_sweep_publishes_nothing_and_the_next_runs_finish_it
         "a config missing never-read zones must not go out"
     );
     assert!(deps.store.current_config().await.unwrap().is_none());
-    let manifest = deps
-        .store
-        .manifest(&deps.settings.routing_rules)
-        .await
-        .unwrap()
-        .unwrap();
+    let manifest = stored_manifest(&deps).await;
     assert_eq!(manifest.pending.len(), ZONES - first.zones_scanned);
     assert!(
         first
@@ -94,12 +98,7 @@ async fn an_unfinished_first_sweep_publishes_nothing_and_the_next_runs_finish_it
         }
     };
     assert_eq!(summary.rules, ZONES);
-    let manifest = deps
-        .store
-        .manifest(&deps.settings.routing_rules)
-        .await
-        .unwrap()
-        .unwrap();
+    let manifest = stored_manifest(&deps).await;
     assert!(manifest.pending.is_empty());
     let current = deps.store.current_config().await.unwrap().unwrap();
     assert_valid(&current.text);
@@ -121,11 +120,6 @@ async fn an_unfinished_later_sweep_keeps_the_unread_zones_routes() {
     // Nothing changed in Route53, and the unread zones kept their routes: no new config.
     assert_eq!(partial.rules, ZONES);
     assert!(!partial.changed, "{partial:?}");
-    let manifest = deps
-        .store
-        .manifest(&deps.settings.routing_rules)
-        .await
-        .unwrap()
-        .unwrap();
+    let manifest = stored_manifest(&deps).await;
     assert_eq!(manifest.pending.len(), ZONES - partial.zones_scanned);
 }

@@ -44,24 +44,11 @@ impl Run {
                 &params.version
             }
         );
-        let mut get = s3.get_object().bucket(&params.bucket).key(&params.key);
-        if !params.version.is_empty() {
-            get = get.version_id(&params.version);
-        }
-        let fetched = tokio::time::timeout(DOWNLOAD_TIMEOUT, async {
-            let object = get
-                .send()
-                .await
-                .map_err(|err| aws_sdk_s3::error::DisplayErrorContext(err).to_string())?;
-            let version = object.version_id().unwrap_or("null").to_owned();
-            let bytes = object
-                .body
-                .collect()
-                .await
-                .map_err(|err| err.to_string())?
-                .into_bytes();
-            Ok::<_, String>((bytes, version))
-        })
+        let version = Some(params.version.as_str()).filter(|v| !v.is_empty());
+        let fetched = tokio::time::timeout(
+            DOWNLOAD_TIMEOUT,
+            autoproxy::s3::get_bytes(&s3, &params.bucket, &params.key, version),
+        )
         .await;
         let (bytes, version) = match fetched {
             Ok(Ok(got)) => got,
@@ -77,7 +64,7 @@ impl Run {
             "download",
             &format!("{source}: got version {version}, {} bytes", bytes.len()),
         );
-        let text = String::from_utf8(bytes.to_vec())
+        let text = String::from_utf8(bytes)
             .or_else(|_| fail(format!("version {version} is not UTF-8 text")))?;
         Ok((text, version))
     }

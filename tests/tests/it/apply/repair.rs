@@ -121,16 +121,8 @@ fn a_config_that_cannot_start_is_rolled_back_to_the_last_known_good() {
 #[test]
 fn a_failing_reload_command_is_rolled_back() {
     let f = Fixture::new(&["a", "b"]);
-    let first = f.config(1, &[("g1.test", "a")]);
-    f.install_first(&first);
-    let second = f.reloading_config(2, &[("g1.test", "a"), ("g2.test", "b")]);
-    let version = f.upload(&second);
-
     // Fails once: the rollback's own reload works.
-    let flaky = f
-        .haproxy
-        .apply_document_reloading_with(&f.haproxy.reload_command(&["fail-once"]))
-        .unwrap();
+    let (first, version, flaky) = f.before_a_failing_reload();
     let run = f.run_deployed(&flaky, &[("ConfigVersion", &version)]);
     assert_eq!(run.status, Some(2), "{run}");
     let failure = run.failure().unwrap();

@@ -21,15 +21,12 @@ fn by_name(
     routes: &[(&str, &str)],
     options: &autoproxy::render::RenderOptions,
 ) -> String {
-    let routes: Vec<_> = routes
-        .iter()
-        .map(|(zone, host)| {
-            let mut route = proxy::api_route(zone, f.backends.get("a"));
-            route.backend = HostName::parse(host).unwrap();
-            route
-        })
-        .collect();
-    proxy::render_with(generation, &routes, options, &[dns.addr()])
+    let to_a: Vec<_> = routes.iter().map(|(zone, _)| (*zone, "a")).collect();
+    let mut api = f.api_routes(&to_a);
+    for (route, (_, host)) in api.iter_mut().zip(routes) {
+        route.backend = HostName::parse(host).unwrap();
+    }
+    proxy::render_with(generation, &api, options, &[dns.addr()])
 }
 
 /// The address service resolves a new route's host and writes it to the file, but the worker

@@ -7,9 +7,8 @@
 use std::net::Ipv4Addr;
 
 use autoproxy::artifact::MapFiles;
-use autoproxy::settings::GenerateSettings;
 use autoproxy_generate::handler::{Deps, handle, now_rfc3339};
-use autoproxy_tests::estate::{Account, Record, ZoneSpec, object_text, versioned_bucket};
+use autoproxy_tests::estate::{self, Account, Record, ZoneSpec, object_text, versioned_bucket};
 use autoproxy_tests::kube::ApiServer;
 use autoproxy_tests::moto::{Moto, OWN_ACCOUNT, free_port};
 use autoproxy_tests::proxy::{Haproxy, HaproxyFiles};
@@ -59,12 +58,7 @@ async fn kubectl_reaches_an_eks_api_server_through_the_proxy_by_its_endpoint_nam
         ("RENDER_OPTIONS", serde_json::to_string(&options).unwrap()),
         ("ROUTE53_REQUESTS_PER_SECOND", "1000".to_owned()),
     ];
-    let settings = GenerateSettings::from_lookup(|name| {
-        vars.iter()
-            .find(|(var, _)| *var == name)
-            .map(|(_, value)| value.clone())
-    })
-    .unwrap();
+    let settings = estate::generate_settings(&vars);
     let deps = Deps::new(settings, &sdk, OWN_ACCOUNT).await.unwrap();
     let summary = handle(&deps, &json!({}), &now_rfc3339()).await.unwrap();
     assert!(summary.published, "{summary:#?}");

@@ -4,10 +4,9 @@
 //! `region` (us-east-1), `resources` and the CloudTrail record unchanged. A generator running
 //! in eu-west-1 must make of it the run a generator in us-east-1 makes.
 
-use autoproxy::settings::GenerateSettings;
 use autoproxy_generate::handler::{Deps, Summary, handle};
 use autoproxy_tests::estate::{
-    Account, Wildcard, ZoneSpec, api_pair, ingress_pair, role_arn, versioned_bucket,
+    self, Account, Wildcard, ZoneSpec, api_pair, ingress_pair, role_arn, versioned_bucket,
 };
 use autoproxy_tests::moto::Moto;
 use aws_sdk_s3::config::Region;
@@ -45,12 +44,7 @@ async fn event_run(region: &str) -> (Run, Summary) {
         ("ACCOUNT_ROLE_ARNS", role_arn(MEMBER)),
         ("ROUTE53_REQUESTS_PER_SECOND", "1000".to_owned()),
     ];
-    let settings = GenerateSettings::from_lookup(|name| {
-        vars.iter()
-            .find(|(var, _)| *var == name)
-            .map(|(_, value)| value.clone())
-    })
-    .unwrap();
+    let settings = estate::generate_settings(&vars);
     // The function's region; the moto endpoint serves every region.
     let in_region = sdk
         .to_builder()

@@ -2,6 +2,7 @@
 //! socket, and the CloudWatch metrics it publishes (to moto) — equal to what was sent, and
 //! never in the way of the resolving and pushing when CloudWatch is gone.
 
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use autoproxy_tests::hanging_endpoint::HangingEndpoint;
@@ -17,10 +18,38 @@ const INSTANCE: &str = "i-0observed";
 
 /// The resolver publishing to `cloudwatch` every second, as instance [`INSTANCE`].
 fn publishing(f: &Fixture, cloudwatch: &CloudWatch) -> Resolver {
-    let mut env = cloudwatch.env();
+    publishing_with(f, cloudwatch.env())
+}
+
+/// The resolver publishing every second as instance [`INSTANCE`], AWS as `env` says.
+fn publishing_with(f: &Fixture, mut env: Vec<(String, String)>) -> Resolver {
     env.push(("AUTOPROXY_METRICS_SECONDS".to_owned(), "1".to_owned()));
     env.push(("AUTOPROXY_INSTANCE_ID".to_owned(), INSTANCE.to_owned()));
     Resolver::start_with(&f.haproxy.config_path(), QUICK, &env)
+}
+
+/// Route 0's host routed to `first`, then `line` in the service's log (`what` it shows).
+fn routing_first_then_logged(
+    f: &Fixture,
+    resolver: &Resolver,
+    first: Ipv4Addr,
+    line: &str,
+    what: &str,
+) {
+    f.assert_running_map(
+        Duration::from_secs(10),
+        &expected(&[(host(0), first)]),
+        "the first address",
+        resolver,
+    );
+    f.assert_routes(0, "first");
+    assert!(
+        f.wait_until(Duration::from_secs(10), |_| resolver
+            .output()
+            .contains(line)),
+        "{what}:\n{}",
+        resolver.output()
+    );
 }
 
 /// What moto holds of `metric` for [`INSTANCE`].
@@ -36,6 +65,22 @@ fn get(f: &Fixture, path: &str) -> Answer {
         status: 0,
         body: err.to_string(),
     })
+}
+
+/// Route 0's host, served at `first` and routed there, moves to `second` while publishing
+/// fails (`how`): the address is pushed, connections follow it, `/ready` answers 200 and the
+/// service runs on.
+fn routing_goes_on(f: &Fixture, resolver: &mut Resolver, second: Ipv4Addr, how: &str) {
+    f.dns.set(&host(0), &[second]);
+    f.assert_running_map(
+        Duration::from_secs(6),
+        &expected(&[(host(0), second)]),
+        &format!("the new address, pushed while publishing {how}"),
+        resolver,
+    );
+    f.assert_routes(0, "second");
+    assert_eq!(get(f, "/ready").status, 200, "{:?}", get(f, "/ready"));
+    assert!(resolver.is_running(), "{}", resolver.output());
 }
 
 /// A new instance: `/ready` answers 503, naming the route whose host has no address yet,
@@ -207,33 +252,10 @@ fn a_failed_publish_leaves_routing_untouched() {
         "a first publish:\n{}",
         resolver.output()
     );
-    f.assert_running_map(
-        Duration::from_secs(10),
-        &expected(&[(host(0), first)]),
-        "the first address",
-        &resolver,
-    );
-    f.assert_routes(0, "first");
     drop(cloudwatch);
-    f.assert_routes(0, "first");
     let failed = "CloudWatch metrics not published";
-    assert!(
-        f.wait_until(Duration::from_secs(10), |_| resolver
-            .output()
-            .contains(failed)),
-        "the failed publish is logged:\n{}",
-        resolver.output()
-    );
-    f.dns.set(&host(0), &[second]);
-    f.assert_running_map(
-        Duration::from_secs(6),
-        &expected(&[(host(0), second)]),
-        "the new address, pushed while publishing fails",
-        &resolver,
-    );
-    f.assert_routes(0, "second");
-    assert_eq!(get(&f, "/ready").status, 200, "{:?}", get(&f, "/ready"));
-    assert!(resolver.is_running(), "{}", resolver.output());
+    routing_first_then_logged(&f, &resolver, first, failed, "the failed publish is logged");
+    routing_goes_on(&f, &mut resolver, second, "fails");
     assert!(
         f.wait_until(Duration::from_secs(10), |_| resolver
             .output()
@@ -266,35 +288,18 @@ fn a_hanging_publish_leaves_routing_untouched() {
         ("AWS_SECRET_ACCESS_KEY", "testing".to_owned()),
         ("AWS_REGION", REGION.to_owned()),
         ("AWS_EC2_METADATA_DISABLED", "true".to_owned()),
-        ("AUTOPROXY_METRICS_SECONDS", "1".to_owned()),
-        ("AUTOPROXY_INSTANCE_ID", INSTANCE.to_owned()),
     ];
-    let mut resolver = Resolver::start_with(&f.haproxy.config_path(), QUICK, &env);
-    f.assert_running_map(
-        Duration::from_secs(10),
-        &expected(&[(host(0), first)]),
-        "the first address",
-        &resolver,
-    );
-    f.assert_routes(0, "first");
+    let env = env.map(|(name, value)| (name.to_owned(), value));
+    let mut resolver = publishing_with(&f, env.to_vec());
     let gave_up = "CloudWatch metrics not published: no answer within 1s";
-    assert!(
-        f.wait_until(Duration::from_secs(10), |_| resolver
-            .output()
-            .contains(gave_up)),
-        "a publish that hangs is given up:\n{}",
-        resolver.output()
-    );
-    f.dns.set(&host(0), &[second]);
-    f.assert_running_map(
-        Duration::from_secs(6),
-        &expected(&[(host(0), second)]),
-        "the new address, pushed while publishing hangs",
+    routing_first_then_logged(
+        &f,
         &resolver,
+        first,
+        gave_up,
+        "a publish that hangs is given up",
     );
-    f.assert_routes(0, "second");
-    assert_eq!(get(&f, "/ready").status, 200, "{:?}", get(&f, "/ready"));
-    assert!(resolver.is_running(), "{}", resolver.output());
+    routing_goes_on(&f, &mut resolver, second, "hangs");
 
     // Every publish reached the endpoint and hung there: one connection each. The next
     // connection comes only once the last publish gave up, so the gaps are its time.

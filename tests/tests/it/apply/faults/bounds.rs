@@ -114,22 +114,20 @@ fn an_s3_that_answers_late_slows_the_apply_by_its_delay_and_no_more() {
 #[test]
 fn a_failing_reload_ends_the_apply_within_its_bound_with_a_true_record() {
     let f = Fixture::new(&["a", "b"]);
-    let first = f.config(1, &[("g1.test", "a")]);
-    f.install_first(&first);
-    let version = f.upload(&f.reloading_config(2, &[("g1.test", "b"), ("g2.test", "b")]));
+    let (first, version, flaky) = f.before_a_failing_reload();
     // One question's worth per step that asks HAProxy, and the rollback's 1-s settle.
     let bound = SOCKET_TIMEOUT * 4 + Duration::from_secs(2);
+    let always = f.haproxy.apply_document_reloading_with("false").unwrap();
     let cases = [
-        (f.haproxy.reload_command(&["fail-once"]), 2, "rolled_back"),
-        ("false".to_owned(), 3, "failed"),
+        ("once", flaky, 2, "rolled_back"),
+        ("always", always, 3, "failed"),
     ];
-    for (reload, status, result) in cases {
+    for (fails, document, status, result) in cases {
         f.delete_record();
-        let document = f.haproxy.apply_document_reloading_with(&reload).unwrap();
         let run = f.run_deployed(&document, &[("ConfigVersion", &version)]);
         let took = took(&run);
         println!(
-            "a reload that fails ({reload}): exit {:?} after {:.2} s (bound {} s)",
+            "a reload that fails {fails}: exit {:?} after {:.2} s (bound {} s)",
             run.status,
             took.as_secs_f64(),
             bound.as_secs()
@@ -143,4 +141,53 @@ fn a_failing_reload_ends_the_apply_within_its_bound_with_a_true_record() {
         assert_eq!(f.haproxy.running_generation(), Some(1));
         f.assert_routes("g1.test", "a");
     }
+}
+
+/// The steps' deadline itself: a run paused after its reload (HAProxy runs generation 2 and
+/// the run has not yet checked it) for longer than the deadline, shortened to 3 s by the test
+/// hook. The deadline stops it where it is, and the ending rolls back: exit 2, generation 1
+/// serving again, a record that says so. Without the deadline the run would sit out its pause
+/// (30 s) and end applied.
+#[test]
+fn the_steps_deadline_stops_a_run_where_it_is_and_the_ending_undoes_it() {
+    const BUDGET: Duration = Duration::from_secs(3);
+    let f = Fixture::new(&["a", "b"]);
+    let first = f.config(1, &[("g1.test", "a")]);
+    f.install_first(&first);
+    let version = f.upload(&f.reloading_config(2, &[("g1.test", "b"), ("g2.test", "b")]));
+    f.delete_record();
+    let env = env(&[
+        ("AUTOPROXY_AGENT_PAUSE", "verify"),
+        ("AUTOPROXY_AGENT_PAUSE_SECONDS", "30"),
+        (
+            "AUTOPROXY_AGENT_LOCKED_BUDGET_SECONDS",
+            &BUDGET.as_secs().to_string(),
+        ),
+    ]);
+    let run = f.start_apply(&f.document, &version, &env).wait(RUN_TIMEOUT);
+    let took = took(&run);
+    // The deadline, then the rollback's reload and running check, and the record.
+    let bound = BUDGET + Duration::from_secs(7);
+    println!(
+        "the steps' deadline ({} s) during a pause: exit {:?} after {:.1} s (bound {} s)",
+        BUDGET.as_secs(),
+        run.status,
+        took.as_secs_f64(),
+        bound.as_secs()
+    );
+    assert_eq!(run.status, Some(2), "{run}");
+    assert!(
+        run.failure().is_some_and(|f| f.contains(&format!(
+            "did not end within {} s (stopped at step verify)",
+            BUDGET.as_secs()
+        ))),
+        "{run}"
+    );
+    assert!(took >= BUDGET && took <= bound, "{took:?}:\n{run}");
+    let record = f.record().expect("a fleet record");
+    assert_eq!(record["result"], "rolled_back", "{record}");
+    assert_eq!(record["generation"], 1, "{record}");
+    assert_eq!(f.installed(), first);
+    assert_eq!(f.haproxy.running_generation(), Some(1));
+    f.assert_routes("g1.test", "a");
 }

@@ -11,14 +11,7 @@ use super::*;
 #[test]
 fn sigterm_while_finishing_lets_the_rollback_and_record_end_then_exits_143() {
     let f = Fixture::new(&["a", "b"]);
-    let first = f.config(1, &[("g1.test", "a")]);
-    f.install_first(&first);
-    let second = f.reloading_config(2, &[("g1.test", "a"), ("g2.test", "b")]);
-    let version = f.upload(&second);
-    let flaky = f
-        .haproxy
-        .apply_document_reloading_with(&f.haproxy.reload_command(&["fail-once"]))
-        .unwrap();
+    let (first, version, flaky) = f.before_a_failing_reload();
     f.delete_record();
     let mut background = f.start_apply(
         &flaky,
