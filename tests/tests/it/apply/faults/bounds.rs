@@ -13,7 +13,8 @@ use autoproxy_tests::recording_proxy::RecordingProxy;
 
 use super::*;
 
-/// The bound the issue of a frozen worker set: the whole document run, frozen throughout.
+/// The bound for a worker frozen throughout: the whole document run, two silent budgets and
+/// room to spare.
 const FROZEN_BOUND: Duration = Duration::from_secs(20);
 /// How late the slow S3 answers each call.
 const S3_DELAY: Duration = Duration::from_secs(2);
