@@ -163,7 +163,7 @@ fn the_trace_checker_refuses_every_rename_that_is_not_durable() {
 10 write(3</d/.new.1>, \"\"..., 5) = 5
 10 fsync(3</d/.new.1> <unfinished ...>
 11 write(1<pipe:[1]>, \"\"..., 3) = 3
-10 <... fsync resumed>) = 0
+10 <... fsync resumed>)              = 0
 10 renameat2(AT_FDCWD</d>, \".new.1\", AT_FDCWD</d>, \"cfg\", 0) = 0
 10 fsync(4</d>) = 0
 ";

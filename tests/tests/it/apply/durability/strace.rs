@@ -149,7 +149,9 @@ pub(super) fn parse(text: &str) -> Vec<Event> {
 /// `name(args) = result`, as an event if it is one that succeeded.
 fn event_of(call: &str) -> Option<Event> {
     let (name, rest) = call.split_once('(')?;
-    let (args, result) = rest.rsplit_once(") = ")?;
+    // strace pads a short line (a resumed call's is short) with spaces before ` = `.
+    let (args, result) = rest.rsplit_once(" = ")?;
+    let args = args.trim_end().strip_suffix(')')?;
     let result: i64 = result.split_whitespace().next()?.parse().ok()?;
     let fds = fd_paths(args);
     if result < 0 {
