@@ -26,12 +26,14 @@ test: tools lint
 ## the golden configs; apply, its faults and the runtime API; the resolver; the data plane,
 ## its counters and exporter; end to end) again, with HAProxy 3.0 (built by .ci/tools.sh) first on PATH, where both the
 ## harness and the agent's `haproxy -c` find it. haproxy_version:: fails the run if the
-## haproxy on PATH is not 3.0.
+## haproxy on PATH is not 3.0. `--workspace`, as `test` builds: with `-p autoproxy-tests` cargo
+## resolves the dependencies' features for that package alone and builds them all again
+## (90 s of CI).
 HAPROXY_TESTS := haproxy_version:: golden:: apply:: runtime_api:: resolver:: dataplane:: metrics:: e2e::
 test-haproxy30: core-tools
 	@PATH="$(HAPROXY30):$$PATH" haproxy -v | head -n 1
 	PATH="$(HAPROXY30):$$PATH" AUTOPROXY_EXPECT_HAPROXY=3.0 \
-	  cargo test -p autoproxy-tests --test it -- $(HAPROXY_TESTS)
+	  cargo test --workspace --test it -- $(HAPROXY_TESTS)
 
 ## Formatting and clippy, warnings as errors.
 lint:
