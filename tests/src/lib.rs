@@ -101,18 +101,19 @@ pub fn agent_binary() -> PathBuf {
             }
             let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
             let status = std::process::Command::new(cargo)
+                // `--workspace`, as `cargo test --workspace` builds: with `-p` cargo resolves
+                // the dependencies' features for the agent alone and builds them all again.
                 .args([
                     "build",
                     "--quiet",
-                    "-p",
-                    "autoproxy-agent",
+                    "--workspace",
                     "--bin",
                     "autoproxy-agent",
                 ])
                 .current_dir(root())
                 .status()
-                .expect("run cargo build -p autoproxy-agent");
-            assert!(status.success(), "cargo build -p autoproxy-agent failed");
+                .expect("run cargo build --bin autoproxy-agent");
+            assert!(status.success(), "cargo build --bin autoproxy-agent failed");
             let target = std::env::var_os("CARGO_TARGET_DIR")
                 .map_or_else(|| root().join("target"), PathBuf::from);
             let binary = target.join("debug").join("autoproxy-agent");
