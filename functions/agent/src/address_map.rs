@@ -207,6 +207,18 @@ mod tests {
         );
     }
 
+    /// The service's loop only tries the lock: while an apply holds it, it gets none and
+    /// waits for nothing; once it is free, it gets it.
+    #[test]
+    fn try_lock_gives_way_to_a_holder() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let map = MapFile::in_dir(dir.path());
+        let held = map.lock().expect("locks");
+        assert!(map.try_lock().expect("tries").is_none());
+        drop(held);
+        assert!(map.try_lock().expect("tries").is_some());
+    }
+
     #[test]
     fn writes_are_atomic_and_merges_keep_other_entries() {
         let dir = tempfile::tempdir().expect("temp dir");

@@ -314,6 +314,33 @@ pub fn ensure_lines(agent: &Path, config: &Path, deadline: Instant) -> Vec<Strin
 mod tests {
     use super::*;
 
+    /// A `systemctl` that never answers: every call is killed at the deadline the apply
+    /// gives, not at each call's own 60 s, and the install says which call it was.
+    #[test]
+    fn every_systemctl_call_ends_by_the_deadline() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let systemctl = dir.path().join("systemctl");
+        std::fs::write(&systemctl, "#!/bin/sh\nexec sleep 30\n").expect("stand-in");
+        std::fs::set_permissions(&systemctl, std::fs::Permissions::from_mode(0o755)).expect("mode");
+        let host = Host {
+            unit_path: dir.path().join("autoproxy-resolver.service"),
+            systemd_marker: dir.path().to_path_buf(),
+            systemctl,
+            require_root: false,
+        };
+        let config = dir.path().join("haproxy.cfg");
+        let agent = dir.path().join("autoproxy-agent");
+        let started = Instant::now();
+        let ended = ensure(&agent, &config, &host, started + Duration::from_secs(1));
+        let took = started.elapsed();
+        assert!(
+            matches!(&ended, Err(ServiceError::Systemctl { args, .. }) if args == "daemon-reload"),
+            "{ended:?}"
+        );
+        assert!(took < Duration::from_secs(10), "{took:?}");
+    }
+
     #[test]
     fn the_unit_names_the_agent_the_config_and_the_maps_directory() {
         let text = unit(
