@@ -136,10 +136,22 @@ impl Run {
             files::copy_over(&self.paths.last_good, &config, ".autoproxy-restore")
         });
         if let Err(err) = restored {
-            return Err(format!(
-                "could not restore last-known-good generation {lg_gen} from {}: {err}",
-                self.paths.last_good.display()
-            ));
+            // Read back: a replace that renamed but could not flush the directory did restore
+            // the file; the rollback goes on and says what is not on disk for sure.
+            let in_place = std::fs::read(&config).ok();
+            if in_place.is_none() || in_place != std::fs::read(&self.paths.last_good).ok() {
+                return Err(format!(
+                    "could not restore last-known-good generation {lg_gen} from {}: {err}",
+                    self.paths.last_good.display()
+                ));
+            }
+            log(
+                "rollback",
+                &format!(
+                    "WARNING: restored {}, but not flushed to disk: {err}",
+                    config.display()
+                ),
+            );
         }
         log(
             "rollback",
