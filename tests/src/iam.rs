@@ -13,8 +13,9 @@ use serde_json::{Value, json};
 
 use crate::moto::{Moto, REGION};
 
-/// Calls moto lets through unchecked: create the admin user, its policy, its key.
-const UNCHECKED_CALLS: &str = "3";
+/// Calls moto lets through unchecked: the harness's warm-up, then create the admin user, its
+/// policy, its key.
+const UNCHECKED_CALLS: usize = crate::moto::WARM_UP_CALLS + 3;
 const ADMIN: &str = "autoproxy-test-admin";
 const PRINCIPAL: &str = "autoproxy-test-function";
 
@@ -45,7 +46,8 @@ impl Enforcing {
     /// Starts the server, creates the administrator (allowed everything) and the principal
     /// (allowed nothing until [`Enforcing::allow_only`]).
     pub fn start() -> Result<Enforcing, IamError> {
-        let moto = Moto::start_with(&[("INITIAL_NO_AUTH_ACTION_COUNT", UNCHECKED_CALLS)]);
+        let moto =
+            Moto::start_with(&[("INITIAL_NO_AUTH_ACTION_COUNT", &UNCHECKED_CALLS.to_string())]);
         let anyone = Keys {
             id: "testing".to_owned(),
             secret: "testing".to_owned(),

@@ -65,8 +65,9 @@ pub enum Listening {
     TimedOut,
 }
 
-/// The one way the harness waits for a server to listen: polls `addr` until a connection is
-/// accepted, `gone()` says the server exited, or `timeout` passes.
+/// How the harness waits for a server to listen: polls `addr` until a connection is accepted,
+/// `gone()` says the server exited, or `timeout` passes. (moto is up when it answers a
+/// request instead: see `moto::Moto::start`.)
 pub fn wait_listening(
     addr: std::net::SocketAddr,
     timeout: std::time::Duration,

@@ -16,6 +16,7 @@ mod haproxy_version;
 mod least_privilege;
 mod members;
 mod metrics;
+mod moto;
 mod ownership;
 mod properties;
 mod publisher;
