@@ -21,9 +21,9 @@ pub const REGION: &str = "us-east-1";
 /// does, its cache of operation models briefly holds botocore's model in place of moto's own
 /// (`moto/core/model.py`: both are cached under one key). A request routed in that window
 /// answers 500 (`'OperationModel' object has no attribute 'http_trait'`). Tests fire their
-/// first calls concurrently (seeding zones, scanning accounts) with SDK retries off, so about
-/// one fresh server in forty failed a test. One request per service, sent before any test
-/// call, builds each router alone.
+/// first calls concurrently (seeding zones, scanning accounts) with SDK retries off, so now
+/// and then one failed. One request per service, sent before any test call, builds each
+/// router alone.
 const WARM_UP: [(&str, &str); 2] = [("route53", "/2013-04-01/hostedzone"), ("s3", "/")];
 /// Calls a server has answered before it is handed out (an IAM-enforcing server counts them
 /// among its unchecked ones).
