@@ -17,6 +17,7 @@ pub mod freeze;
 pub mod golden;
 pub mod hanging_endpoint;
 pub mod haproxy_version;
+pub mod http;
 pub mod iam;
 pub mod kube;
 pub mod local;

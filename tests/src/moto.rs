@@ -1,8 +1,7 @@
 //! A moto server per test: the real AWS stand-in (Route53, S3, SSM, STS) on a loopback port.
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -111,9 +110,10 @@ impl Moto {
                     Err(_) => std::thread::sleep(Duration::from_millis(25)),
                 }
             };
-            assert!(
-                status.starts_with("HTTP/1.1 200"),
-                "moto on port {} answered GET {path} ({service}) with {status:?}, not 200; \
+            assert_eq!(
+                status,
+                200,
+                "moto on port {} answered GET {path} ({service}) with {status}, not 200; \
                  its log ends:\n{}",
                 self.port,
                 self.log_tail(20)
@@ -122,22 +122,15 @@ impl Moto {
         true
     }
 
-    /// The status line of a GET that moto routes to `service` (it reads the service from the
+    /// The status of a GET that moto routes to `service` (it reads the service from the
     /// credential scope and checks no signature).
-    fn get(&self, service: &str, path: &str) -> std::io::Result<String> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port))?;
-        stream.set_read_timeout(Some(Duration::from_secs(20)))?;
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: AWS4-HMAC-SHA256 \
-             Credential=testing/20260101/{REGION}/{service}/aws4_request, SignedHeaders=host, \
-             Signature=0\r\nConnection: close\r\n\r\n",
-            port = self.port
-        )?;
-        let mut reply = Vec::new();
-        stream.read_to_end(&mut reply)?;
-        let reply = String::from_utf8_lossy(&reply);
-        Ok(reply.lines().next().unwrap_or_default().to_owned())
+    fn get(&self, service: &str, path: &str) -> std::io::Result<u16> {
+        let authorization = format!(
+            "AWS4-HMAC-SHA256 Credential=testing/20260101/{REGION}/{service}/aws4_request, \
+             SignedHeaders=host, Signature=0"
+        );
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        crate::http::get(addr, path, &[("Authorization", &authorization)]).map(|a| a.status)
     }
 
     /// The last `lines` lines of the server's log.
@@ -148,7 +141,7 @@ impl Moto {
     }
 
     /// The last line of each Python traceback in the server's log, with how often it came.
-    pub fn errors(&self) -> Vec<String> {
+    fn errors(&self) -> Vec<String> {
         let text = std::fs::read_to_string(self.log.path()).unwrap_or_default();
         let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
         let mut in_traceback = false;
