@@ -198,15 +198,17 @@ impl Moto {
 
 impl Drop for Moto {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
         // A failing test says what moto itself raised (a call it does not implement, a bug).
+        // moto logs a traceback after it has answered, so it gets a moment to write it.
         if std::thread::panicking() {
+            std::thread::sleep(Duration::from_millis(300));
             let errors = self.errors();
             if !errors.is_empty() {
                 eprintln!("moto on port {} raised: {}", self.port, errors.join("; "));
             }
         }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
