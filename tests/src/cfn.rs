@@ -1,6 +1,6 @@
 //! Just enough of CloudFormation's intrinsic functions to turn a piece of `template.yaml` into
-//! what a deployed stack holds (`!Ref`, `!Sub`, `!GetAtt`, `!Join`, `!Select`, `!Split`, `!If`
-//! and `AWS::NoValue`), so tests can use the template's own IAM policies rather than copies.
+//! what a deployed stack holds (`!Ref`, `!Sub`, `!GetAtt`, `!Join`, `!Select`, `!Split`, `!If`,
+//! `!FindInMap` and `AWS::NoValue`), so tests can use the template's own IAM policies rather than copies.
 
 use std::collections::BTreeMap;
 
@@ -16,6 +16,8 @@ pub struct Stack {
     pub attributes: BTreeMap<String, String>,
     /// Condition name → its value in this deployment.
     pub conditions: BTreeMap<String, bool>,
+    /// The template's `Mappings`, for `!FindInMap`.
+    pub mappings: Value,
 }
 
 /// Why a piece of the template could not be resolved.
@@ -64,6 +66,7 @@ impl Stack {
             ("AWS::AccountId", account),
             ("AWS::Region", region),
             ("AWS::Partition", "aws"),
+            ("AWS::URLSuffix", "amazonaws.com"),
             ("AWS::StackId", stack_id),
             ("AWS::StackName", "autoproxy"),
             ("AWS::NoValue", NO_VALUE),
@@ -74,6 +77,7 @@ impl Stack {
             refs,
             attributes: BTreeMap::new(),
             conditions: BTreeMap::new(),
+            mappings: template["Mappings"].clone(),
         }
     }
 
@@ -212,8 +216,28 @@ impl Stack {
             }
             "!Select" => self.select(arg),
             "!If" => self.if_intrinsic(arg),
+            "!FindInMap" => self.find_in_map(arg),
             other => Err(error(other, "an intrinsic this resolver does not know")),
         }
+    }
+
+    /// `!FindInMap [map, key, key]`: a key the map lacks fails as CloudFormation fails the
+    /// change set, "Unable to get mapping for map::key::key".
+    fn find_in_map(&self, arg: &Value) -> Result<Json, CfnError> {
+        let path = match arg.as_sequence().map(Vec::as_slice) {
+            Some([map, first, second]) => [map, first, second]
+                .iter()
+                .map(|item| as_text(&self.eval(item)?))
+                .collect::<Result<Vec<_>, _>>()?,
+            _ => return Err(error(arg, "!FindInMap takes [map, key, key]")),
+        };
+        let found = &self.mappings[path[0].as_str()][path[1].as_str()][path[2].as_str()];
+        scalar(found).map(|value| json!(value)).ok_or_else(|| {
+            error(
+                arg,
+                &format!("Unable to get mapping for {}", path.join("::")),
+            )
+        })
     }
 
     /// `!Sub text` or `!Sub [text, {variables}]`.

@@ -21,6 +21,7 @@ use autoproxy_tests::user_data::{self, Boot, Host};
 
 mod cloudformation;
 mod drain;
+mod refresh;
 
 const KEY: &str = "haproxy/haproxy.cfg";
 const INSTANCE: &str = "i-0f1ee7b007a1e5c0d";
@@ -381,5 +382,84 @@ fn the_user_data_names_the_stack_s_config_path_and_stats_port() {
         checked.status.success(),
         "{}",
         String::from_utf8_lossy(&checked.stderr)
+    );
+}
+
+/// A proxy subnet without a way out (no NAT, no endpoints): the user data checks first, writes
+/// one line naming what it cannot reach to the console (what `aws ec2 get-console-output`
+/// shows), and stops before it touches HAProxy. With every host reachable it checks the same
+/// hosts and boots.
+#[test]
+fn a_proxy_without_a_way_out_says_on_the_console_what_it_cannot_reach() {
+    let Some(i) = Instance::new(&["a"]) else {
+        return;
+    };
+    i.host
+        .cut_off(&["ssm.us-east-1.amazonaws.com", "s3.us-east-1.amazonaws.com"]);
+    let boot = i.host.boot();
+    assert_eq!(boot.status, Some(1), "{}", boot.output);
+    let console = i.host.console();
+    let lines: Vec<&str> = console.lines().collect();
+    assert_eq!(lines.len(), 1, "one line on the console: {console:?}");
+    for needed in ["NO WAY OUT", "NAT gateway", "ProxyVpcEndpoints=create"] {
+        assert!(
+            lines[0].contains(needed),
+            "{needed:?} not in {:?}",
+            lines[0]
+        );
+    }
+    let named = lines[0]
+        .split_once("cannot reach ")
+        .and_then(|(_, rest)| rest.split_once(". "))
+        .map(|(named, _)| named);
+    assert_eq!(
+        named,
+        Some("ssm.us-east-1.amazonaws.com:443, s3.us-east-1.amazonaws.com:443"),
+        "exactly what it could not reach: {:?}",
+        lines[0]
+    );
+    assert!(boot.output.contains(lines[0]), "the log has it too");
+    assert!(
+        i.host.systemctl_calls().is_empty(),
+        "HAProxy untouched: {:?}",
+        i.host.systemctl_calls()
+    );
+    assert!(i.haproxy.processes().is_empty(), "HAProxy not started");
+
+    i.host.cut_off(&[]);
+    assert_booted(&i.host.boot(), &i.haproxy);
+    assert_eq!(
+        i.host.probed()[4..],
+        [
+            "ssm.us-east-1.amazonaws.com",
+            "ssmmessages.us-east-1.amazonaws.com",
+            "ec2messages.us-east-1.amazonaws.com",
+            "s3.us-east-1.amazonaws.com",
+        ]
+    );
+    assert_eq!(i.host.console(), console, "nothing more on the console");
+}
+
+/// At first boot Debian's own apt jobs may hold the dpkg lock: every package install waits for
+/// it rather than fail the boot.
+#[test]
+fn every_package_install_waits_for_the_dpkg_lock() {
+    let script = user_data::script_for(&Haproxy::new());
+    let apt_calls: Vec<&str> = script
+        .lines()
+        .map(str::trim)
+        .filter(|line| line.contains("apt-get") && !line.starts_with('#'))
+        // A message naming it.
+        .filter(|line| !line.starts_with("die "))
+        .filter(|line| !line.contains("command -v apt-get"))
+        .collect();
+    assert_eq!(
+        apt_calls,
+        ["apt_get() { apt-get -q -o DPkg::Lock::Timeout=600 \"$@\"; }"],
+        "apt-get is called through the one wrapper that waits for the lock"
+    );
+    assert!(
+        !script.contains("dpkg -i"),
+        "dpkg itself does not wait for its lock: install a .deb with apt-get"
     );
 }

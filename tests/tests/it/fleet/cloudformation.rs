@@ -5,12 +5,12 @@
 //! What moto cannot take, and so is left out or not read here: the load balancer's `Type`
 //! (moto's CloudFormation makes every `AWS::ElasticLoadBalancingV2::LoadBalancer` an
 //! application load balancer, which then refuses the TCP listener: "Listener protocol 'TCP'
-//! must be one of 'HTTP, HTTPS'"), so `ProxyListener` is left out; the dynamic reference
-//! `{{resolve:ssm:…}}` (moto leaves the image id as written); the instance-refresh custom
-//! resource and its inline Python function (moto runs Lambda code only in Docker); the target
-//! group's attributes (moto keeps its own defaults: a deregistration delay of 300 s); the
-//! role's `ManagedPolicyArns` (moto attaches none); the instances' metadata options (moto does not carry a launch template's over). The static
-//! tests (`template::fleet`) hold those properties.
+//! must be one of 'HTTP, HTTPS'"), so `ProxyListener` is left out; the instance-refresh custom
+//! resource and its inline Python function (moto runs Lambda code only in Docker;
+//! `fleet::refresh` runs it against a stand-in); the target group's attributes (moto keeps its
+//! own defaults: a deregistration delay of 300 s); the role's `ManagedPolicyArns` (moto attaches
+//! none); the instances' metadata options (moto does not carry a launch template's over). The
+//! static tests (`template::fleet`) hold those properties.
 
 use std::process::Command;
 
@@ -25,6 +25,9 @@ const LEFT_OUT: [&str; 4] = [
     "ProxyInstanceRefreshFunction",
     "ProxyInstanceRefreshRole",
 ];
+
+/// The SSM parameter naming the test's image (put in moto before the stack is created).
+const IMAGE_PARAMETER: &str = "/test/debian/12/amd64";
 
 /// `aws <args>` against moto; its JSON answer.
 fn aws(moto: &Moto, args: &[&str]) -> Json {
@@ -60,25 +63,30 @@ fn fleet_template() -> String {
             || name.starts_with("TargetTag")
             || name == "PeeringProxyHostname"
         {
-            parameters.insert(name.into(), spec.clone());
+            let mut spec = spec.clone();
+            // Every image parameter is read at every deploy, its default too: moto's SSM has
+            // none of Debian's names (and refuses to create names under /aws).
+            if spec["Type"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("AWS::SSM::Parameter::"))
+            {
+                spec["Default"] = IMAGE_PARAMETER.into();
+            }
+            parameters.insert(name.into(), spec);
         }
     }
     let mut conditions = Mapping::new();
     for (name, condition) in template["Conditions"].as_mapping().unwrap() {
         let name = name.as_str().unwrap();
-        if name.starts_with("CreatesProxyClientCidr") {
+        if name.starts_with("CreatesProxyClientCidr")
+            || ["FleetStatsOnLoopback", "CreatesProxyEndpoints"].contains(&name)
+        {
             // !And [!Condition CreatesFleet, <the CIDR test>]
             let Value::Tagged(and) = condition else {
                 panic!("{name}: {condition:?}")
             };
             conditions.insert(name.into(), and.value[1].clone());
-        } else if [
-            "FleetIsX86",
-            "HasProxyImageParameter",
-            "HasProxyInstanceType",
-        ]
-        .contains(&name)
-        {
+        } else if ["FleetIsX86", "HasProxyInstanceType"].contains(&name) {
             conditions.insert(name.into(), condition.clone());
         }
     }
@@ -110,6 +118,7 @@ fn fleet_template() -> String {
     let mut out = Mapping::new();
     out.insert("AWSTemplateFormatVersion".into(), "2010-09-09".into());
     out.insert("Parameters".into(), Value::Mapping(parameters));
+    out.insert("Mappings".into(), template["Mappings"].clone());
     out.insert("Conditions".into(), Value::Mapping(conditions));
     out.insert("Resources".into(), Value::Mapping(resources));
     // serde_yaml writes the string 2012-10-17 unquoted, which a YAML 1.1 reader (moto's)
@@ -174,6 +183,33 @@ fn moto_s_cloudformation_creates_the_fleet_as_the_template_says() {
     let zone_id = text(&zone, &["HostedZone", "Id"])
         .trim_start_matches("/hostedzone/")
         .to_owned();
+    // The image parameter is read from SSM at deploy time (moto refuses names under /aws).
+    let images = aws(
+        &moto,
+        &[
+            "ec2",
+            "describe-images",
+            "--filters",
+            "Name=name,Values=amzn-ami-hvm-2017.09.1.20171103-x86_64-gp2",
+        ],
+    );
+    let image = images["Images"][0]["ImageId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("one of moto's images: {images}"))
+        .to_owned();
+    aws(
+        &moto,
+        &[
+            "ssm",
+            "put-parameter",
+            "--name",
+            IMAGE_PARAMETER,
+            "--type",
+            "String",
+            "--value",
+            &image,
+        ],
+    );
     let dir = tempfile::tempdir().unwrap();
     let template = dir.path().join("fleet.yaml");
     std::fs::write(&template, fleet_template()).unwrap();
@@ -197,6 +233,7 @@ fn moto_s_cloudformation_creates_the_fleet_as_the_template_says() {
             &parameter("ProxyClientCidrs", "\"10.0.0.0/8,192.168.0.0/16\""),
             &parameter("ProxyStatsBind", ":8404"),
             &parameter("ProxyHostnameZoneId", &zone_id),
+            &parameter("ProxyImage", IMAGE_PARAMETER),
         ],
     );
     let stack = aws(
@@ -369,6 +406,11 @@ fn moto_s_cloudformation_creates_the_fleet_as_the_template_says() {
         ],
     );
     let data = &versions["LaunchTemplateVersions"][0]["LaunchTemplateData"];
+    assert_eq!(
+        data["ImageId"],
+        image.as_str(),
+        "the image the parameter names: {data}"
+    );
     assert_eq!(data["MetadataOptions"]["HttpTokens"], "required", "{data}");
     assert_eq!(
         data["BlockDeviceMappings"][0]["Ebs"]["Encrypted"], true,

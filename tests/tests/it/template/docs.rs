@@ -11,6 +11,8 @@ use serde_yaml::Value;
 
 use super::keys_at;
 
+mod as_written;
+
 /// The docs whose commands are checked.
 const DOCS: [&str; 2] = ["README.md", "docs/DEPLOY.md"];
 

@@ -98,7 +98,7 @@ fn fleet() -> Vec<(&'static str, Json)> {
             "ProxySubnets",
             json!(["subnet-0aaaaaaaaaaaaaaaa", "subnet-0bbbbbbbbbbbbbbbb"]),
         ),
-        ("ProxyClientCidrs", json!(["10.0.0.0/8"])),
+        ("ProxyClientCidrs", json!("10.0.0.0/8")),
         ("ProxyStatsBind", json!(":8404")),
     ]
 }
@@ -133,7 +133,7 @@ fn the_rules_refuse_a_fleet_without_its_network_or_a_reachable_health_check() {
             "ProxySubnets",
         ),
         ("ProxyVpcId", json!(""), "ProxyVpcId"),
-        ("ProxyClientCidrs", json!([""]), "ProxyClientCidrs"),
+        ("ProxyClientCidrs", json!(""), "ProxyClientCidrs"),
         ("ProxyStatsBind", json!("127.0.0.1:8404"), "ProxyStatsBind"),
     ] {
         let failed = refused(&fleet_with(name, &value));
@@ -193,7 +193,7 @@ fn every_fleet_resource_exists_only_with_create() {
 }
 
 #[test]
-fn an_instance_takes_traffic_only_when_ready_and_drains_for_hard_stop_after() {
+fn an_instance_takes_traffic_only_when_ready_and_drains_for_the_chosen_delay() {
     let template = template();
     let group = &resource(&template, "ProxyTargetGroup")["Properties"];
     assert_eq!(group["HealthCheckProtocol"].as_str(), Some("HTTP"));
@@ -202,17 +202,30 @@ fn an_instance_takes_traffic_only_when_ready_and_drains_for_hard_stop_after() {
     // The health check's port is the stats listener's.
     let stats_port = serde_yaml::to_string(&group["HealthCheckPort"]).unwrap();
     assert!(stats_port.contains("ProxyStatsBind"), "{stats_port}");
-    let delay = group["TargetGroupAttributes"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .find(|a| a["Key"].as_str() == Some("deregistration_delay.timeout_seconds"))
-        .and_then(|a| a["Value"].as_str())
-        .expect("a deregistration delay");
+    let attribute = |key: &str| {
+        group["TargetGroupAttributes"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|a| a["Key"].as_str() == Some(key))
+            .map(|a| a["Value"].clone())
+            .unwrap_or_else(|| panic!("no target group attribute {key}"))
+    };
+    // An NLB holds a deregistering target for the whole delay: each refresh step and each
+    // scale-in takes it, so it is the operator's (ProxyDrainSeconds), five minutes by default,
+    // and never beyond what HAProxy keeps an old worker's connections for.
+    let delay = serde_yaml::to_string(&attribute("deregistration_delay.timeout_seconds")).unwrap();
+    assert_eq!(delay.trim(), "!Ref ProxyDrainSeconds");
+    let drain = &template["Parameters"]["ProxyDrainSeconds"];
+    assert_eq!(drain["Default"].as_u64(), Some(300));
+    assert!(
+        drain["MaxValue"].as_u64().unwrap() <= seconds(&RenderOptions::default().hard_stop_after),
+        "a drain longer than hard-stop-after keeps nothing more open"
+    );
+    // An unhealthy target keeps its open connections (a slow reload must not cut watches).
     assert_eq!(
-        delay.parse::<u64>().unwrap(),
-        seconds(&RenderOptions::default().hard_stop_after),
-        "the deregistration delay is HAProxy's hard-stop-after"
+        attribute("target_health_state.unhealthy.connection_termination.enabled").as_str(),
+        Some("false")
     );
 
     let asg = resource(&template, "ProxyAutoScalingGroup");
@@ -275,4 +288,220 @@ fn the_launch_template_requires_imdsv2_encrypts_and_tags_without_a_public_addres
         role.contains("AmazonSSMManagedInstanceCore") && role.contains("ProxyInstancePolicy"),
         "{role}"
     );
+}
+
+/// `template.yaml` as a stack with `ProxyFleet=create` and these parameters deploys it.
+fn fleet_stack(template: &Value, overrides: &[(&str, &str)]) -> autoproxy_tests::cfn::Stack {
+    let mut stack = super::stack::stack(template);
+    for (name, value) in fleet() {
+        stack.refs.insert(name.into(), value);
+    }
+    for (name, value) in overrides {
+        assert!(stack.refs.contains_key(*name), "no parameter {name}");
+        stack.refs.insert((*name).into(), json!(value));
+    }
+    stack
+        .decide_conditions(template)
+        .expect("the conditions decide");
+    stack
+}
+
+/// `name`'s `AllowedPattern`, compiled as CloudFormation reads it (the whole value).
+fn allowed(template: &Value, name: &str) -> regex_automata::dfa::regex::Regex {
+    let pattern = template["Parameters"][name]["AllowedPattern"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{name} has no AllowedPattern"));
+    regex_automata::dfa::regex::Regex::new(pattern).unwrap()
+}
+
+#[test]
+fn a_stats_listener_on_loopback_is_refused_before_anything_is_created() {
+    let template = template();
+    let port = |stats: &str, fleet: &str| {
+        let stack = fleet_stack(
+            &template,
+            &[("ProxyStatsBind", stats), ("ProxyFleet", fleet)],
+        );
+        let group = &resource(&template, "ProxyTargetGroup")["Properties"]["HealthCheckPort"];
+        stack.resolve(group).map_err(|err| err.to_string())
+    };
+    for stats in ["127.0.0.1:8404", "127.0.0.1:9000", "127.1.2.3:8404"] {
+        let refused = port(stats, "create").expect_err(stats);
+        assert!(
+            refused.contains("Unable to get mapping for Refused::ProxyStatsBind::ProxyFleet=create needs ProxyStatsBind off loopback"),
+            "{stats}: {refused}"
+        );
+    }
+    for (stats, expected) in [(":8404", "8404"), ("10.0.3.7:9000", "9000")] {
+        assert_eq!(port(stats, "create"), Ok(json!(expected)), "{stats}");
+    }
+    // Without a fleet the listener may stay on loopback, on any port.
+    assert!(
+        !fleet_stack(
+            &template,
+            &[("ProxyStatsBind", "127.0.0.1:9000"), ("ProxyFleet", "none")]
+        )
+        .conditions["FleetStatsOnLoopback"]
+    );
+    // The names of loopback never reach that far: the parameter takes IPv4 addresses only.
+    let pattern = allowed(&template, "ProxyStatsBind");
+    for stats in [
+        "localhost:8404",
+        "[::1]:8404",
+        "::1:8404",
+        "ip6-localhost:8404",
+    ] {
+        assert!(
+            !pattern.is_match(stats),
+            "{stats} passes ProxyStatsBind's pattern"
+        );
+    }
+    assert!(pattern.is_match("127.0.0.1:8404") && pattern.is_match(":8404"));
+}
+
+#[test]
+fn client_ranges_beyond_what_the_template_handles_are_refused_not_ignored() {
+    let template = template();
+    let rules: Vec<&str> = template["Resources"]
+        .as_mapping()
+        .unwrap()
+        .keys()
+        .filter_map(Value::as_str)
+        .filter(|name| name.starts_with("ProxyTlsFromClients"))
+        .collect();
+    let ranges = |count: usize| {
+        (0..count)
+            .map(|i| format!("10.{i}.0.0/16"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let pattern = allowed(&template, "ProxyClientCidrs");
+    for count in 0..=rules.len() {
+        assert!(pattern.is_match(&ranges(count)), "{count} ranges refused");
+        // Each range given has its rule, with its range.
+        let stack = fleet_stack(&template, &[("ProxyClientCidrs", &ranges(count))]);
+        for (i, rule) in rules.iter().enumerate() {
+            let body = resource(&template, rule);
+            let created = stack.conditions[body["Condition"].as_str().unwrap()];
+            assert_eq!(created, i < count, "{rule} with {count} ranges");
+            if created {
+                let cidr = stack.resolve(&body["Properties"]["CidrIp"]).unwrap();
+                assert_eq!(cidr, json!(format!("10.{i}.0.0/16")), "{rule}");
+            }
+        }
+    }
+    let one_too_many = ranges(rules.len() + 1);
+    assert!(
+        !pattern.is_match(&one_too_many),
+        "{one_too_many} passes the pattern"
+    );
+    assert!(
+        !pattern.is_match("10.0.0.0/8, 10.1.0.0/16"),
+        "a space passes"
+    );
+}
+
+#[test]
+fn the_image_is_a_parameter_every_deploy_reads_again() {
+    let template = template();
+    let text = std::fs::read_to_string(autoproxy_tests::root().join("template.yaml")).unwrap();
+    assert!(
+        !text.contains("{{resolve:ssm"),
+        "a dynamic reference is read again only when its resource changes"
+    );
+    let image = serde_yaml::to_string(
+        &resource(&template, "ProxyLaunchTemplate")["Properties"]["LaunchTemplateData"]["ImageId"],
+    )
+    .unwrap();
+    for (name, default) in [
+        ("ProxyImage", "/aws/service/debian/release/12/latest/amd64"),
+        (
+            "ProxyImageArm64",
+            "/aws/service/debian/release/12/latest/arm64",
+        ),
+    ] {
+        assert!(image.contains(name), "ImageId does not use {name}: {image}");
+        let spec = &template["Parameters"][name];
+        assert_eq!(
+            spec["Type"].as_str(),
+            Some("AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"),
+            "{name}"
+        );
+        assert_eq!(spec["Default"].as_str(), Some(default), "{name}");
+    }
+}
+
+#[test]
+fn the_way_out_without_nat_is_one_parameter_and_the_instances_wait_for_it() {
+    let template = template();
+    // Endpoints need the route tables for the S3 gateway.
+    let mut endpoints = fleet();
+    endpoints.push(("ProxyVpcEndpoints", json!("create")));
+    let failed = refused(&endpoints);
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(failed[0].contains("ProxyRouteTableIds"), "{failed:?}");
+    endpoints.push(("ProxyRouteTableIds", json!(["rtb-0123456789abcdef0"])));
+    assert_eq!(refused(&endpoints), Vec::<String>::new());
+
+    let mut services = Vec::new();
+    for (name, body) in template["Resources"].as_mapping().unwrap() {
+        if body["Type"].as_str() != Some("AWS::EC2::VPCEndpoint") {
+            continue;
+        }
+        let name = name.as_str().unwrap();
+        assert_eq!(
+            body["Condition"].as_str(),
+            Some("CreatesProxyEndpoints"),
+            "{name}"
+        );
+        let service = serde_yaml::to_string(&body["Properties"]["ServiceName"]).unwrap();
+        let service = service
+            .trim()
+            .rsplit('.')
+            .next()
+            .unwrap()
+            .trim_matches('"')
+            .to_owned();
+        let kind = body["Properties"]["VpcEndpointType"].as_str().unwrap();
+        if kind == "Interface" {
+            assert_eq!(
+                body["Properties"]["PrivateDnsEnabled"].as_bool(),
+                Some(true),
+                "{name}"
+            );
+        }
+        services.push(format!("{service} {kind}"));
+    }
+    services.sort();
+    assert_eq!(
+        services,
+        [
+            "ec2messages Interface",
+            "logs Interface",
+            "monitoring Interface",
+            "s3 Gateway",
+            "ssm Interface",
+            "ssmmessages Interface",
+        ]
+    );
+    // The group waits for every endpoint: the user data checks its way out first.
+    let asg = resource(&template, "ProxyAutoScalingGroup");
+    assert!(
+        asg["DependsOn"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|d| d.as_str() == Some("ProxyWayOut")),
+        "the group does not wait for the way out"
+    );
+    let way_out = serde_yaml::to_string(&resource(&template, "ProxyWayOut")["Metadata"]).unwrap();
+    for (name, body) in template["Resources"].as_mapping().unwrap() {
+        if body["Type"].as_str() == Some("AWS::EC2::VPCEndpoint") {
+            let name = name.as_str().unwrap();
+            assert!(
+                way_out.contains(&format!("!Ref {name}")),
+                "ProxyWayOut does not wait for {name}"
+            );
+        }
+    }
 }
