@@ -19,6 +19,7 @@ pub mod hanging_endpoint;
 pub mod haproxy_version;
 pub mod http;
 pub mod iam;
+pub mod inline_function;
 pub mod kube;
 pub mod local;
 pub mod loopback;

@@ -12,6 +12,7 @@ mod assertions;
 mod bucket;
 mod dataplane;
 mod docs;
+mod first_run;
 mod fleet;
 mod grants;
 mod linted;

@@ -1,30 +1,20 @@
 //! The instance-refresh custom resource (`ProxyInstanceRefreshFunction`'s inline Python, as
-//! `template.yaml` holds it) run with python3 against a stand-in for the two AWS clients it
-//! uses: Auto Scaling and CloudFormation. moto's Auto Scaling cannot hold a refresh in
-//! `Cancelling`, nor its CloudFormation a stack in `UPDATE_ROLLBACK_IN_PROGRESS`, and those are
+//! `template.yaml` holds it) run with python3 (`autoproxy_tests::inline_function`) against a
+//! stand-in for the two AWS clients it uses: Auto Scaling and CloudFormation. moto's Auto
+//! Scaling cannot hold a refresh in `Cancelling`, nor its CloudFormation a stack in
+//! `UPDATE_ROLLBACK_IN_PROGRESS`, and those are
 //! the cases that matter: a stack update or rollback while a refresh runs, and a group that is
 //! gone. The stand-in answers from a scenario and records every call; the clock is the
-//! stand-in's too, so the wait for a cancellation takes no time.
+//! harness's, so the wait for a cancellation takes no time.
 
-use std::path::Path;
-use std::process::Command;
-
+use autoproxy_tests::inline_function::{self, Run};
 use serde_json::{Value as Json, json};
 
-/// The stand-ins: `boto3` (the two clients, answering from `SCENARIO`, recording calls in
-/// `CALLS`) and `cfnresponse` (recording the answer in `RESPONSE`).
+/// The stand-in `boto3`: the two clients, answering from the scenario (`group_exists`,
+/// `refreshes`: the statuses each `DescribeInstanceRefreshes` returns in turn, the last one
+/// repeated; `start_error`; `stack_status`).
 const BOTO3: &str = r#"
-import json, os
-S = json.load(open(os.environ["SCENARIO"]))
-
-class ClientError(Exception):
-    def __init__(self, code, message):
-        super().__init__("An error occurred (%s): %s" % (code, message))
-        self.response = {"Error": {"Code": code, "Message": message}}
-
-def log(name, kw):
-    with open(os.environ["CALLS"], "a") as f:
-        f.write(json.dumps([name, kw]) + "\n")
+from recorder import S, ClientError, log
 
 class AutoScaling:
     def describe_auto_scaling_groups(self, **kw):
@@ -52,102 +42,17 @@ def client(name):
     return {"autoscaling": AutoScaling, "cloudformation": CloudFormation}[name]()
 "#;
 
-const CFNRESPONSE: &str = r#"
-import json, os
-SUCCESS, FAILED = "SUCCESS", "FAILED"
-def send(event, context, status, data, physical, reason=None):
-    with open(os.environ["RESPONSE"], "w") as f:
-        json.dump({"Status": status, "PhysicalResourceId": physical, "Reason": reason}, f)
-"#;
-
-/// Runs the handler on `event`: a context with 300 s left, and a clock that `time.sleep`
-/// advances.
-const DRIVER: &str = r#"
-import json, sys, time
-clock = [0.0]
-time.sleep = lambda s: clock.__setitem__(0, clock[0] + s)
-import index
-class Context:
-    def get_remaining_time_in_millis(self):
-        return int((300 - clock[0]) * 1000)
-index.handler(json.loads(sys.argv[1]), Context())
-"#;
-
-/// What one run did: the calls in order (`[name, arguments]`) and the answer CloudFormation got.
-struct Run {
-    calls: Vec<(String, Json)>,
-    response: Json,
-}
-
-impl Run {
-    fn names(&self) -> Vec<&str> {
-        self.calls.iter().map(|(name, _)| name.as_str()).collect()
-    }
-
-    fn status(&self) -> &str {
-        self.response["Status"].as_str().unwrap_or_default()
-    }
-
-    fn reason(&self) -> &str {
-        self.response["Reason"].as_str().unwrap_or_default()
-    }
-}
-
-/// The function's code as the template holds it.
-fn code() -> String {
-    let template = super::user_data::template();
-    template["Resources"]["ProxyInstanceRefreshFunction"]["Properties"]["Code"]["ZipFile"]
-        .as_str()
-        .expect("ProxyInstanceRefreshFunction's inline code")
-        .to_owned()
-}
-
-fn write(dir: &Path, name: &str, text: &str) {
-    std::fs::write(dir.join(name), text).unwrap_or_else(|err| panic!("write {name}: {err}"));
-}
-
-/// An update (or `request` type) from launch template version 1 to `to`, under `scenario`.
+/// An update (or `request` type) from launch template version 1 to `to`, under `scenario`,
+/// with the function's 300 s.
 fn run(request: &str, to: &str, scenario: &Json) -> Run {
-    let dir = tempfile::tempdir().expect("a directory for the function");
-    write(dir.path(), "index.py", &code());
-    write(dir.path(), "boto3.py", BOTO3);
-    write(dir.path(), "cfnresponse.py", CFNRESPONSE);
-    write(dir.path(), "scenario.json", &scenario.to_string());
     let props = |version: &str| json!({"AutoScalingGroupName": "autoproxy-ProxyAutoScalingGroup-X", "LaunchTemplateVersion": version, "InstanceWarmup": "900"});
-    let event = json!({
-        "RequestType": request,
-        "StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/autoproxy/0f1e",
-        "PhysicalResourceId": "autoproxy-ProxyAutoScalingGroup-X",
-        "ResourceProperties": props(to),
-        "OldResourceProperties": props("1"),
-    });
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(DRIVER)
-        .arg(event.to_string())
-        .current_dir(dir.path())
-        .env("PYTHONPATH", dir.path())
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("SCENARIO", dir.path().join("scenario.json"))
-        .env("CALLS", dir.path().join("calls"))
-        .env("RESPONSE", dir.path().join("response.json"))
-        .output()
-        .expect("run python3");
-    assert!(
-        out.status.success(),
-        "the function raised: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let calls = std::fs::read_to_string(dir.path().join("calls")).unwrap_or_default();
-    let response = std::fs::read_to_string(dir.path().join("response.json"))
-        .expect("the function answered CloudFormation");
-    Run {
-        calls: calls
-            .lines()
-            .map(|line| serde_json::from_str(line).expect("a recorded call"))
-            .collect(),
-        response: serde_json::from_str(&response).expect("the answer is JSON"),
-    }
+    inline_function::run(
+        "ProxyInstanceRefreshFunction",
+        &[("boto3.py", BOTO3)],
+        &inline_function::request(request, &props(to), &props("1")),
+        scenario,
+        300,
+    )
 }
 
 #[test]
