@@ -32,6 +32,7 @@ pub const GENERATE_VARIABLES: &[&str] = &[
     "MEMBER_ACCOUNTS",
     "MEMBER_ROLE_NAME",
     "ROUTING_RULES",
+    "OWNERSHIP_GRACE_HOURS",
 ];
 
 /// Every variable the configure function reads.
