@@ -178,6 +178,15 @@ pub fn unix_seconds(time: &str) -> Option<u64> {
         .and_then(|time| u64::try_from(time.secs()).ok())
 }
 
+/// Unix seconds as RFC 3339 UTC, for a person to read.
+pub fn rfc3339(unix: u64) -> String {
+    use aws_sdk_route53::primitives::{DateTime, DateTimeFormat};
+    let secs = i64::try_from(unix).unwrap_or(i64::MAX);
+    DateTime::from_secs(secs)
+        .fmt(DateTimeFormat::DateTime)
+        .unwrap_or_else(|_| format!("{unix} (Unix seconds)"))
+}
+
 /// How long the longest-failing account has failed, in whole minutes (0 when none fails): the
 /// one figure an alarm needs, whatever the number of accounts.
 pub fn longest_failing_minutes(states: &[AccountState], now_unix: u64) -> u64 {

@@ -190,12 +190,28 @@ impl MapFiles {
             if let (Some(key), Some(target)) = (fields.next(), fields.next()) {
                 table.push_str(key);
                 table.push(' ');
-                table.push_str(target);
+                match target_host(target) {
+                    Some((host, port)) => {
+                        table.push_str(&host);
+                        table.push(':');
+                        table.push_str(port);
+                    }
+                    None => table.push_str(target),
+                }
                 table.push('\n');
             }
         }
         (routes, suffixes)
     }
+}
+
+/// A route line's `host:port`, its host normalised the one way every reader of the tables
+/// uses (the map files, the address service): lower-cased, without a trailing dot. `None`
+/// without a port or a host.
+pub fn target_host(target: &str) -> Option<(String, &str)> {
+    let (host, port) = target.rsplit_once(':')?;
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    (!host.is_empty()).then_some((host, port))
 }
 
 /// The backend hosts of a config's `#@route` and `#@suffix` lines: the host of each
@@ -210,9 +226,7 @@ pub fn route_hosts(text: &str) -> Vec<String> {
                 .or_else(|| line.strip_prefix(SUFFIX_LINE))
         })
         .filter_map(|entry| entry.split_whitespace().nth(1))
-        .filter_map(|target| target.rsplit_once(':').map(|(host, _)| host))
-        .map(|host| host.trim_end_matches('.').to_ascii_lowercase())
-        .filter(|host| !host.is_empty())
+        .filter_map(|target| target_host(target).map(|(host, _)| host))
         .collect();
     hosts.sort();
     hosts.dedup();
@@ -378,9 +392,10 @@ mod tests {
     fn route_tables_come_from_the_body_lines() {
         let body = "global\n#@route a.example x.example:443 api 1 Z1\n\
                     #@suffix int.example y.example:443 ingress-int 1 Z1\n\
-                    #@nameserver 10.0.0.2:53\n#@route b.example z.example:443\n";
+                    #@nameserver 10.0.0.2:53\n#@route b.example Z.Example.:443\n";
         let text = config(body, &sha256_hex(body.as_bytes()));
         let (routes, suffixes) = MapFiles::route_tables(&text);
+        // Targets as the address service names its hosts (`route_hosts`): one normaliser.
         assert_eq!(routes, "a.example x.example:443\nb.example z.example:443\n");
         assert_eq!(suffixes, "int.example y.example:443\n");
         assert_eq!(

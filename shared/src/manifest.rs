@@ -32,9 +32,17 @@ pub struct Manifest {
     /// the zone that holds it (see [`crate::ownership`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub outside_holders: BTreeMap<String, ZoneKey>,
+    /// An SNI of `outside_holders` whose holder no longer claims it → since when (Unix
+    /// seconds): the holder keeps it for `OWNERSHIP_GRACE_HOURS` after that.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub outside_absent_since: BTreeMap<String, u64>,
     /// Every account's state, since when and why (see [`crate::accounts`]), by account id.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub accounts: Vec<AccountState>,
+    /// How many stored routes were dropped on reading because the rule table no longer makes
+    /// them (a `ROUTING_RULES` change): the run then reads every zone again. Never stored.
+    #[serde(skip)]
+    pub stale_routes: usize,
 }
 
 /// What one zone gave when it was last read.
@@ -60,7 +68,9 @@ impl Default for Manifest {
             pending: BTreeSet::new(),
             holders: BTreeMap::new(),
             outside_holders: BTreeMap::new(),
+            outside_absent_since: BTreeMap::new(),
             accounts: Vec::new(),
+            stale_routes: 0,
         }
     }
 }
@@ -96,6 +106,7 @@ impl Manifest {
             && self.pending == other.pending
             && self.holders == other.holders
             && self.outside_holders == other.outside_holders
+            && self.outside_absent_since == other.outside_absent_since
             && self.accounts == other.accounts
             && self.format == other.format
     }
@@ -105,14 +116,15 @@ impl Manifest {
     /// Every value is checked as if Route53 had just returned it: the bucket is not trusted
     /// more than Route53, and a manifest's routes reach the config without another read. A
     /// route must be exactly what its rule (of `rules`, the table this run matches with) makes
-    /// of its zone's name: after a change of `ROUTING_RULES` the manifest is refused and the
-    /// run is a full sweep.
+    /// of its zone's name; one that is not (after a change of `ROUTING_RULES`) is dropped and
+    /// counted in [`Manifest::stale_routes`], so the run reads every zone again, while who
+    /// holds each name is kept.
     pub fn from_json(text: &str, rules: &[Rule]) -> Result<Option<Manifest>, serde_json::Error> {
         let value: serde_json::Value = serde_json::from_str(text)?;
         if value.get("format").and_then(serde_json::Value::as_u64) != Some(u64::from(FORMAT)) {
             return Ok(None);
         }
-        let manifest: Manifest = serde_json::from_value(value)?;
+        let mut manifest: Manifest = serde_json::from_value(value)?;
         // The next config is numbered from it: a generation the apply document cannot read
         // (or one whose successor overflows) is refused, not carried forward.
         if manifest.generation > crate::artifact::MAX_GENERATION {
@@ -122,11 +134,23 @@ impl Manifest {
                 crate::artifact::GENERATION_EXPECTED
             )));
         }
-        manifest.validate(rules).map_err(serde::de::Error::custom)?;
+        manifest.validate().map_err(serde::de::Error::custom)?;
+        manifest.drop_stale_routes(rules);
         Ok(Some(manifest))
     }
 
-    fn validate(&self, rules: &[Rule]) -> Result<(), String> {
+    /// Keeps only the routes `rules` make of their zones, counting the others.
+    fn drop_stale_routes(&mut self, rules: &[Rule]) {
+        for entry in self.zones.values_mut() {
+            let mut routes = std::mem::take(&mut entry.routes);
+            let before = routes.len();
+            routes.retain(|route| is_what_its_rule_makes(route, entry, rules));
+            self.stale_routes += before - routes.len();
+            entry.routes = routes;
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
         for (key, entry) in &self.zones {
             let zone = ZoneKey {
                 account: entry.account.clone(),
@@ -138,15 +162,6 @@ impl Manifest {
                      own account {:?} and id {:?}",
                     entry.account, entry.id
                 ));
-            }
-            for route in &entry.routes {
-                if !is_what_its_rule_makes(route, entry, rules) {
-                    return Err(format!(
-                        "zone entry {key}: route for SNI {:?} to {} is not what rule {:?} \
-                         makes of zone {:?}",
-                        route.sni, route.backend, route.rule, entry.name
-                    ));
-                }
             }
         }
         for key in &self.pending {
@@ -178,6 +193,15 @@ impl Manifest {
                      zone ({zone})"
                 ));
             }
+        }
+        if let Some(sni) = self
+            .outside_absent_since
+            .keys()
+            .find(|sni| !self.outside_holders.contains_key(*sni))
+        {
+            return Err(format!(
+                "absent holder of {sni:?}: expected an SNI of outside_holders, got one that is not"
+            ));
         }
         Ok(())
     }
@@ -333,10 +357,57 @@ mod tests {
         ] {
             assert!(text.contains(from), "{from} not in {text}");
             let tampered = text.replacen(from, to, 1);
-            let err = Manifest::from_json(&tampered, &DEFAULT_RULES)
-                .unwrap_err()
-                .to_string();
+            let loaded = Manifest::from_json(&tampered, &DEFAULT_RULES);
+            if expected == "is not what rule" {
+                // Not what the rules make: the route never reaches the config, the rest stays.
+                let manifest = loaded.unwrap().unwrap();
+                assert_eq!(manifest.stale_routes, 1, "{from} → {to}");
+                assert!(manifest.zones["222222222222/Z0B"].routes.is_empty());
+                assert_eq!(manifest.holders, stored().holders);
+                continue;
+            }
+            let err = loaded.unwrap_err().to_string();
             assert!(err.contains(expected), "{from} → {to}: {err}");
         }
+    }
+
+    #[test]
+    fn a_rules_change_drops_the_routes_it_no_longer_makes_and_keeps_the_holders() {
+        let mut manifest = stored();
+        manifest.outside_holders.insert(
+            "abc.eks.amazonaws.com".into(),
+            manifest.holders["b.internal"].clone(),
+        );
+        manifest
+            .outside_absent_since
+            .insert("abc.eks.amazonaws.com".into(), 1_795_403_642);
+        let text = manifest.to_json();
+        // The api rule's port changed.
+        let mut rules = DEFAULT_RULES.clone();
+        rules[0].port = 8443;
+        let loaded = Manifest::from_json(&text, &rules).unwrap().unwrap();
+        assert_eq!(loaded.stale_routes, 1);
+        assert_eq!(
+            (
+                &loaded.holders,
+                &loaded.outside_holders,
+                &loaded.outside_absent_since
+            ),
+            (
+                &manifest.holders,
+                &manifest.outside_holders,
+                &manifest.outside_absent_since
+            )
+        );
+        // Unchanged rules: nothing stale.
+        let same = Manifest::from_json(&text, &DEFAULT_RULES).unwrap().unwrap();
+        assert_eq!((same.stale_routes, same), (0, manifest.clone()));
+        // An absent holder that holds nothing is refused.
+        let stray = text.replace(
+            "\"abc.eks.amazonaws.com\": 1795403642",
+            "\"other.eks.amazonaws.com\": 1795403642",
+        );
+        let err = Manifest::from_json(&stray, &DEFAULT_RULES).unwrap_err();
+        assert!(err.to_string().contains("absent holder"), "{err}");
     }
 }

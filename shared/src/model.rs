@@ -74,15 +74,28 @@ pub struct RecordSet {
     /// The alias target's DNS name, for alias records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alias_target: Option<String>,
+    /// The set identifier of a weighted, failover, latency or other routing-policy set:
+    /// several sets then share one name and type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_identifier: Option<String>,
 }
 
 impl RecordSet {
+    /// The record's value as a name: a CNAME's target, or an alias record's target.
+    pub fn target(&self) -> Option<&str> {
+        self.values
+            .first()
+            .or(self.alias_target.as_ref())
+            .map(String::as_str)
+    }
+
     pub fn new(name: &str, rtype: &str, values: &[&str]) -> Self {
         RecordSet {
             name: name.to_owned(),
             rtype: rtype.to_owned(),
             values: values.iter().map(|v| (*v).to_owned()).collect(),
             alias_target: None,
+            set_identifier: None,
         }
     }
 
@@ -92,6 +105,7 @@ impl RecordSet {
             rtype: rtype.to_owned(),
             values: Vec::new(),
             alias_target: Some(target.to_owned()),
+            set_identifier: None,
         }
     }
 }

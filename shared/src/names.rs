@@ -211,6 +211,28 @@ impl HostName {
         &self.0
     }
 
+    /// The name as labels: the form [`DomainName::ends_with`] compares.
+    pub fn to_domain(&self) -> DomainName {
+        DomainName {
+            labels: self.0.split('.').map(str::to_owned).collect(),
+        }
+    }
+
+    /// True when this name is `zone` or lies under it, label-wise: the one test of "inside
+    /// a zone" (ownership, `explain`, near misses), never a string suffix (`xa.internal` is
+    /// not inside `a.internal`).
+    pub fn is_within(&self, zone: &HostName) -> bool {
+        self.to_domain().ends_with(&zone.to_domain())
+    }
+
+    /// This name, then each name it lies under, one label shorter each time
+    /// (`a.b.c`, `b.c`, `c`): the zones that may hold it, deepest first.
+    pub fn ancestors(&self) -> impl Iterator<Item = &str> {
+        std::iter::successors(Some(self.0.as_str()), |name| {
+            name.split_once('.').map(|(_, rest)| rest)
+        })
+    }
+
     /// `prefix.self`, for building the names a rule looks for. `prefix` is rule data.
     pub fn with_prefix(&self, prefix: &str) -> HostName {
         if prefix.is_empty() {
@@ -338,5 +360,28 @@ mod tests {
         assert_eq!(normalize("a\\056b.z").labels().len(), 2);
         assert!(normalize("proxy.api.Z.").ends_with(&normalize("z")));
         assert!(!normalize("xz").ends_with(&normalize("z")));
+    }
+
+    #[test]
+    fn inside_a_zone_is_label_wise() {
+        let host = |raw: &str| HostName::parse(raw).unwrap();
+        for (name, zone, within) in [
+            ("api.b.a.internal", "a.internal", true),
+            ("a.internal", "a.internal", true),
+            ("xa.internal", "a.internal", false),
+            ("a.internal", "api.a.internal", false),
+            ("*.int.a.internal", "int.a.internal", true),
+        ] {
+            assert_eq!(
+                host(name).is_within(&host(zone)),
+                within,
+                "{name} in {zone}"
+            );
+            assert_eq!(
+                host(name).ancestors().any(|a| a == zone),
+                within,
+                "{name} in {zone}"
+            );
+        }
     }
 }

@@ -66,15 +66,12 @@ pub fn near_proxy(target: &HostName, proxies: &[HostName]) -> Option<NearMiss> {
     }
     proxies.iter().find_map(|proxy| {
         let zone = proxy_zone(proxy)?;
-        let under = target
-            .as_str()
-            .strip_suffix(zone)
-            .is_some_and(|head| head.len() > 1 && head.ends_with('.'));
+        let under = target.is_within(&zone) && *target != zone;
         under.then(|| {
             found(
                 proxy,
                 Miss::SameZone {
-                    zone: zone.to_owned(),
+                    zone: zone.as_str().to_owned(),
                 },
             )
         })
@@ -83,9 +80,11 @@ pub fn near_proxy(target: &HostName, proxies: &[HostName]) -> Option<NearMiss> {
 
 /// The zone a proxy's name is in: the name without its first label, when that leaves at least
 /// two labels (`tools.example.com`; never a bare `com`, under which everything would be).
-fn proxy_zone(proxy: &HostName) -> Option<&str> {
-    let (_, zone) = proxy.as_str().split_once('.')?;
-    zone.contains('.').then_some(zone)
+fn proxy_zone(proxy: &HostName) -> Option<HostName> {
+    let zone = proxy.ancestors().nth(1)?;
+    zone.contains('.')
+        .then(|| HostName::parse(zone).ok())
+        .flatten()
 }
 
 /// Damerau–Levenshtein distance exactly 1 (restricted: adjacent swaps), in one pass.

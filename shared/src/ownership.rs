@@ -23,7 +23,7 @@ use std::fmt;
 
 use crate::manifest::{Manifest, ZoneEntry};
 use crate::model::{Route, ZoneKey};
-use crate::names::normalize;
+use crate::names::{HostName, normalize};
 
 /// How ownership is decided.
 #[derive(Debug, Clone, Copy)]
@@ -64,6 +64,22 @@ pub enum Refusal {
         zone: ZoneKey,
         holder: ZoneKey,
     },
+    /// An SNI outside every zone whose holder's record disappeared less than the grace
+    /// period ago (`OWNERSHIP_GRACE_HOURS`): it is still the holder's.
+    OutsideInGrace {
+        sni: String,
+        zone: ZoneKey,
+        holder: ZoneKey,
+        /// Unix seconds when the grace ends.
+        until: u64,
+    },
+    /// A zone name held by zones associated with more than one of the proxy VPCs: proxies in
+    /// different VPCs would resolve different zones.
+    SeveralVpcs {
+        name: String,
+        zone: ZoneKey,
+        others: Vec<ZoneKey>,
+    },
     /// An SNI outside every zone that several zones claim for the first time in one run.
     OutsideUnsettled {
         sni: String,
@@ -81,6 +97,8 @@ impl Refusal {
             | Refusal::Unsettled { zone, .. }
             | Refusal::InAnotherZone { zone, .. }
             | Refusal::OutsideHeld { zone, .. }
+            | Refusal::OutsideInGrace { zone, .. }
+            | Refusal::SeveralVpcs { zone, .. }
             | Refusal::OutsideUnsettled { zone, .. } => zone,
         }
     }
@@ -90,9 +108,11 @@ impl Refusal {
         match self {
             Refusal::NotInVpc { name, .. }
             | Refusal::HeldByAnother { name, .. }
-            | Refusal::Unsettled { name, .. } => name,
+            | Refusal::Unsettled { name, .. }
+            | Refusal::SeveralVpcs { name, .. } => name,
             Refusal::InAnotherZone { sni, .. }
             | Refusal::OutsideHeld { sni, .. }
+            | Refusal::OutsideInGrace { sni, .. }
             | Refusal::OutsideUnsettled { sni, .. } => sni,
         }
     }
@@ -144,6 +164,25 @@ impl fmt::Display for Refusal {
                  rightful owner, remove the other zone's record or ignore that zone \
                  (IGNORE_ZONES=<account>:<zone>)"
             ),
+            Refusal::OutsideInGrace {
+                sni,
+                zone,
+                holder,
+                until,
+            } => write!(
+                f,
+                "SNI {sni} (outside every zone) is held by zone {holder}, whose record for it \
+                 disappeared; it keeps the name until {} (OWNERSHIP_GRACE_HOURS), so zone {zone} \
+                 gets no route before then, and none at all if the holder's record returns",
+                crate::accounts::rfc3339(*until)
+            ),
+            Refusal::SeveralVpcs { name, zone, others } => write!(
+                f,
+                "zone {name} ({zone}) opted in, but zones of the same name are associated with \
+                 other proxy VPCs too ({}): proxies in different VPCs would resolve different \
+                 zones, so none routes it (associate one zone of the name only)",
+                joined(others)
+            ),
             Refusal::OutsideUnsettled { sni, zone, others } => write!(
                 f,
                 "SNI {sni} (outside every zone) is claimed for the first time by zone {zone} \
@@ -161,6 +200,27 @@ pub struct Holders {
     pub zones: BTreeMap<String, ZoneKey>,
     /// An SNI outside every zone → the zone that holds it.
     pub outside: BTreeMap<String, ZoneKey>,
+    /// An SNI of `outside` whose holder no longer claims it → since when (Unix seconds): the
+    /// holder keeps it for the grace period.
+    pub outside_absent: BTreeMap<String, u64>,
+}
+
+/// The run's time and how long an absent holder keeps an SNI outside every zone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grace {
+    /// Unix seconds.
+    pub now: u64,
+    pub seconds: u64,
+}
+
+impl Grace {
+    /// At `now` (Unix seconds), a grace of `hours` (`OWNERSHIP_GRACE_HOURS`).
+    pub fn hours(now: u64, hours: u64) -> Grace {
+        Grace {
+            now,
+            seconds: hours.saturating_mul(3600),
+        }
+    }
 }
 
 impl Holders {
@@ -169,6 +229,7 @@ impl Holders {
         Holders {
             zones: manifest.holders.clone(),
             outside: manifest.outside_holders.clone(),
+            outside_absent: manifest.outside_absent_since.clone(),
         }
     }
 
@@ -176,6 +237,7 @@ impl Holders {
     pub fn store(self, manifest: &mut Manifest) {
         manifest.holders = self.zones;
         manifest.outside_holders = self.outside;
+        manifest.outside_absent_since = self.outside_absent;
     }
 }
 
@@ -195,113 +257,118 @@ pub fn owned_routes(
     zones: &BTreeMap<String, ZoneEntry>,
     previous: &Holders,
     mode: Mode<'_>,
+    grace: Grace,
 ) -> Owned {
-    let mut by_name: BTreeMap<String, Vec<&ZoneEntry>> = BTreeMap::new();
+    let mut by_name: BTreeMap<HostName, Vec<&ZoneEntry>> = BTreeMap::new();
     for entry in zones.values() {
         // A name that is not a host name gave no routes; it holds nothing.
         if let Ok(name) = normalize(&entry.name).to_host() {
-            by_name
-                .entry(name.as_str().to_owned())
-                .or_default()
-                .push(entry);
+            by_name.entry(name).or_default().push(entry);
         }
     }
-    let zone_names: BTreeSet<String> = by_name.keys().cloned().collect();
+    let zone_names: BTreeSet<String> = by_name.keys().map(|n| n.as_str().to_owned()).collect();
     let mut owned = Owned::default();
     for (name, mut group) in by_name {
         group.sort_by_key(|entry| key(entry));
+        let name = name.as_str().to_owned();
         let holder = first_holder(&group, previous.zones.get(&name));
         if let Some(holder) = &holder {
             owned.holders.zones.insert(name.clone(), holder.clone());
         }
         for entry in group.iter().filter(|entry| !entry.routes.is_empty()) {
-            let zone = key(entry);
-            let refusal = match mode {
-                Mode::Vpc(associated) if associated.contains(&zone) => None,
-                Mode::Vpc(_) => Some(Refusal::NotInVpc {
-                    name: name.clone(),
-                    zone,
-                }),
-                Mode::FirstHolder => match &holder {
-                    Some(holder) if *holder == zone => None,
-                    Some(holder) => Some(Refusal::HeldByAnother {
-                        name: name.clone(),
-                        zone,
-                        holder: holder.clone(),
-                    }),
-                    None => Some(Refusal::Unsettled {
-                        name: name.clone(),
-                        others: group
-                            .iter()
-                            .map(|other| key(other))
-                            .filter(|other| *other != zone)
-                            .collect(),
-                        zone,
-                    }),
-                },
-            };
-            match refusal {
+            match zone_refusal(&name, &group, key(entry), holder.as_ref(), mode) {
                 None => owned.candidates.extend(entry.routes.iter().cloned()),
                 Some(refusal) => owned.refusals.push(refusal),
             }
         }
     }
-    outside_names(&mut owned, &previous.outside, &zone_names);
+    outside_names(&mut owned, previous, &zone_names, grace);
     owned
 }
 
+/// Why `zone`, one of `group` (the zones named `name`), may not route its name, if it may not.
+fn zone_refusal(
+    name: &str,
+    group: &[&ZoneEntry],
+    zone: ZoneKey,
+    holder: Option<&ZoneKey>,
+    mode: Mode<'_>,
+) -> Option<Refusal> {
+    let others = |zone: &ZoneKey, keep: &dyn Fn(&ZoneKey) -> bool| -> Vec<ZoneKey> {
+        group
+            .iter()
+            .map(|other| key(other))
+            .filter(|other| other != zone && keep(other))
+            .collect()
+    };
+    let name = name.to_owned();
+    match mode {
+        // Route53 refuses two zones of one name on one VPC: two associated ones are on two.
+        Mode::Vpc(associated) if associated.contains(&zone) => {
+            let others = others(&zone, &|other| associated.contains(other));
+            (!others.is_empty()).then_some(Refusal::SeveralVpcs { name, zone, others })
+        }
+        Mode::Vpc(_) => Some(Refusal::NotInVpc { name, zone }),
+        Mode::FirstHolder => match holder {
+            Some(holder) if *holder == zone => None,
+            Some(holder) => Some(Refusal::HeldByAnother {
+                name,
+                zone,
+                holder: holder.clone(),
+            }),
+            None => Some(Refusal::Unsettled {
+                name,
+                others: others(&zone, &|_| true),
+                zone,
+            }),
+        },
+    }
+}
+
 /// Settles the SNIs that lie outside their own zone (docs/ARCHITECTURE.md, "Who may route a
-/// name outside every zone"), among the routes the zone names let through.
+/// name outside every zone"), among the routes the zone names let through. Any route whose SNI
+/// lies inside a deeper zone than its own (a child zone, another account's) is that zone's.
 fn outside_names(
     owned: &mut Owned,
-    previous: &BTreeMap<String, ZoneKey>,
+    previous: &Holders,
     zone_names: &BTreeSet<String>,
+    grace: Grace,
 ) {
     let mut claims: BTreeMap<String, BTreeSet<ZoneKey>> = BTreeMap::new();
     let mut refused: BTreeMap<(String, ZoneKey), Refusal> = BTreeMap::new();
-    for route in owned.candidates.iter().filter(|r| is_outside(r)) {
+    for route in &owned.candidates {
         let zone = route.zone_key();
-        match inside_zone(&route.sni, zone_names) {
-            Some(zone_name) => {
+        match inside_zone(route, zone_names) {
+            Some(inside) if inside != route.zone_name.as_str() => {
                 refused.insert(
                     (route.sni.clone(), zone.clone()),
                     Refusal::InAnotherZone {
                         sni: route.sni.clone(),
                         zone,
-                        zone_name: zone_name.to_owned(),
+                        zone_name: inside.to_owned(),
                     },
                 );
             }
+            Some(_) => {}
             None => {
                 claims.entry(route.sni.clone()).or_default().insert(zone);
             }
         }
     }
+    // A holder that claims nothing this run still holds its SNI through the grace.
+    for sni in previous.outside.keys() {
+        claims.entry(sni.clone()).or_default();
+    }
     for (sni, claimants) in claims {
-        let remembered = previous.get(&sni).filter(|z| claimants.contains(*z));
-        let holder = match (remembered, claimants.len()) {
-            (Some(holder), _) => Some(holder.clone()),
-            (None, 1) => claimants.first().cloned(),
-            (None, _) => None,
-        };
-        for zone in &claimants {
-            let refusal = match &holder {
-                Some(holder) if holder == zone => continue,
-                Some(holder) => Refusal::OutsideHeld {
-                    sni: sni.clone(),
-                    zone: zone.clone(),
-                    holder: holder.clone(),
-                },
-                None => Refusal::OutsideUnsettled {
-                    sni: sni.clone(),
-                    zone: zone.clone(),
-                    others: claimants.iter().filter(|o| *o != zone).cloned().collect(),
-                },
-            };
-            refused.insert((sni.clone(), zone.clone()), refusal);
+        let held = settle_outside(&sni, &claimants, previous, grace);
+        for refusal in held.refusals {
+            refused.insert((sni.clone(), refusal.zone().clone()), refusal);
         }
-        if let Some(holder) = holder {
-            owned.holders.outside.insert(sni, holder);
+        if let Some(holder) = held.holder {
+            owned.holders.outside.insert(sni.clone(), holder);
+        }
+        if let Some(since) = held.absent_since {
+            owned.holders.outside_absent.insert(sni, since);
         }
     }
     owned
@@ -310,25 +377,92 @@ fn outside_names(
     owned.refusals.extend(refused.into_values());
 }
 
-/// A route whose SNI is not its own zone's name nor under it (a `back-target` rule's).
-pub fn is_outside(route: &Route) -> bool {
-    let zone = route.zone_name.as_str();
-    let sni = route.sni.strip_prefix('.').unwrap_or(&route.sni);
-    !(sni == zone
-        || sni
-            .strip_suffix(zone)
-            .is_some_and(|head| head.ends_with('.')))
+/// Who holds one SNI outside every zone, and whom that refuses.
+struct Settled {
+    holder: Option<ZoneKey>,
+    /// When the holder stopped claiming it, while it is in its grace.
+    absent_since: Option<u64>,
+    refusals: Vec<Refusal>,
 }
 
-/// The zone name (of those known) that `sni` equals or lies under, if any.
-fn inside_zone<'a>(sni: &str, zone_names: &'a BTreeSet<String>) -> Option<&'a str> {
-    let mut rest = sni;
-    loop {
-        if let Some(zone) = zone_names.get(rest) {
-            return Some(zone.as_str());
-        }
-        rest = rest.split_once('.')?.1;
+/// The holder of `sni` among `claimants`: the remembered holder while it claims it, or for
+/// the grace after it stopped; else a sole claimant; else nobody.
+fn settle_outside(
+    sni: &str,
+    claimants: &BTreeSet<ZoneKey>,
+    previous: &Holders,
+    grace: Grace,
+) -> Settled {
+    let remembered = previous.outside.get(sni);
+    let absent = remembered.filter(|holder| !claimants.contains(*holder));
+    let since = absent.map(|_| {
+        previous
+            .outside_absent
+            .get(sni)
+            .copied()
+            .unwrap_or(grace.now)
+    });
+    let until = since.map(|since| since.saturating_add(grace.seconds));
+    if let (Some(holder), Some(until)) = (absent, until.filter(|until| grace.now < *until)) {
+        let refusals = claimants
+            .iter()
+            .map(|zone| Refusal::OutsideInGrace {
+                sni: sni.to_owned(),
+                zone: zone.clone(),
+                holder: holder.clone(),
+                until,
+            })
+            .collect();
+        return Settled {
+            holder: Some(holder.clone()),
+            absent_since: since,
+            refusals,
+        };
     }
+    let holder = match (remembered.filter(|_| absent.is_none()), claimants.len()) {
+        (Some(holder), _) => Some(holder.clone()),
+        (None, 1) => claimants.first().cloned(),
+        (None, _) => None,
+    };
+    let refusals = claimants
+        .iter()
+        .filter(|zone| holder.as_ref() != Some(*zone))
+        .map(|zone| match &holder {
+            Some(holder) => Refusal::OutsideHeld {
+                sni: sni.to_owned(),
+                zone: zone.clone(),
+                holder: holder.clone(),
+            },
+            None => Refusal::OutsideUnsettled {
+                sni: sni.to_owned(),
+                zone: zone.clone(),
+                others: claimants.iter().filter(|o| *o != zone).cloned().collect(),
+            },
+        })
+        .collect();
+    Settled {
+        holder,
+        absent_since: None,
+        refusals,
+    }
+}
+
+/// The name a route's SNI stands for: the exact name, or the suffix without its leading dot.
+fn sni_name(route: &Route) -> Option<HostName> {
+    HostName::parse(route.sni.strip_prefix('.').unwrap_or(&route.sni)).ok()
+}
+
+/// A route whose SNI is not its own zone's name nor under it (a `back-target` rule's).
+pub fn is_outside(route: &Route) -> bool {
+    sni_name(route).is_none_or(|sni| !sni.is_within(&route.zone_name))
+}
+
+/// The deepest zone name (of those known) that the route's SNI equals or lies under, if any.
+fn inside_zone<'a>(route: &Route, zone_names: &'a BTreeSet<String>) -> Option<&'a str> {
+    let sni = sni_name(route)?;
+    sni.ancestors()
+        .find_map(|name| zone_names.get(name))
+        .map(String::as_str)
 }
 
 /// The zone that holds a name: the only one; else the one remembered, if still there; else,

@@ -276,6 +276,7 @@ impl AccountRoute53 {
                             .map(|r| r.value().to_owned())
                             .collect(),
                         alias_target: set.alias_target().map(|a| a.dns_name().to_owned()),
+                        set_identifier: set.set_identifier().map(str::to_owned),
                     }),
             );
             match next_record_cursor(

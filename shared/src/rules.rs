@@ -52,6 +52,27 @@ pub enum Warning {
         front: HostName,
         near: NearMiss,
     },
+    /// The back record is a proxy name, or its value (a CNAME's or an alias's target) is: the
+    /// route would send every connection back into the proxy.
+    BackIsProxy {
+        zone: ZoneKey,
+        back: HostName,
+        proxy: String,
+    },
+    /// The back name is a routing-policy set (weighted, failover, …): several record sets,
+    /// each with a set identifier. `routed` says whether a route was made all the same.
+    PolicySet {
+        zone: ZoneKey,
+        back: HostName,
+        set_ids: Vec<String>,
+        routed: bool,
+    },
+    /// Two rules of one zone yield one SNI: neither routes it.
+    SameSni {
+        zone: ZoneKey,
+        sni: String,
+        rules: Vec<String>,
+    },
     /// Two zones claim the same SNI (the same zone name in two accounts): one wins.
     SniConflict {
         sni: String,
@@ -87,6 +108,40 @@ impl fmt::Display for Warning {
                  a plain host name ({error}), so no route"
             ),
             Warning::NearProxy { zone, front, near } => write!(f, "zone {zone}: {front} {near}"),
+            Warning::BackIsProxy { zone, back, proxy } => write!(
+                f,
+                "zone {zone}: back record {back} is or points at the peering proxy {proxy}: \
+                 every connection would loop back into the proxy, so no route"
+            ),
+            Warning::PolicySet {
+                zone,
+                back,
+                set_ids,
+                routed: true,
+            } => write!(
+                f,
+                "zone {zone}: back record {back} is a routing-policy set (set identifiers {}): \
+                 the proxy resolves {back} by name, so it forwards to whichever value Route53 \
+                 answers it at each resolution",
+                set_ids.join(", ")
+            ),
+            Warning::PolicySet {
+                zone,
+                back,
+                set_ids,
+                routed: false,
+            } => write!(
+                f,
+                "zone {zone}: back record {back} is a routing-policy set (set identifiers {}) \
+                 whose CNAMEs do not all point to one name: no single SNI to route, so no route",
+                set_ids.join(", ")
+            ),
+            Warning::SameSni { zone, sni, rules } => write!(
+                f,
+                "zone {zone}: rules {} all yield SNI {sni}; only their order would decide which \
+                 serves, so none routes it (change one rule's front or back)",
+                rules.join(" and ")
+            ),
             Warning::SniConflict { sni, kept, dropped } => write!(
                 f,
                 "SNI {sni} is claimed by zone {kept} and by zone {dropped}; routing to \
@@ -103,6 +158,18 @@ pub struct ZoneOutcome {
     pub routes: Vec<Route>,
     pub warnings: Vec<Warning>,
 }
+
+/// One record set at a name, as the matcher reads it.
+struct Set<'a> {
+    rtype: &'a str,
+    /// The record's value as a name (a CNAME's target, an alias record's target), decoded.
+    target: Option<DomainName>,
+    /// A routing-policy set's identifier (weighted, failover, …).
+    set_id: Option<&'a str>,
+}
+
+/// A zone's record sets by decoded name.
+type Index<'a> = HashMap<HostName, Vec<Set<'a>>>;
 
 /// Matches the rule table against one zone. Public zones produce nothing: the proxy only
 /// serves private names.
@@ -121,88 +188,191 @@ pub fn zone_routes(rules: &[Rule], zone: &ZoneRecords, proxies: &[HostName]) -> 
             return outcome;
         }
     };
-    let proxy_names: Vec<DomainName> = proxies.iter().map(|p| normalize(p.as_str())).collect();
-
-    // Index the record sets by decoded name; a name that is not a plain host name never
-    // reaches the config, but a person is told about it.
-    let mut by_name: HashMap<HostName, Vec<(&str, Option<DomainName>)>> = HashMap::new();
-    for record in &zone.records {
-        let name = match normalize(&record.name).to_host() {
-            Ok(name) => name,
-            Err(error) => {
-                outcome.warnings.push(Warning::RecordName {
-                    zone: key.clone(),
-                    zone_name: zone_name.clone(),
-                    error,
-                });
-                continue;
-            }
-        };
-        let target = record.values.first().map(|v| normalize(v));
-        by_name
-            .entry(name)
-            .or_default()
-            .push((record.rtype.as_str(), target));
-    }
-
+    let by_name = index(zone, &key, &zone_name, &mut outcome.warnings);
+    let matcher = Matcher {
+        zone: &key,
+        zone_name: &zone_name,
+        by_name: &by_name,
+        proxies,
+        proxy_names: proxies.iter().map(HostName::to_domain).collect(),
+    };
     for rule in rules {
-        let front = zone_name.with_prefix(&rule.front);
-        let points_at_proxy = by_name.get(&front).is_some_and(|sets| {
-            sets.iter().any(|(rtype, target)| {
-                *rtype == FRONT_TYPE && target.as_ref().is_some_and(|t| proxy_names.contains(t))
-            })
-        });
-        if !points_at_proxy {
-            outcome
-                .warnings
-                .extend(near_misses(&key, &front, &by_name, proxies));
-            continue;
-        }
-        let back = zone_name.with_prefix(&rule.back);
-        let backs: Vec<&(&str, Option<DomainName>)> = by_name
-            .get(&back)
-            .map(|sets| {
-                sets.iter()
-                    .filter(|(rtype, _)| rule.accepts_back(rtype))
-                    .collect()
-            })
-            .unwrap_or_default();
-        if backs.is_empty() {
-            outcome.warnings.push(Warning::MissingBackend {
+        let (route, warnings) = matcher.rule(rule);
+        outcome.routes.extend(route);
+        outcome.warnings.extend(warnings);
+    }
+    refuse_shared_snis(&key, &mut outcome);
+    outcome
+}
+
+/// Indexes the record sets by decoded name; a name that is not a plain host name never
+/// reaches the config, but a person is told about it.
+fn index<'a>(
+    zone: &'a ZoneRecords,
+    key: &ZoneKey,
+    zone_name: &HostName,
+    warnings: &mut Vec<Warning>,
+) -> Index<'a> {
+    let mut by_name: Index<'a> = HashMap::new();
+    for record in &zone.records {
+        match normalize(&record.name).to_host() {
+            Ok(name) => by_name.entry(name).or_default().push(Set {
+                rtype: record.rtype.as_str(),
+                target: record.target().map(normalize),
+                set_id: record.set_identifier.as_deref(),
+            }),
+            Err(error) => warnings.push(Warning::RecordName {
                 zone: key.clone(),
+                zone_name: zone_name.clone(),
+                error,
+            }),
+        }
+    }
+    by_name
+}
+
+/// One zone's records, ready to be matched rule by rule.
+struct Matcher<'a> {
+    zone: &'a ZoneKey,
+    zone_name: &'a HostName,
+    by_name: &'a Index<'a>,
+    proxies: &'a [HostName],
+    proxy_names: Vec<DomainName>,
+}
+
+impl Matcher<'_> {
+    /// The route `rule` makes of the zone, if any, and what is worth a warning.
+    fn rule(&self, rule: &Rule) -> (Option<Route>, Vec<Warning>) {
+        let zone = self.zone.clone();
+        let front = self.zone_name.with_prefix(&rule.front);
+        if !self.points_at_proxy(&front) {
+            return (
+                None,
+                near_misses(self.zone, &front, self.by_name, self.proxies),
+            );
+        }
+        let back = self.zone_name.with_prefix(&rule.back);
+        let backs: Vec<&Set> = self.by_name.get(&back).map_or_else(Vec::new, |sets| {
+            sets.iter()
+                .filter(|set| rule.accepts_back(set.rtype))
+                .collect()
+        });
+        if backs.is_empty() {
+            let expected = rule.back_types_text();
+            let missing = Warning::MissingBackend {
+                zone,
                 front,
                 back,
-                expected: rule.back_types_text(),
-            });
-            continue;
+                expected,
+            };
+            return (None, vec![missing]);
         }
+        // A back that is, or points at, the proxy sends each connection back into it.
+        let looped = std::iter::once(back.to_domain())
+            .chain(backs.iter().filter_map(|set| set.target.clone()))
+            .find(|name| self.proxy_names.contains(name));
+        if let Some(proxy) = looped {
+            return (
+                None,
+                vec![Warning::BackIsProxy {
+                    zone,
+                    back,
+                    proxy: proxy.to_string(),
+                }],
+            );
+        }
+        let set_ids: Vec<String> = backs
+            .iter()
+            .filter_map(|set| set.set_id.map(str::to_owned))
+            .collect();
         let target = match rule.sni {
+            SniMode::BackTarget if !one_target(&backs) => {
+                let routed = false;
+                return (
+                    None,
+                    vec![Warning::PolicySet {
+                        zone,
+                        back,
+                        set_ids,
+                        routed,
+                    }],
+                );
+            }
             SniMode::BackTarget => match back_target(&backs) {
                 Ok(target) => Some(target),
-                Err(error) => {
-                    outcome.warnings.push(Warning::BackTarget {
-                        zone: key.clone(),
-                        back,
-                        error,
-                    });
-                    continue;
-                }
+                Err(error) => return (None, vec![Warning::BackTarget { zone, back, error }]),
             },
             _ => None,
         };
-        outcome
-            .routes
-            .extend(rule.route(&key, &zone_name, target.as_ref()));
+        let route = rule.route(&zone, self.zone_name, target.as_ref());
+        if set_ids.is_empty() {
+            return (route, Vec::new());
+        }
+        let routed = true;
+        (
+            route,
+            vec![Warning::PolicySet {
+                zone,
+                back,
+                set_ids,
+                routed,
+            }],
+        )
     }
-    outcome
+
+    /// Whether `front` is a CNAME to one of the proxy names.
+    fn points_at_proxy(&self, front: &HostName) -> bool {
+        self.by_name.get(front).is_some_and(|sets| {
+            sets.iter().any(|set| {
+                set.rtype == FRONT_TYPE
+                    && set
+                        .target
+                        .as_ref()
+                        .is_some_and(|t| self.proxy_names.contains(t))
+            })
+        })
+    }
+}
+
+/// Two rules of one zone that yield one SNI: neither routes it, since only the order of the
+/// rules would decide which port serves.
+fn refuse_shared_snis(zone: &ZoneKey, outcome: &mut ZoneOutcome) {
+    let mut rules_by_sni: BTreeMap<(SniMatch, &str), Vec<String>> = BTreeMap::new();
+    for route in &outcome.routes {
+        rules_by_sni
+            .entry((route.sni_match, route.sni.as_str()))
+            .or_default()
+            .push(route.rule.clone());
+    }
+    let shared: Vec<(String, Vec<String>)> = rules_by_sni
+        .into_iter()
+        .filter(|(_, rules)| rules.len() > 1)
+        .map(|((_, sni), rules)| (sni.to_owned(), rules))
+        .collect();
+    for (sni, rules) in shared {
+        outcome.routes.retain(|route| route.sni != sni);
+        outcome.warnings.push(Warning::SameSni {
+            zone: zone.clone(),
+            sni,
+            rules,
+        });
+    }
+}
+
+/// Whether the back sets agree on one target: several sets at one name (a routing policy)
+/// whose CNAMEs differ give no single SNI.
+fn one_target(backs: &[&Set]) -> bool {
+    let mut targets = backs.iter().filter_map(|set| set.target.as_ref());
+    let first = targets.next();
+    targets.all(|other| Some(other) == first)
 }
 
 /// The SNI of a `back-target` rule: the back CNAME's target, a plain host name without a
 /// wildcard (an EKS endpoint's name, lower-cased as every name is).
-fn back_target(backs: &[&(&str, Option<DomainName>)]) -> Result<HostName, NameError> {
+fn back_target(backs: &[&Set]) -> Result<HostName, NameError> {
     let target = backs
         .iter()
-        .find_map(|(_, target)| target.as_ref())
+        .find_map(|set| set.target.as_ref())
         .ok_or(NameError::Empty)?;
     let host = target.to_host()?;
     if host.as_str().starts_with('*') {
@@ -217,13 +387,13 @@ fn back_target(backs: &[&(&str, Option<DomainName>)]) -> Result<HostName, NameEr
 fn near_misses(
     zone: &ZoneKey,
     front: &HostName,
-    by_name: &HashMap<HostName, Vec<(&str, Option<DomainName>)>>,
+    by_name: &Index<'_>,
     proxies: &[HostName],
 ) -> Vec<Warning> {
     let sets = by_name.get(front).map_or(&[][..], Vec::as_slice);
     sets.iter()
-        .filter(|(rtype, _)| *rtype == FRONT_TYPE)
-        .filter_map(|(_, target)| target.as_ref()?.to_host().ok())
+        .filter(|set| set.rtype == FRONT_TYPE)
+        .filter_map(|set| set.target.as_ref()?.to_host().ok())
         .filter_map(|target| near_proxy(&target, proxies))
         .map(|near| Warning::NearProxy {
             zone: zone.clone(),

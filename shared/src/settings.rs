@@ -32,6 +32,7 @@ pub const GENERATE_VARIABLES: &[&str] = &[
     "MEMBER_ACCOUNTS",
     "MEMBER_ROLE_NAME",
     "ROUTING_RULES",
+    "OWNERSHIP_GRACE_HOURS",
 ];
 
 /// Every variable the configure function reads.
@@ -232,6 +233,9 @@ pub struct GenerateSettings {
     pub route53_requests_per_second: f64,
     /// The rule table: `ROUTING_RULES`, or the built-in rules when it is empty.
     pub routing_rules: Vec<Rule>,
+    /// How long a zone keeps an SNI outside every zone after its record for it disappeared
+    /// (docs/ARCHITECTURE.md, "Who may route a name outside every zone").
+    pub ownership_grace_hours: u64,
 }
 
 impl GenerateSettings {
@@ -287,7 +291,7 @@ impl GenerateSettings {
                 |p: &u8| *p <= 100,
             )?,
             template_key,
-            render_options: render_options(get("RENDER_OPTIONS"))?,
+            render_options: render_options(get("RENDER_OPTIONS"), get("ROUTING_RULES").is_some())?,
             route53_requests_per_second: number(
                 "ROUTE53_REQUESTS_PER_SECOND",
                 get("ROUTE53_REQUESTS_PER_SECOND"),
@@ -296,6 +300,13 @@ impl GenerateSettings {
                 |r: &f64| r.is_finite() && *r > 0.0 && *r <= 1000.0,
             )?,
             routing_rules: routing_rules(get("ROUTING_RULES"))?,
+            ownership_grace_hours: number(
+                "OWNERSHIP_GRACE_HOURS",
+                get("OWNERSHIP_GRACE_HOURS"),
+                DEFAULT_GRACE_HOURS,
+                "a whole number of hours from 0 to 8760",
+                |h: &u64| *h <= 8760,
+            )?,
         })
     }
 
@@ -486,17 +497,32 @@ fn dns_resolvers(raw: Option<String>) -> Result<Vec<SocketAddr>, SettingsError> 
     Ok(resolvers)
 }
 
-fn render_options(raw: Option<String>) -> Result<RenderOptions, SettingsError> {
+/// `OWNERSHIP_GRACE_HOURS` when unset: a cluster recreated, a record rewritten, a zone moved
+/// between accounts take hours, not minutes.
+pub const DEFAULT_GRACE_HOURS: u64 = 24;
+
+/// `RENDER_OPTIONS`. Its `backend_port` overrides the built-in rules' port (tests and demos
+/// point every route at one local backend); beside `ROUTING_RULES`, whose rules each set
+/// their own port, it is refused rather than silently overriding them.
+fn render_options(raw: Option<String>, own_rules: bool) -> Result<RenderOptions, SettingsError> {
     let Some(raw) = raw else {
         return Ok(RenderOptions::default());
     };
-    serde_json::from_str(&raw).map_err(|err| {
+    let options: RenderOptions = serde_json::from_str(&raw).map_err(|err| {
         invalid(
             "RENDER_OPTIONS",
             format!("a JSON object of template options ({err})"),
             &raw,
         )
-    })
+    })?;
+    match options.backend_port {
+        Some(port) if own_rules => Err(invalid(
+            "RENDER_OPTIONS",
+            "no backend_port beside ROUTING_RULES (each rule's port is the port)",
+            &format!("backend_port {port}"),
+        )),
+        _ => Ok(options),
+    }
 }
 
 fn list(raw: Option<String>) -> std::vec::IntoIter<String> {

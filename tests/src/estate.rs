@@ -85,6 +85,8 @@ pub enum RecordValue {
     Alias(String),
     /// A CNAME to this name.
     Cname(String),
+    /// One set of a weighted CNAME: its target and its set identifier (weight 1).
+    WeightedCname { target: String, set_id: String },
 }
 
 /// One record set to seed, its name spelled exactly as it is to be submitted (`*` or `\052`,
@@ -117,6 +119,20 @@ impl Record {
         }
     }
 
+    pub fn weighted_cname(
+        name: impl Into<String>,
+        target: impl Into<String>,
+        set_id: impl Into<String>,
+    ) -> Record {
+        Record {
+            name: name.into(),
+            value: RecordValue::WeightedCname {
+                target: target.into(),
+                set_id: set_id.into(),
+            },
+        }
+    }
+
     fn record_set(&self) -> Result<ResourceRecordSet, BuildError> {
         let builder = ResourceRecordSet::builder().name(&self.name);
         let builder = match &self.value {
@@ -127,6 +143,12 @@ impl Record {
             RecordValue::Cname(target) => builder
                 .r#type(RrType::Cname)
                 .ttl(TTL)
+                .resource_records(ResourceRecord::builder().value(target).build()?),
+            RecordValue::WeightedCname { target, set_id } => builder
+                .r#type(RrType::Cname)
+                .ttl(TTL)
+                .set_identifier(set_id)
+                .weight(1)
                 .resource_records(ResourceRecord::builder().value(target).build()?),
             RecordValue::Alias(dns_name) => builder.r#type(RrType::A).alias_target(
                 AliasTarget::builder()

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use autoproxy::excerpt;
 use autoproxy::model::{RecordSet, SniMatch, ZoneKey};
 use autoproxy::names::{HostName, NameError};
+use autoproxy::ownership::Grace;
 use serde::Serialize;
 use serde_json::Value;
 use tracing::{info, warn};
@@ -150,6 +151,12 @@ pub async fn explain(deps: &Deps, name: &HostName) -> Result<Explanation, Explai
         rules: &deps.settings.routing_rules,
         associated: associated.as_ref(),
         reads: &reads,
+        grace: Grace::hours(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |since| since.as_secs()),
+            deps.settings.ownership_grace_hours,
+        ),
     });
     if let Some(step) = unreadable {
         answer.why.insert(0, step);

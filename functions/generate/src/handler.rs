@@ -199,6 +199,7 @@ pub async fn handle_until(
         now_unix,
         now: generated_at,
         max_rule_drop_percent: deps.settings.max_rule_drop_percent,
+        grace_hours: deps.settings.ownership_grace_hours,
         config_location: &location,
     };
     let plan = plan::plan(inputs, &render).map_err(GenerateError::Render)?;

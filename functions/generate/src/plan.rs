@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use autoproxy::discovery::{Scope, Swept};
 use autoproxy::manifest::Manifest;
 use autoproxy::model::{Route, ZoneKey};
-use autoproxy::ownership::{self, Holders, Mode, Refusal};
+use autoproxy::ownership::{self, Grace, Holders, Mode, Refusal};
 use autoproxy::publish::{self, Current, Decision, Hold};
 use autoproxy::render::{RenderError, Rendered};
 use autoproxy::rules::resolve;
@@ -18,10 +18,14 @@ use crate::trigger::Trigger;
 mod accounts;
 use accounts::{AccountGuard, guard_accounts};
 
-/// An event names one zone: with a manifest to merge into, only that zone is read again.
+/// An event names one zone: with a manifest to merge into, only that zone is read again. A
+/// manifest whose routes the rule table no longer makes all (a `ROUTING_RULES` change) is no
+/// base to merge into: every zone is read again.
 pub fn scope(trigger: &Trigger, previous: Option<&Manifest>) -> Scope {
     match (trigger, previous) {
-        (Trigger::Route53 { zone, .. }, Some(_)) => Scope::Zones(vec![zone.clone()]),
+        (Trigger::Route53 { zone, .. }, Some(previous)) if previous.stale_routes == 0 => {
+            Scope::Zones(vec![zone.clone()])
+        }
         _ => Scope::Full,
     }
 }
@@ -39,6 +43,8 @@ pub struct Inputs<'a> {
     pub now_unix: u64,
     pub now: &'a str,
     pub max_rule_drop_percent: u8,
+    /// How long an absent holder keeps an SNI outside every zone (`OWNERSHIP_GRACE_HOURS`).
+    pub grace_hours: u64,
     /// Where the current config lives, for the diff's header.
     pub config_location: &'a str,
 }
@@ -98,20 +104,22 @@ pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError
         now_unix,
         now,
         max_rule_drop_percent,
+        grace_hours,
         config_location,
     } = inputs;
     let mut warnings = swept.failures.clone();
+    warnings.extend(stale_routes(previous));
     warnings.extend(swept.warnings.iter().cloned());
     let (hold, unfinished) = unfinished(&swept.manifest);
     warnings.extend(unfinished);
-
     let mut manifest = swept.manifest;
     let guard = AccountGuard::of(trigger, previous, max_rule_drop_percent, now);
     let holds = guard_accounts(&mut manifest, previous, &swept.outcomes, &guard);
     warnings.extend(holds.iter().map(ToString::to_string));
     let remembered = previous.map(Holders::of).unwrap_or_default();
     let mode = associated.map_or(Mode::FirstHolder, Mode::Vpc);
-    let owned = ownership::owned_routes(&manifest.zones, &remembered, mode);
+    let grace = Grace::hours(now_unix, grace_hours);
+    let owned = ownership::owned_routes(&manifest.zones, &remembered, mode, grace);
     owned.holders.store(&mut manifest);
     warnings.extend(owned.refusals.iter().map(ToString::to_string));
     let (routes, conflicts) = resolve(owned.candidates);
@@ -165,6 +173,15 @@ pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError
         diff,
         holds,
     })
+}
+
+/// The warning that the last manifest's routes were not all what the rule table makes now.
+fn stale_routes(previous: Option<&Manifest>) -> Option<String> {
+    let stale = previous.map(|p| p.stale_routes).filter(|n| *n > 0)?;
+    Some(format!(
+        "{stale} route(s) of the last manifest are not what the rule table (ROUTING_RULES) \
+         makes now: dropped, every zone read again; who holds each name is kept"
+    ))
 }
 
 /// What the run would change in the config: against the current one, or against nothing.
@@ -368,6 +385,7 @@ mod tests {
             now_unix: now,
             now: "2026-11-23T03:14:02Z",
             max_rule_drop_percent: 50,
+            grace_hours: 24,
             config_location: "s3://bucket/haproxy/haproxy.cfg",
         };
         plan(inputs, &render).unwrap()

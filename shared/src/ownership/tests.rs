@@ -45,8 +45,20 @@ fn zones(entries: Vec<ZoneEntry>) -> BTreeMap<String, ZoneEntry> {
 fn held(zones: BTreeMap<String, ZoneKey>) -> Holders {
     Holders {
         zones,
-        outside: BTreeMap::new(),
+        ..Holders::default()
     }
+}
+
+/// The run's time in these tests, and the default grace of a day.
+const NOW: u64 = 1_795_403_642;
+const GRACE: Grace = Grace {
+    now: NOW,
+    seconds: 24 * 3600,
+};
+
+/// [`super::owned_routes`] at [`NOW`] with the default grace.
+fn owned_routes(zones: &BTreeMap<String, ZoneEntry>, previous: &Holders, mode: Mode<'_>) -> Owned {
+    super::owned_routes(zones, previous, mode, GRACE)
 }
 
 fn zk(account: &str, id: &str) -> ZoneKey {
@@ -239,8 +251,8 @@ fn eks_entry(account: &str, id: &str, name: &str, sni: &str) -> ZoneEntry {
 
 fn outside(sni: &str, holder: ZoneKey) -> Holders {
     Holders {
-        zones: BTreeMap::new(),
         outside: BTreeMap::from([(sni.to_owned(), holder)]),
+        ..Holders::default()
     }
 }
 
@@ -293,11 +305,160 @@ fn two_new_claimants_of_an_outside_name_in_one_run_both_get_no_route() {
         assert!(matches!(refusal, Refusal::OutsideUnsettled { .. }));
         assert!(refusal.to_string().contains(ENDPOINT), "{refusal}");
     }
-    // When the remembered holder stops claiming, the sole claimant left takes it.
+    // When the remembered holder stopped claiming more than the grace ago, the sole
+    // claimant left takes it.
     let state = zones(vec![eks_entry(A, "ZA", "a.internal.", ENDPOINT)]);
-    let owned = owned_routes(&state, &outside(ENDPOINT, zk(B, "ZB")), Mode::FirstHolder);
+    let mut gone = outside(ENDPOINT, zk(B, "ZB"));
+    gone.outside_absent
+        .insert(ENDPOINT.to_owned(), NOW - GRACE.seconds);
+    let owned = owned_routes(&state, &gone, Mode::FirstHolder);
     assert_eq!(routed(&owned), [A]);
     assert_eq!(owned.holders.outside[ENDPOINT], zk(A, "ZA"));
+    assert!(owned.holders.outside_absent.is_empty());
+}
+
+#[test]
+fn an_absent_holder_keeps_an_outside_name_through_the_grace_and_routes_again() {
+    let holder = eks_entry(B, "ZB", "b.internal.", ENDPOINT);
+    let claimant = eks_entry(A, "ZA", "a.internal.", ENDPOINT);
+    let mut quiet = holder.clone();
+    quiet.routes.clear();
+    let first = owned_routes(
+        &zones(vec![holder.clone()]),
+        &Holders::default(),
+        Mode::FirstHolder,
+    );
+    // The holder's record is gone for one run: the claimant is refused, naming both zones.
+    let absent = owned_routes(
+        &zones(vec![quiet.clone(), claimant.clone()]),
+        &first.holders,
+        Mode::FirstHolder,
+    );
+    assert!(routed(&absent).is_empty());
+    assert_eq!(absent.holders.outside[ENDPOINT], zk(B, "ZB"));
+    assert_eq!(absent.holders.outside_absent[ENDPOINT], NOW);
+    let [refusal @ Refusal::OutsideInGrace { .. }] = &absent.refusals[..] else {
+        panic!("{:?}", absent.refusals)
+    };
+    let text = refusal.to_string();
+    for part in [
+        ENDPOINT,
+        "ZB in account",
+        "ZA in account",
+        "2026-11-24T03:14:02Z",
+    ] {
+        assert!(text.contains(part), "{part} not in {text}");
+    }
+    // Still absent an hour later, and nobody claims it: still held, since the first absence.
+    let later = Grace {
+        now: NOW + 3600,
+        ..GRACE
+    };
+    let alone = super::owned_routes(
+        &zones(vec![quiet.clone()]),
+        &absent.holders,
+        Mode::FirstHolder,
+        later,
+    );
+    assert_eq!(alone.holders.outside_absent[ENDPOINT], NOW);
+    // Back within the grace: the holder routes again, the claimant is refused.
+    let back = super::owned_routes(
+        &zones(vec![holder, claimant.clone()]),
+        &alone.holders,
+        Mode::FirstHolder,
+        later,
+    );
+    assert_eq!(routed(&back), [B]);
+    assert!(back.holders.outside_absent.is_empty());
+    assert!(matches!(&back.refusals[..], [Refusal::OutsideHeld { .. }]));
+    // Never back: once the grace is over, the claimant takes the name.
+    let over = Grace {
+        now: NOW + GRACE.seconds,
+        ..GRACE
+    };
+    let taken = super::owned_routes(
+        &zones(vec![quiet, claimant]),
+        &absent.holders,
+        Mode::FirstHolder,
+        over,
+    );
+    assert_eq!(routed(&taken), [A]);
+}
+
+#[test]
+fn a_name_inside_a_child_zone_is_the_child_zones_in_every_mode() {
+    // The parent a.internal (account A) reaches into b.a.internal (account B).
+    let child = entry(B, "ZB", "b.a.internal.", true);
+    let by_target = eks_entry(A, "ZA", "a.internal.", "cluster.b.a.internal");
+    let rules = crate::rules::parse_rules(
+        r#"[{"id": "k8s", "front": "proxy.k8s.b", "back": "k8s.b", "back_types": ["A"], "sni": "back"}]"#,
+    )
+    .unwrap();
+    let zone = Zone {
+        account: A.to_owned(),
+        id: "ZP".to_owned(),
+        name: "p.internal.".to_owned(),
+        private: true,
+    };
+    let records = vec![
+        RecordSet::new("k8s.b.p.internal.", "A", &["10.0.0.2"]),
+        RecordSet::new("proxy.k8s.b.p.internal.", "CNAME", &[PROXY]),
+    ];
+    let proxies = [HostName::parse(PROXY).unwrap()];
+    let by_name = ZoneEntry::new(
+        &zone,
+        zone_routes(
+            &rules,
+            &ZoneRecords {
+                zone: zone.clone(),
+                records,
+            },
+            &proxies,
+        )
+        .routes,
+        vec![],
+    );
+    let child_p = entry(B, "ZC", "b.p.internal.", false);
+    let state = zones(vec![child, by_target, by_name, child_p]);
+    let associated = BTreeSet::from([zk(A, "ZA"), zk(B, "ZB"), zk(A, "ZP"), zk(B, "ZC")]);
+    for mode in [Mode::FirstHolder, Mode::Vpc(&associated)] {
+        let owned = owned_routes(&state, &Holders::default(), mode);
+        assert_eq!(routed(&owned), [B], "{:?}", owned.refusals);
+        let inside: Vec<&str> = owned
+            .refusals
+            .iter()
+            .filter_map(|r| match r {
+                Refusal::InAnotherZone { zone_name, .. } => Some(zone_name.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            inside,
+            ["b.a.internal", "b.p.internal"],
+            "{:?}",
+            owned.refusals
+        );
+    }
+}
+
+#[test]
+fn a_name_held_by_zones_of_two_proxy_vpcs_routes_from_neither() {
+    let state = zones(vec![
+        entry(B, "ZB", "shared.internal.", true),
+        entry(A, "ZA", "shared.internal.", false),
+        entry(C, "ZC", "other.internal.", true),
+    ]);
+    let associated = BTreeSet::from([zk(A, "ZA"), zk(B, "ZB"), zk(C, "ZC")]);
+    let owned = owned_routes(&state, &Holders::default(), Mode::Vpc(&associated));
+    assert_eq!(routed(&owned), [C]);
+    let [refusal @ Refusal::SeveralVpcs { zone, others, .. }] = &owned.refusals[..] else {
+        panic!("{:?}", owned.refusals)
+    };
+    assert_eq!((zone, &others[..]), (&zk(B, "ZB"), &[zk(A, "ZA")][..]));
+    assert!(
+        refusal.to_string().contains("other proxy VPCs"),
+        "{refusal}"
+    );
 }
 
 #[test]

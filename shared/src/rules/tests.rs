@@ -437,3 +437,127 @@ fn every_mode_makes_the_route_its_name_says() {
         );
     }
 }
+
+#[test]
+fn a_back_that_is_or_points_at_the_proxy_is_refused_in_every_mode() {
+    // The proxy's name as Route53 may spell it: any case, a trailing dot, escapes.
+    for spelling in [
+        PROXY,
+        "Peering-Proxy.Tools.Example.COM.",
+        "peering\\055proxy.tools.example.com.",
+    ] {
+        let loops = |records: Vec<RecordSet>, back: &str| {
+            let mut records = records;
+            records.extend([
+                RecordSet::new("api.z.", "A", &["10.0.0.1"]),
+                RecordSet::new("proxy.api.z.", "CNAME", &[PROXY]),
+            ]);
+            check_modes(
+                records,
+                &["api proxy.api.z -> api.z:443"],
+                &[&format!(
+                    "back record {back} is or points at the peering proxy"
+                )],
+            );
+        };
+        loops(
+            vec![
+                RecordSet::new("eks.z.", "CNAME", &[spelling]),
+                RecordSet::new("proxy.eks.z.", "CNAME", &[PROXY]),
+            ],
+            "eks.z",
+        );
+        loops(
+            vec![
+                RecordSet::alias("k8s.z.", "A", spelling),
+                RecordSet::new("proxy.k8s.z.", "CNAME", &[PROXY]),
+            ],
+            "k8s.z",
+        );
+        loops(
+            vec![
+                RecordSet::new("*.apps.z.", "CNAME", &[PROXY]),
+                RecordSet::new("router.z.", "CNAME", &[spelling]),
+            ],
+            "router.z",
+        );
+    }
+    // The built-in ingress rule, whose back takes CNAMEs.
+    let mut records = ingress_pair("example.internal.");
+    records[1] = RecordSet::new("ingress-int.example.internal.", "CNAME", &[PROXY]);
+    let (routes, warnings) = matched(&zone("1", "Z1", "example.internal.", records));
+    assert!(routes.is_empty(), "{routes:?}");
+    assert!(
+        warnings[0].contains("ingress-int.example.internal"),
+        "{warnings:?}"
+    );
+    assert!(warnings[0].contains("Z1 in account 1"), "{warnings:?}");
+}
+
+#[test]
+fn two_rules_yielding_one_sni_route_neither_naming_both() {
+    let rules = parse_rules(
+        r#"[
+        {"id": "svc-a", "front": "p1", "back": "svc", "back_types": ["A"], "sni": "back", "port": 8443},
+        {"id": "svc-b", "front": "p2", "back": "svc", "back_types": ["A"], "sni": "back"},
+        {"id": "api", "front": "proxy.api", "back": "api", "back_types": ["A"], "sni": "front"}
+    ]"#,
+    )
+    .unwrap();
+    let mut records = api_pair("z.");
+    records.extend([
+        RecordSet::new("svc.z.", "A", &["10.0.0.7"]),
+        RecordSet::new("p1.z.", "CNAME", &[PROXY]),
+        RecordSet::new("p2.z.", "CNAME", &[PROXY]),
+    ]);
+    let (routes, warnings) = matched_with(&rules, &zone("1", "Z1", "z.", records));
+    assert_eq!(routes, ["api proxy.api.z -> api.z:443"]);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("rules svc-a and svc-b all yield SNI svc.z"),
+        "{warnings:?}"
+    );
+}
+
+#[test]
+fn a_routing_policy_set_at_a_back_name_is_warned_about_naming_its_sets() {
+    let weighted = |target: &str, id: &str| RecordSet {
+        set_identifier: Some(id.to_owned()),
+        ..RecordSet::new("router.z.", "CNAME", &[target])
+    };
+    let front = RecordSet::new("*.apps.z.", "CNAME", &[PROXY]);
+    // Routed by name: the proxy forwards to whichever set Route53 answers.
+    check_modes(
+        vec![
+            front.clone(),
+            weighted("blue.example.com", "blue"),
+            weighted("green.example.com", "green"),
+        ],
+        &["web .apps.z -> router.z:8443"],
+        &["routing-policy set (set identifiers blue, green)"],
+    );
+    // back-target: sets that point to different names give no single SNI.
+    let eks = |target: &str, id: &str| RecordSet {
+        set_identifier: Some(id.to_owned()),
+        ..RecordSet::new("eks.z.", "CNAME", &[target])
+    };
+    let eks_front = RecordSet::new("proxy.eks.z.", "CNAME", &[PROXY]);
+    check_modes(
+        vec![
+            eks_front.clone(),
+            eks("a.example.com", "primary"),
+            eks("b.example.com", "secondary"),
+        ],
+        &[],
+        &["(set identifiers primary, secondary) whose CNAMEs do not all point to one name"],
+    );
+    check_modes(
+        vec![
+            eks_front,
+            eks("a.example.com", "primary"),
+            eks("A.example.com.", "secondary"),
+        ],
+        &["eks a.example.com -> eks.z:443"],
+        &["set identifiers primary, secondary"],
+    );
+}

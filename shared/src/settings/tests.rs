@@ -107,6 +107,8 @@ fn bad_values_name_the_variable_expectation_and_value() {
         ("SCAN_OWN_ACCOUNT", "false", "nothing to scan"),
         ("PROXY_VPCS", "vpc-0123456789abcdef0", "region:vpc-id"),
         ("PROXY_VPCS", "eu-west-1:vpc-XYZ", "region:vpc-id"),
+        ("OWNERSHIP_GRACE_HOURS", "8761", "0 to 8760"),
+        ("OWNERSHIP_GRACE_HOURS", "a day", "0 to 8760"),
     ];
     for (variable, value, expected) in cases {
         let mut vars = MINIMAL.to_vec();
@@ -121,6 +123,32 @@ fn bad_values_name_the_variable_expectation_and_value() {
     assert_eq!(err.variable, "PEERING_PROXY_HOSTNAME");
     let err = generate(&[]).unwrap_err();
     assert_eq!(err.variable, "CONFIG_BUCKET");
+}
+
+#[test]
+fn a_rule_s_port_is_the_port_and_the_grace_defaults_to_a_day() {
+    let s = generate(MINIMAL).unwrap();
+    assert_eq!(s.ownership_grace_hours, DEFAULT_GRACE_HOURS);
+    assert_eq!(DEFAULT_GRACE_HOURS, 24);
+    let port = ("RENDER_OPTIONS", "{\"backend_port\": 8443}");
+    // Beside the built-in rules it points them at one backend port (tests, the demo) ...
+    let mut vars = MINIMAL.to_vec();
+    vars.push(port);
+    assert_eq!(
+        generate(&vars).unwrap().render_options.backend_port,
+        Some(8443)
+    );
+    // ... beside ROUTING_RULES, whose rules set their own ports, it is refused.
+    let rules = r#"[{"id": "k", "front": "p.k", "back": "k", "back_types": ["A"], "sni": "back"}]"#;
+    vars.push(("ROUTING_RULES", rules));
+    let err = generate(&vars).unwrap_err();
+    assert_eq!(err.variable, "RENDER_OPTIONS");
+    let text = err.to_string();
+    assert!(
+        text.contains("no backend_port beside ROUTING_RULES"),
+        "{text}"
+    );
+    assert!(text.contains("backend_port 8443"), "{text}");
 }
 
 #[test]

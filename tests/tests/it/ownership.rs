@@ -7,6 +7,8 @@ use autoproxy_tests::estate::{Record, ZoneSpec, api_pair};
 use aws_sdk_route53::types::{HostedZoneConfig, Vpc, VpcRegion};
 use serde_json::json;
 
+mod tenants;
+
 use super::generate::{
     AT, Estate, LATER, MEMBER_A, MEMBER_B, PROXY, api_sni, assert_warning, run, snis,
 };

@@ -56,6 +56,7 @@ const NOW: u64 = 1_795_403_642;
 mod clean;
 mod events;
 mod generators;
+mod holders;
 mod manifests;
 mod names;
 mod route53;

@@ -3,13 +3,19 @@ use std::collections::BTreeMap;
 use autoproxy::manifest::{Manifest, ZoneEntry, zone_key};
 use autoproxy::model::{RecordSet, Route, Zone, ZoneKey, ZoneRecords};
 use autoproxy::names::HostName;
-use autoproxy::ownership::{self, Holders, Mode};
+use autoproxy::ownership::{self, Grace, Holders, Mode};
 use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, RenderOptions, Renderer};
 use autoproxy::rules::{DEFAULT_RULES, Rule, parse_rules, resolve, zone_routes};
 use autoproxy::s3::CurrentConfig;
 use serde_json::json;
 
 use super::why::{self, Facts, ZoneRead};
+
+/// The time of these answers, and the default grace.
+const GRACE: Grace = Grace {
+    now: 1_795_403_642,
+    seconds: 24 * 3600,
+};
 use super::*;
 
 const PROXY: &str = "peering-proxy.tools.example.com";
@@ -79,7 +85,7 @@ fn run_with(rules: &[Rule], zones: &[Seed<'_>], previous: Option<&Manifest>) -> 
         reads.insert(zone.key(), ZoneRead::Records(records.clone()));
     }
     let remembered = previous.map(Holders::of).unwrap_or_default();
-    let owned = ownership::owned_routes(&manifest.zones, &remembered, Mode::FirstHolder);
+    let owned = ownership::owned_routes(&manifest.zones, &remembered, Mode::FirstHolder, GRACE);
     owned.holders.store(&mut manifest);
     let (routes, _) = resolve(owned.candidates);
     World {
@@ -121,6 +127,7 @@ fn ask(world: &World, name: &str) -> Explanation {
         rules: &world.rules,
         associated: None,
         reads: &world.reads,
+        grace: GRACE,
     })
 }
 

@@ -8,7 +8,7 @@ use autoproxy::manifest::{Manifest, ZoneEntry};
 use autoproxy::model::{RecordSet, SniMatch, Zone, ZoneKey, ZoneRecords};
 use autoproxy::names::{HostName, normalize};
 use autoproxy::near_miss::near_proxy;
-use autoproxy::ownership::{self, Holders, Mode, Owned};
+use autoproxy::ownership::{self, Grace, Holders, Mode, Owned};
 use autoproxy::rules::{FRONT_TYPE, Rule, SniMode, zone_routes};
 use autoproxy::s3::CurrentConfig;
 
@@ -41,6 +41,8 @@ pub struct Facts<'a> {
     /// The zones of the proxy VPCs with `PROXY_VPCS`; `None` for first-holder ownership.
     pub associated: Option<&'a BTreeSet<ZoneKey>>,
     pub reads: &'a BTreeMap<ZoneKey, ZoneRead>,
+    /// Now, and how long an absent holder keeps an SNI outside every zone.
+    pub grace: Grace,
 }
 
 /// The zones the manifest knows that are `name` or a parent of it, deepest first; then those
@@ -54,12 +56,7 @@ pub fn candidates<'a>(name: &HostName, manifest: Option<&'a Manifest>) -> Vec<&'
         .values()
         .filter_map(|entry| {
             let zone = normalize(&entry.name).to_host().ok()?;
-            let holds = name.as_str() == zone.as_str()
-                || name
-                    .as_str()
-                    .strip_suffix(zone.as_str())
-                    .is_some_and(|head| head.ends_with('.'));
-            holds.then(|| (zone.as_str().len(), entry))
+            name.is_within(&zone).then(|| (zone.as_str().len(), entry))
         })
         .collect();
     found.sort_by(|(a, x), (b, y)| b.cmp(a).then(x.account.cmp(&y.account)));
@@ -102,7 +99,7 @@ pub fn explain(facts: &Facts<'_>) -> Explanation {
         return out;
     };
     let mode = facts.associated.map_or(Mode::FirstHolder, Mode::Vpc);
-    let owned = ownership::owned_routes(&manifest.zones, &Holders::of(manifest), mode);
+    let owned = ownership::owned_routes(&manifest.zones, &Holders::of(manifest), mode, facts.grace);
     let findings: Vec<Finding> = zones
         .iter()
         .map(|entry| zone_finding(facts, manifest, &owned, entry))
@@ -269,17 +266,8 @@ fn zone_finding<'a>(
     let zone_name = normalize(&entry.name)
         .to_host()
         .unwrap_or_else(|_| facts.name.clone());
-    let rule = facts
-        .rules
-        .iter()
-        .find(|rule| fits(rule, entry, &key, &zone_name, facts.name));
-    let inside = facts.name.as_str() == zone_name.as_str()
-        || facts
-            .name
-            .as_str()
-            .strip_suffix(zone_name.as_str())
-            .is_some_and(|head| head.ends_with('.'));
-    let first = if inside {
+    let rule = serving_rule(facts.rules, entry, &key, &zone_name, facts.name);
+    let first = if facts.name.is_within(&zone_name) {
         format!("zone {zone_name} ({key}) holds the name")
     } else {
         format!("zone {zone_name} ({key}) claims the name, outside it, as an SNI")
@@ -318,30 +306,47 @@ fn zone_finding<'a>(
     finding
 }
 
-/// Whether `rule` in this zone routes `name`: its exact SNI, or a name ending in its suffix
-/// no deeper than HAProxy looks. A `back-target` rule's SNI is the one the last run read.
+/// The rule of this zone that routes `name` as HAProxy picks it: an exact SNI before any
+/// suffix, then the longest suffix, whatever the table's order.
+fn serving_rule<'a>(
+    rules: &'a [Rule],
+    entry: &ZoneEntry,
+    zone: &ZoneKey,
+    zone_name: &HostName,
+    name: &HostName,
+) -> Option<&'a Rule> {
+    rules
+        .iter()
+        .filter_map(|rule| Some((fits(rule, entry, zone, zone_name, name)?, rule)))
+        .min_by_key(|(precedence, _)| *precedence)
+        .map(|(_, rule)| rule)
+}
+
+/// Whether `rule` in this zone routes `name`, and how HAProxy ranks it (lower first): its
+/// exact SNI (0), or a name ending in its suffix no deeper than HAProxy looks (the fewer
+/// labels stripped, the earlier). A `back-target` rule's SNI is the one the last run read.
 fn fits(
     rule: &Rule,
     entry: &ZoneEntry,
     zone: &ZoneKey,
     zone_name: &HostName,
     name: &HostName,
-) -> bool {
+) -> Option<usize> {
     if rule.sni == SniMode::BackTarget {
         return entry
             .routes
             .iter()
-            .any(|route| route.rule == rule.id && route.sni == name.as_str());
+            .any(|route| route.rule == rule.id && route.sni == name.as_str())
+            .then_some(0);
     }
-    let Some(route) = rule.route(zone, zone_name, None) else {
-        return false;
-    };
+    let route = rule.route(zone, zone_name, None)?;
     match route.sni_match {
-        SniMatch::Exact => route.sni == name.as_str(),
-        SniMatch::Suffix => name
-            .as_str()
-            .strip_suffix(&route.sni)
-            .is_some_and(|head| !head.is_empty() && head.split('.').count() <= SUFFIX_DEPTH),
+        SniMatch::Exact => (route.sni == name.as_str()).then_some(0),
+        SniMatch::Suffix => {
+            let head = name.as_str().strip_suffix(&route.sni)?;
+            let stripped = head.split('.').count();
+            (!head.is_empty() && stripped <= SUFFIX_DEPTH).then_some(stripped)
+        }
     }
 }
 

@@ -103,6 +103,10 @@ pub(super) fn merge_and_resolve(
         &swept.manifest.zones,
         &ownership::Holders::of(manifest),
         ownership::Mode::FirstHolder,
+        ownership::Grace {
+            now: NOW,
+            seconds: 24 * 3600,
+        },
     );
     let (routes, _conflicts) = resolve(owned.candidates);
     Ok((routes, publish::next_generation(manifest.generation, NOW)))

@@ -332,6 +332,7 @@ impl GenZone {
                     rtype: record.rtype.clone(),
                     values: record.values.clone(),
                     alias_target: record.alias_target.clone(),
+                    set_identifier: None,
                 })
                 .collect(),
         }
