@@ -9,7 +9,8 @@
 //! The two never import each other. Below them, the ground floor both stand on: `haproxy`
 //! (the runtime client, typed map commands), `control` (both ends of `resolver.sock`), `dns`
 //! (the engine, its schedule and knobs, one-shot resolution), `address_map`, `addresses`,
-//! `routes`, `record`, `running`, `log`; and the host floor: `files` (one durable replace),
+//! `routes`, `own` (this proxy's own addresses: no route into itself), `record`, `running`,
+//! `log`; and the host floor: `files` (one durable replace),
 //! `proc` (one `/proc` reader), `child` (bounded child processes) and `unit` (the systemd
 //! unit). Both parse the artifact with [`autoproxy::artifact`], the module the generator
 //! writes it with.
@@ -23,6 +24,7 @@ pub mod dns;
 pub mod files;
 pub mod haproxy;
 pub mod log;
+pub mod own;
 pub mod proc;
 pub mod record;
 pub mod resolve;
