@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::artifact::{self, Header, HeaderError, MapFiles};
 use crate::model::{Route, SniMatch};
+use crate::names::HostName;
 
 /// The default template, embedded: a Lambda ships only its `bootstrap`.
 pub const DEFAULT_TEMPLATE: &str = include_str!("../../templates/haproxy.cfg.j2");
@@ -77,6 +78,9 @@ impl Default for RenderOptions {
 pub struct RenderInput<'a> {
     pub routes: &'a [Route],
     pub resolvers: &'a [SocketAddr],
+    /// The peering proxy's own host names (`PEERING_PROXY_HOSTNAME`): written as `#@proxy`
+    /// lines, so the agent never routes a host that resolves to the proxy itself.
+    pub proxies: &'a [HostName],
     pub options: &'a RenderOptions,
     pub generation: u64,
     pub generated_at: &'a str,
@@ -159,6 +163,7 @@ impl Renderer {
             .map_err(RenderError::Template)?;
         let routes = route_views(input.routes, input.options.backend_port);
         let resolvers: Vec<String> = input.resolvers.iter().map(ToString::to_string).collect();
+        let proxies: Vec<&str> = input.proxies.iter().map(HostName::as_str).collect();
         let maps = MapFiles::stable();
         let mut header = Header {
             generation: input.generation,
@@ -172,6 +177,7 @@ impl Renderer {
                 header => Value::from(Serde(header)),
                 routes => Value::from(Serde(&routes)),
                 resolvers => Value::from(Serde(&resolvers)),
+                proxies => Value::from(Serde(&proxies)),
                 options => Value::from(Serde(input.options)),
                 maps => Value::from(Serde(&maps)),
                 generation_key => artifact::GENERATION_KEY,
@@ -278,7 +284,6 @@ fn short_hash(account: &str, zone_id: &str, len: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::names::HostName;
 
     fn route(rule: &str, account: &str, zone_id: &str, zone: &str, sni_match: SniMatch) -> Route {
         let zone_name = HostName::parse(zone).unwrap();
@@ -305,6 +310,7 @@ mod tests {
         Renderer::new(template)?.render(&RenderInput {
             routes,
             resolvers: &resolvers,
+            proxies: &[],
             options: &options,
             generation: 3,
             generated_at: "2026-01-01T00:00:00Z",
@@ -440,6 +446,7 @@ mod tests {
             let err = renderer.render(&RenderInput {
                 routes: &routes,
                 resolvers: &resolvers,
+                proxies: &[],
                 options: &options,
                 generation: 3,
                 generated_at: "2026-01-01T00:00:00Z",

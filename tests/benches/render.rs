@@ -25,6 +25,7 @@ fn main() {
             .render(&RenderInput {
                 routes: &routes,
                 resolvers: &resolvers,
+                proxies: &[],
                 options: &options,
                 generation: 1,
                 generated_at: "2026-01-01T00:00:00Z",

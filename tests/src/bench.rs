@@ -266,6 +266,7 @@ pub fn time_render(routes: &[Route]) -> (f64, String) {
     let input = RenderInput {
         routes,
         resolvers: &resolvers,
+        proxies: &[],
         options: &options,
         generation: 1,
         generated_at: "2026-01-01T00:00:00Z",

@@ -428,6 +428,7 @@ pub fn render_template(
         .render(&RenderInput {
             routes,
             resolvers,
+            proxies: &[],
             options,
             generation,
             generated_at: "2026-01-01T00:00:00Z",

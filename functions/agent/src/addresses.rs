@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use crate::address_map::MapFile;
 use crate::control::{self, Asked, SOCKET};
 use crate::dns::once::resolve_once;
+use crate::own::Own;
 
 /// What [`ensure`] achieved.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -40,11 +41,13 @@ pub enum By {
 }
 
 /// Makes sure each of `names` has an address in `<config dir>/autoproxy/addresses.map`
-/// before returning, within `budget` (see the module doc for how).
+/// before returning, within `budget` (see the module doc for how); a name that resolves to
+/// this proxy (`own`) gets none, whoever resolves it.
 pub async fn ensure(
     config_dir: &Path,
     names: &[String],
     nameservers: &[SocketAddr],
+    own: &Own,
     budget: Duration,
 ) -> Ensured {
     let deadline = Instant::now() + budget;
@@ -74,7 +77,7 @@ pub async fn ensure(
         }
         Err(Asked::NoResolver) => {
             ensured.by = By::Itself;
-            let results = resolve_once(&wanted, nameservers, deadline).await;
+            let results = resolve_unlooped(&wanted, nameservers, own, deadline).await;
             let map = MapFile::in_dir(config_dir);
             let found: Vec<(String, IpAddr)> = results
                 .iter()
@@ -112,6 +115,33 @@ pub async fn ensure(
     ensured
 }
 
+/// [`resolve_once`] of `wanted` and of the proxy's own names; a name that resolves to this
+/// proxy has no address, and says why.
+async fn resolve_unlooped(
+    wanted: &[String],
+    nameservers: &[SocketAddr],
+    own: &Own,
+    deadline: Instant,
+) -> Vec<(String, Result<IpAddr, String>)> {
+    let mut asked = wanted.to_vec();
+    asked.extend(own.names.iter().cloned());
+    let mut results = resolve_once(&asked, nameservers, deadline).await;
+    let resolved: std::collections::BTreeMap<String, Vec<IpAddr>> = results
+        .iter()
+        .filter(|(name, _)| own.names.contains(name))
+        .filter_map(|(name, result)| Some((name.clone(), vec![*result.as_ref().ok()?])))
+        .collect();
+    results.truncate(wanted.len());
+    for (name, result) in &mut results {
+        if let Ok(address) = result
+            && let Some(why) = own.looped(name, *address, &resolved)
+        {
+            *result = Err(why);
+        }
+    }
+    results
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,6 +157,7 @@ mod tests {
             dir.path(),
             &["a.example".to_owned(), "bad name".to_owned()],
             &[closed],
+            &Own::default(),
             Duration::from_secs(10),
         )
         .await;

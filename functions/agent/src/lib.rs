@@ -9,7 +9,8 @@
 //! The two never import each other. Below them, the ground floor both stand on: `haproxy`
 //! (the runtime client, typed map commands), `control` (both ends of `resolver.sock`), `dns`
 //! (the engine, its schedule and knobs, one-shot resolution), `address_map`, `addresses`,
-//! `routes`, `record`, `running`, `log`; and the host floor: `files` (one durable replace),
+//! `routes`, `own` (this proxy's own addresses: no route into itself), `record`, `running`,
+//! `log`; and the host floor: `files` (one durable replace),
 //! `proc` (one `/proc` reader), `child` (bounded child processes) and `unit` (the systemd
 //! unit). Both parse the artifact with [`autoproxy::artifact`], the module the generator
 //! writes it with.
@@ -23,6 +24,7 @@ pub mod dns;
 pub mod files;
 pub mod haproxy;
 pub mod log;
+pub mod own;
 pub mod proc;
 pub mod record;
 pub mod resolve;
@@ -54,28 +56,93 @@ mod floors {
         files
     }
 
-    /// The lines of `files` that name `crate::<other>` (comments aside).
+    /// The places in `files` that name `crate::<other>` (comments aside), in every form a
+    /// path takes: `crate::other`, `crate :: other`, and inside a group, `crate::{a, other}`,
+    /// nested and over several lines.
     fn naming(files: &[PathBuf], other: &str) -> Vec<String> {
-        let needle = format!("crate::{other}");
         files
             .iter()
             .flat_map(|file| {
                 let text = std::fs::read_to_string(file).unwrap_or_default();
-                text.lines()
-                    .enumerate()
-                    .filter(|(_, line)| !line.trim_start().starts_with("//"))
-                    .filter(|(_, line)| {
-                        line.match_indices(&needle).any(|(at, _)| {
-                            !line[at + needle.len()..]
-                                .starts_with(|c: char| c.is_alphanumeric() || c == '_')
-                        })
-                    })
-                    .map(|(number, line)| {
-                        format!("{}:{}: {}", file.display(), number + 1, line.trim())
-                    })
+                let code: String = text
+                    .lines()
+                    .map(|line| line.split_once("//").map_or(line, |(code, _)| code))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                named_under_crate(&code)
+                    .into_iter()
+                    .filter(|(name, _)| name == other)
+                    .map(|(_, line)| format!("{}:{line}", file.display()))
                     .collect::<Vec<_>>()
             })
             .collect()
+    }
+
+    /// The first segment of every path that starts at `crate` in `code`, with its line number.
+    fn named_under_crate(code: &str) -> Vec<(String, usize)> {
+        let chars: Vec<char> = code.chars().collect();
+        let ident = |c: char| c.is_alphanumeric() || c == '_';
+        let skip_space = |mut at: usize| {
+            while chars.get(at).is_some_and(|c| c.is_whitespace()) {
+                at += 1;
+            }
+            at
+        };
+        let line_of = |at: usize| chars[..at].iter().filter(|c| **c == '\n').count() + 1;
+        let mut found = Vec::new();
+        let mut at = 0;
+        while at + 5 <= chars.len() {
+            let word = chars[at..at + 5].iter().collect::<String>() == "crate";
+            let starts = at == 0 || !ident(chars[at - 1]);
+            if !(word && starts && !chars.get(at + 5).is_some_and(|c| ident(*c))) {
+                at += 1;
+                continue;
+            }
+            let colons = skip_space(at + 5);
+            if chars.get(colons..colons + 2) != Some(&[':', ':']) {
+                at += 5;
+                continue;
+            }
+            let mut next = skip_space(colons + 2);
+            let mut depth = 0;
+            // A group: the first segment of each of its top-level paths.
+            loop {
+                if chars.get(next) == Some(&'{') {
+                    depth += 1;
+                    next = skip_space(next + 1);
+                }
+                let end = (next..chars.len())
+                    .find(|i| !ident(chars[*i]))
+                    .unwrap_or(chars.len());
+                if end > next {
+                    found.push((chars[next..end].iter().collect(), line_of(next)));
+                }
+                if depth == 0 {
+                    break;
+                }
+                // On to the next path of the group, past this one's own nested groups.
+                let mut inner = 0;
+                let mut i = end;
+                while let Some(c) = chars.get(i) {
+                    match c {
+                        '{' => inner += 1,
+                        '}' if inner > 0 => inner -= 1,
+                        '}' | ',' if inner == 0 => break,
+                        _ => {}
+                    }
+                    i += 1;
+                }
+                if chars.get(i) == Some(&',') {
+                    next = skip_space(i + 1);
+                    if chars.get(next) != Some(&'}') {
+                        continue;
+                    }
+                }
+                break;
+            }
+            at = next.max(at + 5);
+        }
+        found
     }
 
     /// The ground floor: every module file but the two programs, `lib.rs` and `main.rs`.
@@ -123,10 +190,22 @@ mod floors {
             std::env::temp_dir().join(format!("autoproxy-floors-{}.rs", std::process::id()));
         std::fs::write(
             &probe,
-            "use crate::resolve::once;\nuse crate::resolver_like;\n// crate::apply\n",
+            "use crate::resolve::once;\nuse crate::resolver_like;\n// crate::apply\n\
+             use crate::{files, resolve};\nuse crate :: resolve;\n\
+             use crate::{\n    dns::{engine, once},\n    resolve::observe,\n};\n\
+             let x = crate::resolve::main; // crate::resolve\n",
         )
         .unwrap_or_default();
-        assert_eq!(naming(std::slice::from_ref(&probe), "resolve").len(), 1);
+        let found = naming(std::slice::from_ref(&probe), "resolve");
+        let lines: Vec<&str> = found
+            .iter()
+            .filter_map(|place| place.rsplit(':').next())
+            .collect();
+        assert_eq!(lines, ["1", "4", "5", "8", "10"], "{found:?}");
+        assert_eq!(
+            naming(std::slice::from_ref(&probe), "apply"),
+            Vec::<String>::new()
+        );
         let _ = std::fs::remove_file(probe);
     }
 }

@@ -183,6 +183,7 @@ pub async fn handle_until(
         renderer.render(&RenderInput {
             routes,
             resolvers: &deps.settings.dns_resolvers,
+            proxies: &deps.settings.proxy_hostnames,
             options: &deps.settings.render_options,
             generation,
             generated_at,

@@ -370,6 +370,7 @@ mod tests {
             renderer.render(&RenderInput {
                 routes,
                 resolvers: &resolvers,
+                proxies: &[],
                 options: &options,
                 generation,
                 generated_at: "2026-11-23T03:14:02Z",

@@ -115,6 +115,7 @@ fn seeded_config(
         .render(&RenderInput {
             routes: &routes,
             resolvers: &[dns.addr()],
+            proxies: &[],
             options: &haproxy.options(backend_port),
             generation: 1,
             generated_at: "2026-01-01T00:00:00Z",

@@ -164,8 +164,10 @@ impl Run {
             return;
         }
         let nameservers = artifact::nameservers(text).valid;
+        let own = crate::own::Own::of(text);
         let ensured =
-            crate::addresses::ensure(&self.paths.dir, &wanted, &nameservers, ADDRESS_BUDGET).await;
+            crate::addresses::ensure(&self.paths.dir, &wanted, &nameservers, &own, ADDRESS_BUDGET)
+                .await;
         if ensured.by == crate::addresses::By::Resolver {
             // The service writes the file before it pushes: a name it says is missing may be
             // in the file and not in the worker.

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use super::knobs::Knobs;
 use super::schedule::{Outcome, Pacer, Rules};
 use super::wire::{self, Reply};
+use crate::own::Own;
 use lookup::{InFlight, Lookup, Next, Pending};
 use names::Names;
 pub use transport::{TcpDone, Transport};
@@ -90,6 +91,11 @@ pub struct Engine {
     pub verbose: bool,
     /// Where the tick grid starts.
     epoch: Instant,
+    /// This proxy's own addresses and names: a name that resolves to one gets no address in
+    /// the map (a loop, [`crate::own`]).
+    own: Own,
+    /// What the own names resolved to last: every address of each.
+    own_resolved: BTreeMap<String, Vec<IpAddr>>,
 }
 
 impl Engine {
@@ -112,7 +118,25 @@ impl Engine {
             last_answer: None,
             verbose: true,
             epoch: Instant::now(),
+            own: Own::default(),
+            own_resolved: BTreeMap::new(),
         }
+    }
+
+    /// This proxy's own addresses and names from now on (their names are not added: the
+    /// caller resolves them like any other).
+    pub fn set_own(&mut self, own: Own) {
+        if own != self.own {
+            self.own_resolved
+                .retain(|name, _| own.names.contains(name.as_str()));
+            self.own = own;
+            self.dirty = true;
+        }
+    }
+
+    /// Why `name` at `address` may not be routed: it is this proxy ([`crate::own`]).
+    fn looped(&self, name: &str, address: IpAddr) -> Option<String> {
+        self.own.looped(name, address, &self.own_resolved)
     }
 
     pub fn set_nameservers(&mut self, nameservers: Vec<SocketAddr>) {
@@ -128,9 +152,16 @@ impl Engine {
         self.len() == 0
     }
 
+    /// How many names, known without an address, have not ended a turn yet (an answer, or
+    /// the turn's tries spent): the first pass over them is not over.
+    pub fn first_pending(&self) -> usize {
+        self.names.first_pending()
+    }
+
     /// The address of `name`, or why it has none.
     pub fn answer(&self, name: &str) -> Result<IpAddr, String> {
-        self.names.answer(name)
+        let address = self.names.answer(name)?;
+        self.looped(name, address).map_or(Ok(address), Err)
     }
 
     /// Whether `name` is known and not in the middle of a turn.
@@ -138,9 +169,14 @@ impl Engine {
         self.names.get(name).is_some_and(|e| !e.busy)
     }
 
-    /// The map as it should be: every name with an address, sorted.
+    /// The map as it should be: every name with an address, sorted, but those that resolve
+    /// to this proxy.
     pub fn snapshot(&self) -> BTreeMap<Arc<str>, IpAddr> {
-        self.names.snapshot()
+        let mut snapshot = self.names.snapshot();
+        if !self.own.addresses.is_empty() || !self.own.names.is_empty() {
+            snapshot.retain(|name, address| self.looped(name, *address).is_none());
+        }
+        snapshot
     }
 
     /// Adds `name`; one without an address starts its turn at once, at the cap. Its key.
@@ -474,6 +510,14 @@ impl Engine {
 
     /// The turn of `name` ended with `outcome`.
     fn finish(&mut self, name: &Arc<str>, outcome: &Outcome, why: Option<String>, now: Instant) {
+        if let Outcome::Addresses { addrs, .. } = outcome
+            && self.own.names.contains(name.as_ref())
+            && self.own_resolved.get(name.as_ref()) != Some(addrs)
+        {
+            // The proxy's own name moved: the hosts that resolve to it are looked at again.
+            self.own_resolved.insert(name.to_string(), addrs.clone());
+            self.dirty = true;
+        }
         let verbose = self.verbose;
         let Some(ended) = self
             .names

@@ -34,6 +34,9 @@ pub struct Installed {
     pub unsafe_agent_socket: Option<String>,
     /// The group HAProxy's workers run as (read from /etc/group by [`Watched::poll`]).
     pub worker_group: Option<u32>,
+    /// This proxy's own addresses and names (its names are among `names` too: resolved,
+    /// never routed).
+    pub own: crate::own::Own,
 }
 
 /// Reads what the resolver needs from a config's text.
@@ -61,6 +64,8 @@ pub fn read_installed(text: &str) -> Installed {
         .ok()
         .map(|header| header.generation);
     installed.routes = RouteHosts::of(text);
+    installed.own = crate::own::Own::of(text);
+    installed.names.extend(installed.own.names.iter().cloned());
     match socket::bind_path(text) {
         Ok(path) => installed.agent_socket = path,
         Err(path) => installed.unsafe_agent_socket = Some(path),

@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 use super::config::Installed;
 use crate::dns::engine::Engine;
 use crate::log::log;
-use figures::{Figures, RouteHosts, Shared};
+use figures::{Figures, FirstPass, RouteHosts, Shared};
 use http::Response;
 use probe::Probe;
 
@@ -36,6 +36,33 @@ const BIND_RETRY: Duration = Duration::from_secs(10);
 
 /// The map the worker is brought to.
 type Addresses = Arc<BTreeMap<Arc<str>, IpAddr>>;
+
+/// How many held hosts a log line names.
+const HELD_SHOWN: usize = 5;
+
+/// `: host (why), …` for the first [`HELD_SHOWN`] hosts without an address in `written`.
+fn explain_held(hosts: &RouteHosts, written: &Addresses, engine: &Engine) -> String {
+    let held: Vec<(&str, u64)> = hosts.without_address(written).collect();
+    if held.is_empty() {
+        return String::new();
+    }
+    let mut shown: Vec<String> = held
+        .iter()
+        .take(HELD_SHOWN)
+        .map(|(name, routes)| {
+            let why = match engine.answer(name) {
+                Ok(_) => "its address is not written yet".to_owned(),
+                Err(why) => why,
+            };
+            let plural = if *routes == 1 { "" } else { "s" };
+            format!("{name} ({routes} route{plural}: {why})")
+        })
+        .collect();
+    if held.len() > HELD_SHOWN {
+        shown.push(format!("and {} more hosts", held.len() - HELD_SHOWN));
+    }
+    format!(": {}", shown.join(", "))
+}
 
 /// Answers the HTTP socket's requests from the shared figures.
 #[derive(Debug, Clone)]
@@ -99,8 +126,13 @@ pub struct Observer {
     figures: Shared,
     answerer: Answerer,
     hosts: RouteHosts,
-    /// The map the unresolved routes were last counted against.
-    counted: Option<Addresses>,
+    /// The map the unresolved routes were last counted against, and their count then.
+    counted: Option<(Addresses, u64)>,
+    /// The count of unresolved routes the log last explained.
+    explained: u64,
+    /// Whether an installed config (one with a generation) was read.
+    installed: bool,
+    first_pass: FirstPass,
     endpoint: Endpoint,
     publisher: Option<JoinHandle<()>>,
 }
@@ -138,6 +170,9 @@ impl Observer {
             figures,
             hosts: RouteHosts::default(),
             counted: None,
+            explained: 0,
+            installed: false,
+            first_pass: FirstPass::NotStarted,
             endpoint: Endpoint::None,
             publisher,
         }
@@ -147,6 +182,7 @@ impl Observer {
     pub fn follow(&mut self, installed: &Installed, now: Instant) {
         self.hosts = installed.routes.clone();
         self.counted = None;
+        self.installed |= installed.generation.is_some();
         self.figures.update(|f| {
             f.installed_generation = installed.generation;
             f.stats_socket.clone_from(&installed.stats_socket);
@@ -167,16 +203,19 @@ impl Observer {
     /// Stores the loop's figures (every turn of the loop: a few stores; the routes without an
     /// address are counted again only when the map changed).
     pub fn update(&mut self, engine: &mut Engine, written: &Addresses, now: Instant) {
-        if !self
-            .counted
-            .as_ref()
-            .is_some_and(|c| Arc::ptr_eq(c, written))
-        {
-            let unresolved = self.hosts.unresolved(written);
-            self.figures.update(|f| f.unresolved_routes = unresolved);
-            self.counted = Some(Arc::clone(written));
+        let unresolved = self.count_unresolved(written);
+        self.first_pass = self.next_first_pass(engine, now);
+        // Explained once the first pass is over: before, most hosts are merely not asked yet.
+        if self.first_pass == FirstPass::Over && unresolved != self.explained {
+            self.explained = unresolved;
+            log(format_args!(
+                "held routes: {unresolved} of {} routes have a host without an address{}",
+                self.hosts.routes,
+                explain_held(&self.hosts, written, engine)
+            ));
         }
         let lag = engine.lag(now);
+        let first_pass = self.first_pass;
         self.figures.update(|f| {
             f.updated = now;
             f.names = u64::try_from(engine.len()).unwrap_or(u64::MAX);
@@ -184,6 +223,7 @@ impl Observer {
             f.failures_total = engine.totals.failed;
             f.lag = lag;
             f.last_answer = engine.last_answer;
+            f.first_pass = first_pass;
         });
         if let Endpoint::Failed { wanted, retry_at } = &self.endpoint
             && now >= *retry_at
@@ -192,6 +232,50 @@ impl Observer {
             self.endpoint = Endpoint::None;
             self.bind(wanted, now, false);
         }
+    }
+
+    /// The routes whose host has no address in `written`: counted again only when it is
+    /// another map than last time.
+    fn count_unresolved(&mut self, written: &Addresses) -> u64 {
+        if let Some((counted, unresolved)) = &self.counted
+            && Arc::ptr_eq(counted, written)
+        {
+            return *unresolved;
+        }
+        let unresolved = self.hosts.unresolved(written);
+        self.figures.update(|f| f.unresolved_routes = unresolved);
+        self.counted = Some((Arc::clone(written), unresolved));
+        unresolved
+    }
+
+    /// The first pass as of `now`: it starts when an installed config was read and ends once
+    /// every name ended a turn or the warm-up is over (logged once).
+    fn next_first_pass(&self, engine: &Engine, now: Instant) -> FirstPass {
+        let pending = u64::try_from(engine.first_pending()).unwrap_or(u64::MAX);
+        let next = match self.first_pass {
+            FirstPass::NotStarted if !self.installed => return FirstPass::NotStarted,
+            FirstPass::NotStarted => FirstPass::Running {
+                since: now,
+                pending,
+            },
+            FirstPass::Running { since, .. } => FirstPass::Running { since, pending },
+            FirstPass::Over => return FirstPass::Over,
+        };
+        if !ready::first_pass_over(next, now) {
+            return next;
+        }
+        if let FirstPass::Running { since, pending } = next {
+            log(format_args!(
+                "first pass over the hosts over after {:.1}s: {pending} names still without a first answer{}",
+                now.saturating_duration_since(since).as_secs_f64(),
+                if pending > 0 {
+                    " (warm-up over: their routes are held)"
+                } else {
+                    ""
+                }
+            ));
+        }
+        FirstPass::Over
     }
 
     /// Serves on `wanted` (path and group) from now on; nothing when it is none.

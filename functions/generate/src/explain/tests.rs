@@ -103,6 +103,7 @@ fn rendered(routes: &[Route]) -> CurrentConfig {
         .render(&RenderInput {
             routes,
             resolvers: &resolvers,
+            proxies: &[],
             options: &RenderOptions::default(),
             generation: 7,
             generated_at: "2026-11-23T03:14:02Z",

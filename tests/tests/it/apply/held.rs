@@ -5,6 +5,7 @@
 use std::net::Ipv4Addr;
 
 use autoproxy::names::HostName;
+use autoproxy_agent::resolve::observe::ready::WARM_UP;
 use autoproxy_tests::observe::CloudWatch;
 use autoproxy_tests::prometheus;
 use autoproxy_tests::resolver::{Knobs, Resolver};
@@ -286,5 +287,253 @@ fn a_held_routes_connections_are_rejected_as_no_address() {
         "CloudWatch has {:?}, sent {want:?}\n{}",
         sums(),
         resolver.output()
+    );
+}
+
+/// `GET path` through HAProxy's stats listener, as a load balancer's health check asks it.
+fn stats_get(f: &Fixture, path: &str) -> prometheus::Answer {
+    prometheus::get(f.haproxy.stats, path).unwrap_or_else(|err| panic!("GET {path}: {err}"))
+}
+
+/// Routes `<sni>.test` to each `(sni, host)`, by name, through the nameserver `dns`.
+fn named_routes(f: &Fixture, dns: SocketAddr, generation: u64, routes: &[(&str, &str)]) -> String {
+    let routes: Vec<_> = routes
+        .iter()
+        .map(|(sni, host)| {
+            let mut route = proxy::api_route(&format!("{sni}.test"), f.backends.get("a"));
+            route.backend = HostName::parse(host).unwrap();
+            route
+        })
+        .collect();
+    proxy::render_with(
+        generation,
+        &routes,
+        &f.haproxy.options(f.backends.port),
+        &[dns],
+    )
+}
+
+/// One member's broken records never make the proxy unready: a route whose host answers
+/// NXDOMAIN and one whose host is never answered are held, counted and explained, `/ready`
+/// answers 200 within the warm-up, and the other route serves.
+#[test]
+fn routes_whose_hosts_do_not_resolve_are_held_and_the_proxy_is_ready() {
+    let f = Fixture::new(&["a"]);
+    let dns = DnsServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
+    dns.set("api.good.test", &[ip(&f, "a")]);
+    dns.drop_queries("api.silent.test", true);
+    let routes = [
+        ("good", "api.good.test"),
+        ("gone", "api.gone.test"),
+        ("silent", "api.silent.test"),
+    ];
+    let (run, record) = f.apply_and_record(&f.upload(&named_routes(&f, dns.addr(), 1, &routes)));
+    assert!(run.success(), "{run}");
+    assert_eq!(record["unresolved_routes"], 2, "{record}");
+    let resolver = Resolver::start(&f.haproxy.config_path(), QUICK);
+    let ready = wait_until(WARM_UP, || stats_get(&f, "/ready").status == 200);
+    assert!(
+        ready,
+        "/ready within the warm-up: {:?}\n{}",
+        stats_get(&f, "/ready"),
+        resolver.output()
+    );
+    f.assert_routes("good.test", "a");
+    for held in ["proxy.api.gone.test", "proxy.api.silent.test"] {
+        let answer = f.haproxy.probe(held);
+        assert!(
+            matches!(answer, Err(ProbeError::Closed)),
+            "{held}: {answer:?}"
+        );
+    }
+    let metrics = stats_get(&f, "/agent/metrics").body;
+    assert_eq!(
+        autoproxy_tests::observe::sample(&metrics, "autoproxy_unresolved_routes"),
+        Some(2.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        autoproxy_tests::observe::sample(&metrics, "autoproxy_ready"),
+        Some(1.0)
+    );
+    let explained = wait_until(Duration::from_secs(5), || {
+        let output = resolver.output();
+        output.lines().any(|line| {
+            line.contains("held routes: 2 of 3 routes")
+                && line.contains("api.gone.test (1 route: NXDOMAIN")
+                && line.contains("api.silent.test (1 route: timeout")
+        })
+    });
+    assert!(explained, "{}", resolver.output());
+}
+
+/// The proxy's own failure still makes it unready: a resolver that answers nothing at all
+/// keeps `/ready` at 503 after the first pass is over, and says why.
+#[test]
+fn a_resolver_that_answers_nothing_makes_the_proxy_unready() {
+    let f = Fixture::new(&["a"]);
+    // Bound, never read: every query to it goes unanswered.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let nameserver = silent.local_addr().unwrap();
+    let routes = [("one", "api.one.test"), ("two", "api.two.test")];
+    let run = f.apply(&f.upload(&named_routes(&f, nameserver, 1, &routes)));
+    assert!(run.success(), "{run}");
+    let resolver = Resolver::start(&f.haproxy.config_path(), QUICK);
+    let passed = wait_until(Duration::from_secs(10), || {
+        let answer = stats_get(&f, "/ready");
+        answer.status == 503
+            && !answer.body.contains("first pass")
+            && answer
+                .body
+                .contains("the resolver has had no DNS answer yet")
+    });
+    assert!(
+        passed,
+        "{:?}\n{}",
+        stats_get(&f, "/ready"),
+        resolver.output()
+    );
+    let metrics = stats_get(&f, "/agent/metrics").body;
+    assert_eq!(
+        autoproxy_tests::observe::sample(&metrics, "autoproxy_ready"),
+        Some(0.0)
+    );
+    drop(silent);
+}
+
+/// The `stot` of frontend `tls_passthrough`: every connection it accepted.
+fn frontend_sessions(f: &Fixture) -> u64 {
+    let csv = f.haproxy.stats_command("show stat").unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap()
+        .trim_start_matches("# ")
+        .split(',')
+        .collect();
+    let stot = header.iter().position(|h| *h == "stot").unwrap();
+    lines
+        .map(|line| line.split(',').collect::<Vec<_>>())
+        .find(|fields| fields[0] == "tls_passthrough" && fields[1] == "FRONTEND")
+        .map(|fields| fields[stot].parse().unwrap())
+        .unwrap()
+}
+
+/// A config routing `good.test` to backend `a`, and `self.test` and `nlb.test` to hosts that
+/// resolve to the proxy: by address (the address HAProxy listens on, returned) and by name (a
+/// CNAME to the proxy's own name `peering-proxy.test`, at an address standing for the load
+/// balancer's); both at the port HAProxy listens on, so that a forwarded connection would
+/// come back in.
+fn looping_config(f: &Fixture, dns: &DnsServer) -> (String, Ipv4Addr) {
+    dns.set("api.good.test", &[ip(f, "a")]);
+    let std::net::IpAddr::V4(bound) = f.haproxy.https.ip() else {
+        unreachable!("HAProxy listens on IPv4 loopback")
+    };
+    dns.set("api.self.test", &[bound]);
+    dns.set("peering-proxy.test", &[Ipv4Addr::new(127, 0, 0, 99)]);
+    dns.cname("api.nlb.test", "peering-proxy.test");
+    let mut options = f.haproxy.options(f.backends.port);
+    options.backend_port = None;
+    let route = |zone: &str, host: &str, port: u16| {
+        let mut route = proxy::api_route(zone, f.backends.get("a"));
+        route.backend = HostName::parse(host).unwrap();
+        route.port = port;
+        route
+    };
+    let https = f.haproxy.https.port();
+    let routes = [
+        route("good.test", "api.good.test", f.backends.port),
+        route("self.test", "api.self.test", https),
+        route("nlb.test", "api.nlb.test", https),
+    ];
+    let config = autoproxy::render::Renderer::new(autoproxy::render::DEFAULT_TEMPLATE)
+        .unwrap()
+        .render(&autoproxy::render::RenderInput {
+            routes: &routes,
+            resolvers: &[dns.addr()],
+            proxies: &[HostName::parse("Peering-Proxy.test.").unwrap()],
+            options: &options,
+            generation: 1,
+            generated_at: "2026-01-01T00:00:00Z",
+            trigger: "test",
+        })
+        .unwrap()
+        .text;
+    (config, bound)
+}
+
+/// A member's record that points back at the proxy: by address (its A record is the address
+/// the proxy listens on) and by name (a CNAME to the proxy's own name, `#@proxy`, whose
+/// address stands for the load balancer's). Both routes are held, counted and explained, at
+/// the apply and in the address service; their connections are rejected as having no
+/// address, never forwarded into the proxy: HAProxy accepts exactly the connections the
+/// client made.
+#[test]
+fn a_route_into_the_proxy_itself_is_held_and_never_forwarded() {
+    let f = Fixture::new(&["a"]);
+    let dns = DnsServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
+    let (config, bound) = looping_config(&f, &dns);
+    assert!(
+        config.contains("\n#@proxy peering-proxy.test\n"),
+        "{config}"
+    );
+    let (run, record) = f.apply_and_record(&f.upload(&config));
+    assert!(run.success(), "{run}");
+    assert_eq!(
+        record["unresolved_routes"], 2,
+        "held at the apply: {record}\n{run}"
+    );
+    let resolver = Resolver::start(&f.haproxy.config_path(), QUICK);
+    let ready = wait_until(WARM_UP, || stats_get(&f, "/ready").status == 200);
+    assert!(
+        ready,
+        "{:?}\n{}",
+        stats_get(&f, "/ready"),
+        resolver.output()
+    );
+    let explained = wait_until(Duration::from_secs(5), || {
+        resolver.output().lines().any(|line| {
+            line.contains("held routes: 2 of 3 routes")
+                && line.contains(&format!("api.self.test resolves to this proxy ({bound})"))
+                && line.contains("api.nlb.test resolves to this proxy (127.0.0.99)")
+        })
+    });
+    assert!(explained, "{}", resolver.output());
+
+    let before = frontend_sessions(&f);
+    let rejected_before = crate::metrics::backend_sessions(&f.haproxy)["reject_no_address"];
+    let tries = 3;
+    for _ in 0..tries {
+        for looped in ["self.test", "nlb.test"] {
+            let answer = f.haproxy.probe(&format!("proxy.api.{looped}"));
+            assert!(
+                matches!(answer, Err(ProbeError::Closed)),
+                "{looped}: {answer:?}"
+            );
+        }
+    }
+    f.assert_routes("good.test", "a");
+    assert_eq!(
+        frontend_sessions(&f) - before,
+        2 * tries + 1,
+        "only the client's connections, none from the proxy to itself"
+    );
+    let rejected = crate::metrics::backend_sessions(&f.haproxy)["reject_no_address"];
+    assert_eq!(rejected - rejected_before, 2 * tries);
+    let metrics = stats_get(&f, "/agent/metrics").body;
+    assert_eq!(
+        autoproxy_tests::observe::sample(&metrics, "autoproxy_unresolved_routes"),
+        Some(2.0),
+        "{metrics}"
+    );
+    let map = autoproxy_tests::resolver::show_map(
+        &f.haproxy.stats_socket(),
+        &MapFiles::stable().addresses,
+    )
+    .unwrap();
+    assert_eq!(
+        map.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["api.good.test"],
+        "the worker's address map holds no address of the proxy"
     );
 }

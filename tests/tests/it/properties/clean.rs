@@ -150,6 +150,7 @@ impl Render {
             .render(&RenderInput {
                 routes,
                 resolvers: &self.resolvers,
+                proxies: &[],
                 options: &self.options,
                 generation,
                 generated_at: GENERATED_AT,

@@ -47,6 +47,7 @@ fn ensure_gets_new_names_from_the_running_service_or_resolves_them_itself() {
         &config_dir,
         &names,
         &[f.dns.addr()],
+        &autoproxy_agent::own::Own::default(),
         Duration::from_secs(10),
     ));
     println!(
@@ -82,6 +83,7 @@ fn ensure_gets_new_names_from_the_running_service_or_resolves_them_itself() {
         &config_dir,
         &["new-c.test.internal".to_owned()],
         &[f.dns.addr()],
+        &autoproxy_agent::own::Own::default(),
         Duration::from_secs(10),
     ));
     assert_eq!(ensured.by, By::Itself, "{ensured:?}");

@@ -105,6 +105,7 @@ fn the_data_plane_alarms_query_every_instance_for_published_names() {
     for name in [
         "HAProxyDownAlarm",
         "RejectedNoAddressAlarm",
+        "UnresolvedRoutesAlarm",
         "WorkersPilingUpAlarm",
     ] {
         let alarm = &template["Resources"][name]["Properties"];
@@ -130,5 +131,13 @@ fn the_data_plane_alarms_query_every_instance_for_published_names() {
         assert_eq!(alarm["TreatMissingData"].as_str(), Some("notBreaching"));
         queried.push(metric);
     }
-    assert_eq!(queried, ["HAProxyUp", "RejectedNoAddress", "Workers"]);
+    assert_eq!(
+        queried,
+        [
+            "HAProxyUp",
+            "RejectedNoAddress",
+            "UnresolvedRoutes",
+            "Workers"
+        ]
+    );
 }

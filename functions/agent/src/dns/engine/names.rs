@@ -26,6 +26,9 @@ pub struct Entry {
     pub wanted_until: Option<Instant>,
     /// The last failure, for the logs (one line per change of kind) and for `ensure`.
     pub why: Option<String>,
+    /// Known without an address and no turn of it has ended yet: its first answer, or its
+    /// first turn's tries, are still to come.
+    pub first_pending: bool,
 }
 
 /// How a turn's end changed a name.
@@ -45,6 +48,8 @@ pub struct Names {
     due: BinaryHeap<Reverse<(Instant, Arc<str>)>>,
     /// Σ 1/period over the names: the steady rate, in queries per second.
     demand: f64,
+    /// Names whose first turn is still to end ([`Entry::first_pending`]).
+    first_pending: usize,
 }
 
 impl Names {
@@ -63,6 +68,11 @@ impl Names {
     /// The steady rate the names ask for, in queries per second.
     pub fn demand(&self) -> f64 {
         self.demand
+    }
+
+    /// How many names, known without an address, have not ended a turn yet.
+    pub fn first_pending(&self) -> usize {
+        self.first_pending
     }
 
     /// Adds `name` (not yet known) with `address`, due at `due` when it has one (without,
@@ -94,8 +104,12 @@ impl Names {
             in_config: false,
             wanted_until: None,
             why: None,
+            first_pending: address.is_none(),
         };
-        self.entries.insert(Arc::clone(&name), entry);
+        self.first_pending += usize::from(entry.first_pending);
+        if let Some(old) = self.entries.insert(Arc::clone(&name), entry) {
+            self.forget(&old);
+        }
         if address.is_some() {
             self.due.push(Reverse((due, Arc::clone(&name))));
         }
@@ -105,9 +119,15 @@ impl Names {
     /// Forgets `name`; whether it had an address.
     pub fn remove(&mut self, name: &str) -> bool {
         self.entries.remove(name).is_some_and(|entry| {
-            self.demand -= 1.0 / entry.period.as_secs_f64();
+            self.forget(&entry);
             entry.state.address.is_some()
         })
+    }
+
+    /// Takes a removed entry out of the sums.
+    fn forget(&mut self, entry: &Entry) {
+        self.demand -= 1.0 / entry.period.as_secs_f64();
+        self.first_pending -= usize::from(entry.first_pending);
     }
 
     /// The address of `name`, or why it has none.
@@ -207,6 +227,9 @@ impl Names {
     ) -> Option<Ended> {
         let entry = self.entries.get_mut(name)?;
         entry.busy = false;
+        if std::mem::take(&mut entry.first_pending) {
+            self.first_pending -= 1;
+        }
         let settled = schedule::settle(&mut entry.state, outcome, now, rules);
         let answered = matches!(outcome, Outcome::Addresses { .. });
         if answered {

@@ -223,3 +223,52 @@ fn a_follow_up_goes_before_a_name_already_due() {
         ]
     );
 }
+
+/// The first pass over the names: a name known without an address is pending until a turn
+/// of it ends, with an answer (an address or NXDOMAIN) or with its tries spent; a name
+/// loaded with an address, and one the config no longer names, never hold it up.
+#[test]
+fn the_first_pass_is_over_once_every_new_name_has_ended_a_turn() {
+    let (mut engine, start) = engine_knowing_two();
+    assert_eq!(engine.first_pending(), 0, "loaded with addresses");
+    let names: BTreeSet<String> = ["a.example", "new.example", "gone.example", "silent.example"]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    engine.set_config_names(&names, start);
+    assert_eq!(engine.first_pending(), 3);
+    let fewer: BTreeSet<String> = ["a.example", "new.example", "silent.example"]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    engine.set_config_names(&fewer, start);
+    assert_eq!(engine.first_pending(), 2, "a removed name no longer counts");
+    // new.example answers NXDOMAIN; nothing else is answered.
+    let step = |engine: &mut Engine, now: Instant| {
+        engine.expire(now);
+        while let Some(query) = engine.poll_send(now) {
+            if question(&query).0 == "new.example" {
+                let bytes = reply(&query, |m| {
+                    m.metadata.response_code = ResponseCode::NXDomain;
+                });
+                engine.on_udp(&bytes, query.server, now);
+            }
+        }
+    };
+    let mut now = start;
+    while now < ms(start, 500) {
+        step(&mut engine, now);
+        now += TICK;
+    }
+    assert_eq!(engine.first_pending(), 1, "NXDOMAIN ends the first turn");
+    while now < ms(start, 5000) {
+        step(&mut engine, now);
+        now += TICK;
+    }
+    assert_eq!(
+        engine.first_pending(),
+        0,
+        "the silent name's tries are spent"
+    );
+    assert!(engine.answer("silent.example").is_err());
+}

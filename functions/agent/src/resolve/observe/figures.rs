@@ -35,6 +35,22 @@ pub struct Figures {
     pub lag: Duration,
     /// When a turn last ended with an answer.
     pub last_answer: Option<Instant>,
+    /// The first pass over the hosts.
+    pub first_pass: FirstPass,
+}
+
+/// The first pass over the hosts: every name the service knows without an address has had
+/// one turn (an answer, or its tries spent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FirstPass {
+    /// No installed config read yet.
+    NotStarted,
+    /// Under way since `since` (when the service first read an installed config): `pending`
+    /// names have not ended a turn yet.
+    Running { since: Instant, pending: u64 },
+    /// Over, for as long as the service runs: names a later config adds never make a serving
+    /// instance unready.
+    Over,
 }
 
 impl Figures {
@@ -53,6 +69,7 @@ impl Figures {
             failures_total: 0,
             lag: Duration::ZERO,
             last_answer: None,
+            first_pass: FirstPass::NotStarted,
         }
     }
 }
@@ -110,11 +127,20 @@ impl RouteHosts {
 
     /// The routes whose host has no address in `addresses`.
     pub fn unresolved(&self, addresses: &BTreeMap<Arc<str>, IpAddr>) -> u64 {
+        self.without_address(addresses)
+            .map(|(_, routes)| routes)
+            .sum()
+    }
+
+    /// The hosts without an address in `addresses`, with how many routes each.
+    pub fn without_address<'a>(
+        &'a self,
+        addresses: &'a BTreeMap<Arc<str>, IpAddr>,
+    ) -> impl Iterator<Item = (&'a str, u64)> + 'a {
         self.by_name
             .iter()
             .filter(|(name, _)| !addresses.contains_key(name.as_str()))
-            .map(|(_, routes)| routes)
-            .sum()
+            .map(|(name, routes)| (name.as_str(), *routes))
     }
 }
 

@@ -1,18 +1,32 @@
 //! Whether this instance is ready for traffic, and if not why: the answer of `/ready`, a pure
 //! function of the figures and of what HAProxy said, so that every reason has its table test.
 //!
-//! Ready means: the installed generation runs (HAProxy answers on the installed config's
-//! stats socket with that generation), every route's host has an address, and the resolver
-//! is current (its loop runs, the name due first is less than one refresh period late, and a
-//! DNS answer came within the last two refresh periods whenever there are names to keep).
+//! Ready is this proxy's own health, never its members': the installed generation runs
+//! (HAProxy answers on the installed config's stats socket with that generation), the
+//! resolver is current (its loop runs, the name due first is less than one refresh period
+//! late, and a DNS answer came within the last two refresh periods whenever there are names
+//! to keep), and the first pass over the hosts is over: every host has had its first answer,
+//! or its first turn's tries are spent, or [`WARM_UP`] has passed since the service read the
+//! installed config.
+//!
+//! A route whose host does not resolve (a deleted cluster, a zone the proxies cannot see, a
+//! typo, a host that resolves to this proxy) is one member's problem: it is held, counted
+//! (`autoproxy_unresolved_routes`, `UnresolvedRoutes`) and logged, never a reason here. With
+//! the load balancer's health check on `/ready`, one member's broken record would otherwise
+//! take every proxy out of service at once, and the Auto Scaling group would replace them all.
 
 use std::time::{Duration, Instant};
 
-use super::figures::Figures;
+use super::figures::{Figures, FirstPass};
 use super::probe::Seen;
 
 /// The loop stores its figures at least once a second: longer than this means it is stuck.
 pub const LOOP_SILENCE: Duration = Duration::from_secs(5);
+
+/// How long the first pass over the hosts may hold readiness back (Envoy's
+/// `initial_fetch_timeout` is 15 s too): hosts still without a first answer then are held
+/// routes like any other, and the instance serves the rest.
+pub const WARM_UP: Duration = Duration::from_secs(15);
 
 /// Why the instance is not ready; empty when it is.
 pub fn reasons(figures: &Figures, haproxy: &Seen, now: Instant) -> Vec<String> {
@@ -29,14 +43,39 @@ pub fn reasons(figures: &Figures, haproxy: &Seen, now: Instant) -> Vec<String> {
         )),
         (Some(_), Ok(_)) => {}
     }
-    if figures.unresolved_routes > 0 {
-        reasons.push(format!(
-            "{} of {} routes have no address yet (their host is not resolved)",
-            figures.unresolved_routes, figures.routes
-        ));
+    if figures.installed_generation.is_some() {
+        reasons.extend(first_pass_reason(figures.first_pass, now));
     }
     reasons.extend(resolver_reasons(figures, now));
     reasons
+}
+
+/// Whether the first pass over the hosts is over at `now`: every name ended a turn, or the
+/// warm-up is over.
+pub fn first_pass_over(first_pass: FirstPass, now: Instant) -> bool {
+    match first_pass {
+        FirstPass::NotStarted => false,
+        FirstPass::Running { since, pending } => pending == 0 || now >= since + WARM_UP,
+        FirstPass::Over => true,
+    }
+}
+
+/// Why the first pass holds readiness back.
+fn first_pass_reason(first_pass: FirstPass, now: Instant) -> Option<String> {
+    if first_pass_over(first_pass, now) {
+        return None;
+    }
+    Some(match first_pass {
+        FirstPass::Running { since, pending } => format!(
+            "the first pass over the hosts is not over: {pending} names have had no answer yet \
+             (the warm-up ends in {} s)",
+            (since + WARM_UP)
+                .saturating_duration_since(now)
+                .as_secs()
+                .max(1)
+        ),
+        _ => "the address service has not read the installed config yet".to_owned(),
+    })
 }
 
 /// Why the resolver is not current.
@@ -87,8 +126,8 @@ mod tests {
         })
     }
 
-    #[test]
-    fn each_reason_shows_alone_and_a_ready_instance_has_none() {
+    /// A ready instance's figures as of the instant returned.
+    fn ready() -> (Figures, Instant) {
         let start = Instant::now();
         let now = start + Duration::from_secs(1000);
         let ready = Figures {
@@ -97,67 +136,109 @@ mod tests {
             names: 2,
             last_answer: Some(now - Duration::from_secs(10)),
             updated: now - Duration::from_secs(1),
+            first_pass: FirstPass::Over,
             ..Figures::new(
                 PathBuf::from("/etc/haproxy/haproxy.cfg"),
                 Duration::from_secs(50),
                 start,
             )
         };
-        let check = |change: &dyn Fn(&mut Figures), haproxy: Seen, want: &[&str]| {
-            let mut figures = ready.clone();
-            change(&mut figures);
-            assert_eq!(reasons(&figures, &haproxy, now), want);
-        };
-        let same = |_: &mut Figures| {};
-        check(&same, worker(7), &[]);
+        (ready, now)
+    }
+
+    /// The reasons of a ready instance's figures changed by `change`, `haproxy` as seen.
+    #[track_caller]
+    fn check(change: &dyn Fn(&mut Figures, Instant), haproxy: &Seen, want: &[&str]) {
+        let (mut figures, now) = ready();
+        change(&mut figures, now);
+        assert_eq!(reasons(&figures, haproxy, now), want);
+    }
+
+    #[test]
+    fn each_reason_shows_alone_and_a_ready_instance_has_none() {
+        let same = |_: &mut Figures, _| {};
+        check(&same, &worker(7), &[]);
         check(
-            &|f| f.installed_generation = None,
-            worker(7),
+            &|f, _| f.installed_generation = None,
+            &worker(7),
             &["no autoproxy config is installed at /etc/haproxy/haproxy.cfg"],
         );
         check(
             &same,
-            Err("nothing listens".to_owned()),
+            &Err("nothing listens".to_owned()),
             &["HAProxy does not answer: nothing listens"],
         );
         check(
             &same,
-            worker(6),
+            &worker(6),
             &["HAProxy runs generation 6, the installed config is generation 7"],
         );
         check(
-            &|f| f.unresolved_routes = 2,
-            worker(7),
-            &["2 of 3 routes have no address yet (their host is not resolved)"],
-        );
-        check(
-            &|f| f.updated = now - Duration::from_secs(6),
-            worker(7),
+            &|f, now| f.updated = now - Duration::from_secs(6),
+            &worker(7),
             &["the address service's loop has not run for 6 s"],
         );
         check(
-            &|f| f.lag = Duration::from_secs(51),
-            worker(7),
+            &|f, _| f.lag = Duration::from_secs(51),
+            &worker(7),
             &["the resolver is 51 s behind its schedule"],
         );
-        check(&|f| f.lag = Duration::from_secs(50), worker(7), &[]);
+        check(&|f, _| f.lag = Duration::from_secs(50), &worker(7), &[]);
         check(
-            &|f| f.last_answer = None,
-            worker(7),
+            &|f, _| f.last_answer = None,
+            &worker(7),
             &["the resolver has had no DNS answer yet"],
         );
         check(
-            &|f| f.last_answer = Some(now - Duration::from_secs(101)),
-            worker(7),
+            &|f, now| f.last_answer = Some(now - Duration::from_secs(101)),
+            &worker(7),
             &["the resolver has had no DNS answer for 101 s"],
         );
         check(
-            &|f| {
+            &|f, _| {
                 f.last_answer = None;
                 f.names = 0;
             },
-            worker(7),
+            &worker(7),
             &[],
+        );
+    }
+
+    #[test]
+    fn the_first_pass_holds_readiness_back_until_it_is_over_or_the_warm_up_is() {
+        // A member's host that does not resolve is held and counted, never a reason.
+        check(&|f, _| f.unresolved_routes = 3, &worker(7), &[]);
+        let running = |since: u64, pending: u64| {
+            move |f: &mut Figures, now: Instant| {
+                f.first_pass = FirstPass::Running {
+                    since: now - Duration::from_secs(since),
+                    pending,
+                };
+            }
+        };
+        check(
+            &running(10, 2),
+            &worker(7),
+            &[
+                "the first pass over the hosts is not over: 2 names have had no answer yet \
+               (the warm-up ends in 5 s)",
+            ],
+        );
+        check(&running(10, 0), &worker(7), &[]);
+        // The warm-up bounds it.
+        check(&running(15, 2), &worker(7), &[]);
+        check(
+            &|f, _| f.first_pass = FirstPass::NotStarted,
+            &worker(7),
+            &["the address service has not read the installed config yet"],
+        );
+        check(
+            &|f, _| {
+                f.first_pass = FirstPass::NotStarted;
+                f.installed_generation = None;
+            },
+            &worker(7),
+            &["no autoproxy config is installed at /etc/haproxy/haproxy.cfg"],
         );
     }
 }
