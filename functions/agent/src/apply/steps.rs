@@ -1,6 +1,6 @@
 //! The steps of an apply, in the order `Run::steps` takes them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use autoproxy::artifact::{self, MapFiles};
@@ -394,48 +394,66 @@ impl Run {
     /// `autoproxy/.stage.*` directories, the maps' files set aside by `files::replace`, and
     /// `.autoproxy-*` files beside the config.
     pub(super) fn remove_leftovers(&self) {
-        for (dir, prefixes) in [
-            (
-                &self.paths.maps_dir,
-                &[
-                    ".stage.",
-                    ".autoproxy-addresses.",
-                    ".routes.map.",
-                    ".suffixes.map.",
-                    ".generation.map.",
-                ][..],
-            ),
-            (
-                &self.paths.dir,
-                &[
-                    ".autoproxy-new.",
-                    ".autoproxy-check.",
-                    ".autoproxy-last-good.",
-                    ".autoproxy-restore.",
-                    ".autoproxy-output.",
-                ][..],
-            ),
-        ] {
-            let Ok(entries) = std::fs::read_dir(dir) else {
+        remove_leftovers_in(&self.paths.dir, &self.undo.temps);
+    }
+}
+
+/// The leftovers [`Run::remove_leftovers`] removes from the config directory `dir` and its
+/// maps directory, but `keep` (this run's own temps). The temps of `files::replace` are
+/// named `.<file name>.<pid>.<nanos>`: the route maps' and the fleet record's are written
+/// under the apply's lock, which the caller holds; the address map's are the address
+/// service's too, written under the map's lock, so they are removed only while that lock is
+/// free now (taken without waiting, held while removing).
+fn remove_leftovers_in(dir: &Path, keep: &[PathBuf]) {
+    let maps_dir = dir.join("autoproxy");
+    let map = crate::address_map::MapFile::in_dir(dir);
+    let map_lock = map.try_lock().ok().flatten();
+    let address_temps: &[&str] = if map_lock.is_some() {
+        &[".addresses.map."]
+    } else {
+        &[]
+    };
+    let maps_prefixes = [
+        ".stage.",
+        ".routes.map.",
+        ".suffixes.map.",
+        ".generation.map.",
+        ".last-apply.json.",
+    ];
+    let dir_prefixes = [
+        ".autoproxy-new.",
+        ".autoproxy-check.",
+        ".autoproxy-last-good.",
+        ".autoproxy-restore.",
+        ".autoproxy-output.",
+    ];
+    for (dir, prefixes) in [
+        (
+            maps_dir.as_path(),
+            [&maps_prefixes[..], address_temps].concat(),
+        ),
+        (dir, dir_prefixes.to_vec()),
+    ] {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let leftover = entry
+                .file_name()
+                .to_str()
+                .is_some_and(|n| prefixes.iter().any(|p| n.starts_with(p)));
+            if !leftover || keep.contains(&path) {
                 continue;
-            };
-            for entry in entries.flatten() {
-                let path = entry.path();
-                let leftover = entry
-                    .file_name()
-                    .to_str()
-                    .is_some_and(|n| prefixes.iter().any(|p| n.starts_with(p)));
-                if !leftover || self.undo.temps.contains(&path) {
-                    continue;
-                }
-                let _ = if path.is_dir() {
-                    std::fs::remove_dir_all(&path)
-                } else {
-                    std::fs::remove_file(&path)
-                };
             }
+            let _ = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
         }
     }
+    drop(map_lock);
 }
 
 /// What starts a stopped HAProxy, given the reload command: `systemctl start <unit>` for
@@ -479,5 +497,37 @@ mod tests {
         ] {
             assert_eq!(start_words(&words(reload)), words(start), "{reload}");
         }
+    }
+
+    /// The temps `files::replace` leaves when killed are found by their real names; the
+    /// address map's only while its lock is free (the address service may be writing it).
+    #[test]
+    fn leftover_temps_are_removed_but_the_address_services_while_it_writes() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let maps = dir.path().join("autoproxy");
+        std::fs::create_dir_all(&maps).expect("maps dir");
+        let temp = |name: &str| files::temp_path(&maps, name);
+        let (addresses, record, routes, mine) = (
+            temp(".addresses.map"),
+            temp(".last-apply.json"),
+            temp(".routes.map"),
+            temp(".suffixes.map"),
+        );
+        let map = crate::address_map::MapFile::in_dir(dir.path());
+        let service = map.lock().expect("the service's lock");
+        for path in [&addresses, &record, &routes, &mine] {
+            std::fs::write(path, "x").expect("a temp");
+        }
+        remove_leftovers_in(dir.path(), std::slice::from_ref(&mine));
+        let left = |path: &PathBuf| path.exists();
+        assert!(left(&addresses), "removed while the service held its lock");
+        assert!(
+            !left(&record) && !left(&routes),
+            "the apply's own leftovers"
+        );
+        assert!(left(&mine), "this run's temp");
+        drop(service);
+        remove_leftovers_in(dir.path(), &[]);
+        assert!(!left(&addresses) && !left(&mine));
     }
 }
