@@ -1,14 +1,14 @@
 //! Property tests: outside input, generated at volume, through the pure paths, checked for
 //! what must hold whatever arrives.
 //!
-//! * Route53 data → `rules::zone_routes` → `rules::resolve` → the embedded template: nothing
+//! * Route53 data → `rules::zone_routes` → `rules::merge_claims` → the embedded template: nothing
 //!   panics or fails to render, only plain host names reach the config (every byte printable
 //!   ASCII or a newline, no line or field added), and every rejected name is a warning. A
 //!   well-formed zone always gives its route, however Route53 spells it.
 //! * Invocation payloads → the generator's trigger and configure's `dispatches` /
 //!   `is_fleet_request`: nothing panics, every refusal says what was expected, an accepted zone
 //!   hint carries a well-formed account and zone id.
-//! * Stored manifests → `Manifest::from_json` → the sweep's merge → resolve → render: nothing
+//! * Stored manifests → `Manifest::from_json` → the sweep's merge → merge_claims → render: nothing
 //!   panics, no line is injected, and no byte outside the allowed set is rendered
 //!   (`manifest_values_reach_the_config_only_when_clean`): a manifest whose values are not what
 //!   their rule makes of their zone is refused on load.
@@ -35,7 +35,7 @@ use autoproxy::names::{HostName, normalize};
 use autoproxy::ownership;
 use autoproxy::publish;
 use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, RenderOptions, Renderer};
-use autoproxy::rules::{DEFAULT_RULES, Warning, resolve, zone_routes};
+use autoproxy::rules::{DEFAULT_RULES, Warning, merge_claims, zone_routes};
 use autoproxy::settings::IgnoreZones;
 use autoproxy_configure::handler::{Dispatch, dispatches, is_fleet_request};
 use autoproxy_generate::trigger::{self, ROUTE53_EVENTS, Trigger, TriggerError};

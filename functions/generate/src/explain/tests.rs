@@ -5,7 +5,7 @@ use autoproxy::model::{RecordSet, Route, Zone, ZoneKey, ZoneRecords};
 use autoproxy::names::HostName;
 use autoproxy::ownership::{self, Grace, Holders, Mode};
 use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, RenderOptions, Renderer};
-use autoproxy::rules::{DEFAULT_RULES, Rule, parse_rules, resolve, zone_routes};
+use autoproxy::rules::{DEFAULT_RULES, Rule, merge_claims, parse_rules, zone_routes};
 use autoproxy::s3::CurrentConfig;
 use serde_json::json;
 
@@ -87,7 +87,7 @@ fn run_with(rules: &[Rule], zones: &[Seed<'_>], previous: Option<&Manifest>) -> 
     let remembered = previous.map(Holders::of).unwrap_or_default();
     let owned = ownership::owned_routes(&manifest.zones, &remembered, Mode::FirstHolder, GRACE);
     owned.holders.store(&mut manifest);
-    let (routes, _) = resolve(owned.candidates);
+    let (routes, _) = merge_claims(owned.candidates);
     World {
         rules: rules.to_vec(),
         manifest,
