@@ -10,8 +10,12 @@
 //!   hint carries a well-formed account and zone id.
 //! * Stored manifests → `Manifest::from_json` → the sweep's merge → merge_claims → render: nothing
 //!   panics, no line is injected, and no byte outside the allowed set is rendered
-//!   (`manifest_values_reach_the_config_only_when_clean`): a manifest whose values are not what
-//!   their rule makes of their zone is refused on load.
+//!   (`manifest_values_reach_the_config_only_when_clean`): a manifest whose values are
+//!   malformed is refused on load, and a stored route that is not what its rule makes of its
+//!   zone is dropped on load, never rendered.
+//! * Random small estates over several runs, with rules changes (`holders`): a name never
+//!   moves from the zone that routed it while that zone claims it or within the grace, and no
+//!   route points at a proxy name.
 //! * `ROUTING_RULES` → `rules::parse_rules`: nothing panics, and every refusal of a list of rule
 //!   objects names its rule (index, and id once the id passed) and a field.
 //!
