@@ -407,3 +407,29 @@ fn an_endpoint_name_outside_every_zone_is_explained_by_its_holder_and_claimants(
         ],
     );
 }
+
+#[test]
+fn the_rule_named_is_the_one_haproxy_picks_not_the_first_in_the_table() {
+    // The suffix rule comes first in the table, but HAProxy matches the exact name first.
+    let rules = parse_rules(
+        r#"[
+        {"id": "apps", "front": "*.apps", "back": "router", "back_types": ["A"], "sni": "front-suffix"},
+        {"id": "kube", "front": "proxy.apps", "back": "kube", "back_types": ["A"], "sni": "front", "port": 6443}
+    ]"#,
+    )
+    .unwrap();
+    let zone = "z.internal";
+    let records = vec![
+        RecordSet::new(&format!("*.apps.{zone}."), "CNAME", &[PROXY]),
+        RecordSet::new(&format!("router.{zone}."), "A", &["10.0.0.1"]),
+        RecordSet::new(&format!("proxy.apps.{zone}."), "CNAME", &[PROXY]),
+        RecordSet::new(&format!("kube.{zone}."), "A", &["10.0.0.2"]),
+    ];
+    let world = run_with(&rules, &[(A, "ZA", zone, records)], None);
+    let answer = ask(&world, &format!("proxy.apps.{zone}"));
+    assert_eq!(answer.route.as_ref().map(|r| r.rule.as_str()), Some("kube"));
+    assert_eq!(answer.rule.as_deref(), Some("kube"), "{:#?}", answer.why);
+    // A name only the suffix covers is the suffix rule's.
+    let answer = ask(&world, &format!("web.apps.{zone}"));
+    assert_eq!(answer.rule.as_deref(), Some("apps"), "{:#?}", answer.why);
+}
