@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::accounts::AccountState;
 use crate::model::{Route, Zone, ZoneKey};
 use crate::names::{HostName, normalize};
-use crate::rules::{Rule, SniMode};
+use crate::rules::{Rule, StoredTarget};
 
 /// Current format; a manifest of another format is ignored (the next run is a full sweep).
 pub const FORMAT: u32 = 1;
@@ -219,12 +219,10 @@ fn is_what_its_rule_makes(route: &Route, entry: &ZoneEntry, rules: &[Rule]) -> b
     let Some(rule) = rules.iter().find(|rule| rule.id == route.rule) else {
         return false;
     };
-    let target = match rule.sni {
-        SniMode::BackTarget => match HostName::parse(&route.sni) {
-            Ok(host) if host.as_str() == route.sni && !host.as_str().starts_with('*') => Some(host),
-            _ => return false,
-        },
-        _ => None,
+    let target = match rule.stored_back_target(&route.sni) {
+        StoredTarget::NotRead => None,
+        StoredTarget::Target(target) => Some(target),
+        StoredTarget::Malformed => return false,
     };
     let Ok(zone_name) = normalize(&entry.name).to_host() else {
         return false;

@@ -251,7 +251,7 @@ fn route_views(routes: &[Route], port_override: Option<u16>) -> Vec<RouteView<'_
                 .or_insert_with(|| short_hash(&route.account, &route.zone_id, 8));
             let mut id = format!("{}_{}_{tag}", route.rule, route.zone_name);
             // Resolved routes never share rule and zone name, so this only guards against a
-            // caller that skipped `rules::resolve`: names stay unique whatever arrives.
+            // caller that skipped `rules::merge_claims`: names stay unique whatever arrives.
             if seen.contains(&id) {
                 let long = short_hash(&route.account, &route.zone_id, 64);
                 id = format!("{}_{}_{long}_{}", route.rule, route.zone_name, seen.len());

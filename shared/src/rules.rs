@@ -17,7 +17,7 @@ mod parse;
 mod table;
 
 pub use parse::{FIELDS, MAX_RULES, RuleRef, RulesError, parse_rules};
-pub use table::{BackType, DEFAULT_RULES, FRONT_TYPE, Rule, SniMode};
+pub use table::{BackType, DEFAULT_RULES, FRONT_TYPE, Rule, SniMode, StoredTarget};
 
 /// Something the matcher skipped or decided, worth a person's attention.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -285,8 +285,8 @@ impl Matcher<'_> {
             .iter()
             .filter_map(|set| set.set_id.map(str::to_owned))
             .collect();
-        let target = match rule.sni {
-            SniMode::BackTarget if !one_target(&backs) => {
+        let target = match rule.sni_mode.reads_back_target() {
+            true if !one_target(&backs) => {
                 let routed = false;
                 return (
                     None,
@@ -298,11 +298,11 @@ impl Matcher<'_> {
                     }],
                 );
             }
-            SniMode::BackTarget => match back_target(&backs) {
+            true => match back_target(&backs) {
                 Ok(target) => Some(target),
                 Err(error) => return (None, vec![Warning::BackTarget { zone, back, error }]),
             },
-            _ => None,
+            false => None,
         };
         let route = rule.route(&zone, self.zone_name, target.as_ref());
         if set_ids.is_empty() {
@@ -403,13 +403,14 @@ fn near_misses(
         .collect()
 }
 
-/// Merges the routes of every zone into the final, conflict-free, sorted table.
+/// Merges the claims of every zone (their routes, after ownership) into the final,
+/// conflict-free, sorted table.
 ///
 /// The same SNI claimed twice (the same private zone name in two accounts) is resolved the
 /// same way every time: the lowest account id, then the lowest zone id, wins. The order is
 /// the one HAProxy evaluates: exact names first, then suffixes longest first, so a more
 /// specific suffix is never shadowed by a shorter one.
-pub fn resolve(candidates: Vec<Route>) -> (Vec<Route>, Vec<Warning>) {
+pub fn merge_claims(candidates: Vec<Route>) -> (Vec<Route>, Vec<Warning>) {
     let mut by_sni: BTreeMap<(SniMatch, String), Vec<Route>> = BTreeMap::new();
     for route in candidates {
         by_sni

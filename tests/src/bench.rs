@@ -12,7 +12,7 @@ use autoproxy::model::{RecordSet, Route, Zone, ZoneRecords};
 use autoproxy::names::HostName;
 use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, RenderOptions, Renderer};
 use autoproxy::route53::{AccountRoute53, RECORDS_PER_PAGE, ZONES_PER_PAGE};
-use autoproxy::rules::{DEFAULT_RULES, resolve, zone_routes};
+use autoproxy::rules::{DEFAULT_RULES, merge_claims, zone_routes};
 use autoproxy::settings::RoleArn;
 use aws_config::SdkConfig;
 use aws_config::sts::AssumeRoleProvider;
@@ -181,7 +181,7 @@ pub async fn proxied_accounts(
 }
 
 /// `zones` private zones with both rule pairs: `2 × zones` routes, as the generator would
-/// resolve them.
+/// merge them.
 pub fn synthetic_routes(zones: usize) -> Vec<Route> {
     let proxies = [HostName::parse(PROXY).expect("proxy host name")];
     let mut candidates = Vec::with_capacity(2 * zones);
@@ -207,7 +207,7 @@ pub fn synthetic_routes(zones: usize) -> Vec<Route> {
         };
         candidates.extend(zone_routes(&DEFAULT_RULES, &zone, &proxies).routes);
     }
-    resolve(candidates).0
+    merge_claims(candidates).0
 }
 
 /// Peak resident set size of this process so far (`VmHWM`), in bytes.

@@ -18,7 +18,7 @@ use autoproxy::artifact::MapFiles;
 use autoproxy::model::{Route, SniMatch};
 use autoproxy::names::HostName;
 use autoproxy::render::{DEFAULT_TEMPLATE, RenderOptions};
-use autoproxy::rules::resolve;
+use autoproxy::rules::merge_claims;
 
 use crate::dns::{Query, max_per_second, per_second};
 use crate::moto::free_port;
@@ -99,7 +99,7 @@ pub fn routes(count: usize) -> Vec<Route> {
         ));
     }
     candidates.truncate(count);
-    resolve(candidates).0
+    merge_claims(candidates).0
 }
 
 /// The SNI a client sends to reach `route`: the name itself, or a name under the suffix.

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use autoproxy::model::ZoneRecords;
 use autoproxy::names::HostName;
 use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, RenderOptions, Rendered, Renderer};
-use autoproxy::rules::{DEFAULT_RULES, parse_rules, resolve, zone_routes};
+use autoproxy::rules::{DEFAULT_RULES, merge_claims, parse_rules, zone_routes};
 use serde::Deserialize;
 
 /// A case's input: the rule table (`ROUTING_RULES`' JSON; the built-in rules when absent),
@@ -33,7 +33,7 @@ pub fn render_case(input: &Input) -> (Rendered, Vec<String>) {
         candidates.extend(outcome.routes);
         warnings.extend(outcome.warnings.iter().map(ToString::to_string));
     }
-    let (routes, conflicts) = resolve(candidates);
+    let (routes, conflicts) = merge_claims(candidates);
     warnings.extend(conflicts.iter().map(ToString::to_string));
     let resolvers = ["169.254.169.253:53".parse().expect("resolver address")];
     let rendered = Renderer::new(DEFAULT_TEMPLATE)

@@ -10,7 +10,7 @@ use autoproxy::model::{Route, ZoneKey};
 use autoproxy::ownership::{self, Grace, Holders, Mode, Refusal};
 use autoproxy::publish::{self, Current, Decision, Hold};
 use autoproxy::render::{RenderError, Rendered};
-use autoproxy::rules::resolve;
+use autoproxy::rules::merge_claims;
 use autoproxy::s3::CurrentConfig;
 
 use crate::trigger::Trigger;
@@ -122,7 +122,7 @@ pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError
     let owned = ownership::owned_routes(&manifest.zones, &remembered, mode, grace);
     owned.holders.store(&mut manifest);
     warnings.extend(owned.refusals.iter().map(ToString::to_string));
-    let (routes, conflicts) = resolve(owned.candidates);
+    let (routes, conflicts) = merge_claims(owned.candidates);
     warnings.extend(conflicts.iter().map(ToString::to_string));
 
     let current_generation = current.map_or(0, CurrentConfig::generation);

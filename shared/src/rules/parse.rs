@@ -140,7 +140,7 @@ fn parse_rule(index: usize, item: &Value) -> Result<Rule, RulesError> {
         front,
         back,
         back_types,
-        sni,
+        sni_mode: sni,
         port,
     })
 }
@@ -216,7 +216,7 @@ fn back_types(
     sni: SniMode,
 ) -> Result<Vec<BackType>, RulesError> {
     let value = fields.get("back_types");
-    let expected = if sni == SniMode::BackTarget {
+    let expected = if sni.reads_back_target() {
         "[\"CNAME\"] (sni back-target reads the back record's CNAME target)"
     } else {
         "a non-empty list of distinct \"A\" and \"CNAME\""
@@ -243,9 +243,10 @@ fn back_types(
         }
         types.push(kind);
     }
-    let fits = match sni {
-        SniMode::BackTarget => types == [BackType::Cname],
-        _ => !types.is_empty(),
+    let fits = if sni.reads_back_target() {
+        types == [BackType::Cname]
+    } else {
+        !types.is_empty()
     };
     if !fits {
         return Err(refuse());
@@ -500,7 +501,7 @@ mod tests {
                 r#"[{{"id": "x", "front": "{front}", "back": "x", "back_types": {types}, "sni": "{mode}", "port": 6443}}]"#
             );
             let rules = parse_rules(&raw).unwrap_or_else(|err| panic!("{raw}: {err}"));
-            assert_eq!(rules[0].sni, mode);
+            assert_eq!(rules[0].sni_mode, mode);
             assert_eq!(rules[0].port, 6443);
             assert_eq!(rules[0].front, front);
         }

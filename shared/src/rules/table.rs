@@ -43,6 +43,13 @@ impl SniMode {
         }
     }
 
+    /// Whether the SNI is the back record's CNAME target: the one mode whose SNI is read from
+    /// a record's value rather than built from the zone's name, so the only one whose SNI may
+    /// lie outside the zone, whose back must be a CNAME, and whose route needs the target.
+    pub fn reads_back_target(self) -> bool {
+        self == SniMode::BackTarget
+    }
+
     /// How HAProxy matches the route's SNI: only `front-suffix` matches a suffix.
     pub fn sni_match(self) -> SniMatch {
         match self {
@@ -78,6 +85,17 @@ impl BackType {
     }
 }
 
+/// What a stored route's SNI says of the back target [`Rule::route`] takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoredTarget {
+    /// The rule reads no back target.
+    NotRead,
+    /// A `back-target` rule's SNI: the target it was made from.
+    Target(HostName),
+    /// Not a plain host name in its canonical spelling without a wildcard: no run made it.
+    Malformed,
+}
+
 /// One row of the rule table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
@@ -90,7 +108,8 @@ pub struct Rule {
     pub back: String,
     /// Record types the back record may have.
     pub back_types: Vec<BackType>,
-    pub sni: SniMode,
+    /// Which name a client sends (`ROUTING_RULES`' field `sni`).
+    pub sni_mode: SniMode,
     /// The backend server's port.
     pub port: u16,
 }
@@ -101,12 +120,12 @@ pub const FRONT_TYPE: &str = "CNAME";
 /// The built-in rules (docs/ARCHITECTURE.md, "The rules"): the table when `ROUTING_RULES` is
 /// empty.
 pub static DEFAULT_RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
-    let rule = |id: &str, front: &str, back: &str, back_types: &[BackType], sni| Rule {
+    let rule = |id: &str, front: &str, back: &str, back_types: &[BackType], sni_mode| Rule {
         id: id.to_owned(),
         front: front.to_owned(),
         back: back.to_owned(),
         back_types: back_types.to_vec(),
-        sni,
+        sni_mode,
         port: 443,
     };
     vec![
@@ -130,6 +149,29 @@ pub static DEFAULT_RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
 });
 
 impl Rule {
+    /// The SNI a person reads for this rule in a zone whose front and back are these names.
+    pub fn sni_text(&self, front: &HostName, back: &HostName) -> String {
+        match self.sni_mode {
+            SniMode::Front => format!("the SNI {front}"),
+            SniMode::FrontSuffix => format!("every SNI under {front}"),
+            SniMode::Back => format!("the SNI {back}"),
+            SniMode::BackTarget => format!("the SNI that {back}'s CNAME points to"),
+        }
+    }
+
+    /// The back target a stored route's SNI stands for (see [`StoredTarget`]).
+    pub fn stored_back_target(&self, sni: &str) -> StoredTarget {
+        if !self.sni_mode.reads_back_target() {
+            return StoredTarget::NotRead;
+        }
+        match HostName::parse(sni) {
+            Ok(host) if host.as_str() == sni && !host.as_str().starts_with('*') => {
+                StoredTarget::Target(host)
+            }
+            _ => StoredTarget::Malformed,
+        }
+    }
+
     /// Whether a back record of Route53 type `rtype` qualifies.
     pub fn accepts_back(&self, rtype: &str) -> bool {
         self.back_types.iter().any(|t| t.as_str() == rtype)
@@ -155,7 +197,7 @@ impl Rule {
     ) -> Option<Route> {
         let front = zone_name.with_prefix(&self.front);
         let back = zone_name.with_prefix(&self.back);
-        let sni = match self.sni {
+        let sni = match self.sni_mode {
             SniMode::Front => front.as_str().to_owned(),
             SniMode::FrontSuffix => front
                 .as_str()
@@ -171,7 +213,7 @@ impl Rule {
             zone_id: zone.id.clone(),
             zone_name: zone_name.clone(),
             sni,
-            sni_match: self.sni.sni_match(),
+            sni_match: self.sni_mode.sni_match(),
             backend: back.clone(),
             port: self.port,
             records: vec![front, back],

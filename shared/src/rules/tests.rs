@@ -249,7 +249,7 @@ fn same_zone_name_in_two_accounts_resolves_deterministically() {
             .iter()
             .flat_map(|z| zone_routes(&DEFAULT_RULES, z, &proxies).routes)
             .collect();
-        let (routes, warnings) = resolve(candidates);
+        let (routes, warnings) = merge_claims(candidates);
         assert_eq!(routes.len(), 1);
         assert_eq!(routes[0].account, "111111111111");
         assert_eq!(warnings.len(), 1);
@@ -273,7 +273,7 @@ fn resolved_order_is_exact_first_then_longest_suffix() {
         candidates
             .extend(zone_routes(&DEFAULT_RULES, &zone("1", id, name, records), &proxies).routes);
     }
-    let (routes, _) = resolve(candidates);
+    let (routes, _) = merge_claims(candidates);
     let order: Vec<&str> = routes.iter().map(|r| r.sni.as_str()).collect();
     assert_eq!(
         order,
@@ -417,7 +417,7 @@ fn every_mode_makes_the_route_its_name_says() {
     for rule in mode_rules() {
         let with_target = rule.route(&zone, &name, Some(&target)).unwrap();
         let without = rule.route(&zone, &name, None);
-        let (sni, sni_match) = match rule.sni {
+        let (sni, sni_match) = match rule.sni_mode {
             SniMode::Front => ("proxy.api.z", SniMatch::Exact),
             SniMode::FrontSuffix => (".apps.z", SniMatch::Suffix),
             SniMode::Back => ("k8s.z", SniMatch::Exact),
@@ -431,7 +431,7 @@ fn every_mode_makes_the_route_its_name_says() {
         // Only back-target needs the target.
         assert_eq!(
             without.is_none(),
-            rule.sni == SniMode::BackTarget,
+            rule.sni_mode == SniMode::BackTarget,
             "{}",
             rule.id
         );

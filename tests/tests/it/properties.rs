@@ -1,17 +1,21 @@
 //! Property tests: outside input, generated at volume, through the pure paths, checked for
 //! what must hold whatever arrives.
 //!
-//! * Route53 data → `rules::zone_routes` → `rules::resolve` → the embedded template: nothing
+//! * Route53 data → `rules::zone_routes` → `rules::merge_claims` → the embedded template: nothing
 //!   panics or fails to render, only plain host names reach the config (every byte printable
 //!   ASCII or a newline, no line or field added), and every rejected name is a warning. A
 //!   well-formed zone always gives its route, however Route53 spells it.
 //! * Invocation payloads → the generator's trigger and configure's `dispatches` /
 //!   `is_fleet_request`: nothing panics, every refusal says what was expected, an accepted zone
 //!   hint carries a well-formed account and zone id.
-//! * Stored manifests → `Manifest::from_json` → the sweep's merge → resolve → render: nothing
+//! * Stored manifests → `Manifest::from_json` → the sweep's merge → merge_claims → render: nothing
 //!   panics, no line is injected, and no byte outside the allowed set is rendered
-//!   (`manifest_values_reach_the_config_only_when_clean`): a manifest whose values are not what
-//!   their rule makes of their zone is refused on load.
+//!   (`manifest_values_reach_the_config_only_when_clean`): a manifest whose values are
+//!   malformed is refused on load, and a stored route that is not what its rule makes of its
+//!   zone is dropped on load, never rendered.
+//! * Random small estates over several runs, with rules changes (`holders`): a name never
+//!   moves from the zone that routed it while that zone claims it or within the grace, and no
+//!   route points at a proxy name.
 //! * `ROUTING_RULES` → `rules::parse_rules`: nothing panics, and every refusal of a list of rule
 //!   objects names its rule (index, and id once the id passed) and a field.
 //!
@@ -35,7 +39,7 @@ use autoproxy::names::{HostName, normalize};
 use autoproxy::ownership;
 use autoproxy::publish;
 use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, RenderOptions, Renderer};
-use autoproxy::rules::{DEFAULT_RULES, Warning, resolve, zone_routes};
+use autoproxy::rules::{DEFAULT_RULES, Warning, merge_claims, zone_routes};
 use autoproxy::settings::IgnoreZones;
 use autoproxy_configure::handler::{Dispatch, dispatches, is_fleet_request};
 use autoproxy_generate::trigger::{self, ROUTE53_EVENTS, Trigger, TriggerError};

@@ -5,7 +5,7 @@ use autoproxy::model::{RecordSet, Route, Zone, ZoneKey, ZoneRecords};
 use autoproxy::names::HostName;
 use autoproxy::ownership::{self, Grace, Holders, Mode};
 use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, RenderOptions, Renderer};
-use autoproxy::rules::{DEFAULT_RULES, Rule, parse_rules, resolve, zone_routes};
+use autoproxy::rules::{DEFAULT_RULES, Rule, merge_claims, parse_rules, zone_routes};
 use autoproxy::s3::CurrentConfig;
 use serde_json::json;
 
@@ -87,7 +87,7 @@ fn run_with(rules: &[Rule], zones: &[Seed<'_>], previous: Option<&Manifest>) -> 
     let remembered = previous.map(Holders::of).unwrap_or_default();
     let owned = ownership::owned_routes(&manifest.zones, &remembered, Mode::FirstHolder, GRACE);
     owned.holders.store(&mut manifest);
-    let (routes, _) = resolve(owned.candidates);
+    let (routes, _) = merge_claims(owned.candidates);
     World {
         rules: rules.to_vec(),
         manifest,
@@ -407,4 +407,30 @@ fn an_endpoint_name_outside_every_zone_is_explained_by_its_holder_and_claimants(
             ),
         ],
     );
+}
+
+#[test]
+fn the_rule_named_is_the_one_haproxy_picks_not_the_first_in_the_table() {
+    // The suffix rule comes first in the table, but HAProxy matches the exact name first.
+    let rules = parse_rules(
+        r#"[
+        {"id": "apps", "front": "*.apps", "back": "router", "back_types": ["A"], "sni": "front-suffix"},
+        {"id": "kube", "front": "proxy.apps", "back": "kube", "back_types": ["A"], "sni": "front", "port": 6443}
+    ]"#,
+    )
+    .unwrap();
+    let zone = "z.internal";
+    let records = vec![
+        RecordSet::new(&format!("*.apps.{zone}."), "CNAME", &[PROXY]),
+        RecordSet::new(&format!("router.{zone}."), "A", &["10.0.0.1"]),
+        RecordSet::new(&format!("proxy.apps.{zone}."), "CNAME", &[PROXY]),
+        RecordSet::new(&format!("kube.{zone}."), "A", &["10.0.0.2"]),
+    ];
+    let world = run_with(&rules, &[(A, "ZA", zone, records)], None);
+    let answer = ask(&world, &format!("proxy.apps.{zone}"));
+    assert_eq!(answer.route.as_ref().map(|r| r.rule.as_str()), Some("kube"));
+    assert_eq!(answer.rule.as_deref(), Some("kube"), "{:#?}", answer.why);
+    // A name only the suffix covers is the suffix rule's.
+    let answer = ask(&world, &format!("web.apps.{zone}"));
+    assert_eq!(answer.rule.as_deref(), Some("apps"), "{:#?}", answer.why);
 }

@@ -9,7 +9,7 @@ use autoproxy::model::{RecordSet, SniMatch, Zone, ZoneKey, ZoneRecords};
 use autoproxy::names::{HostName, normalize};
 use autoproxy::near_miss::near_proxy;
 use autoproxy::ownership::{self, Grace, Holders, Mode, Owned};
-use autoproxy::rules::{FRONT_TYPE, Rule, SniMode, zone_routes};
+use autoproxy::rules::{FRONT_TYPE, Rule, zone_routes};
 use autoproxy::s3::CurrentConfig;
 
 use super::{CarriedRoute, Explanation, ZoneRef};
@@ -297,7 +297,7 @@ fn zone_finding<'a>(
     };
     records_step(&mut finding, facts, rule, entry);
     manifest_step(&mut finding, manifest, rule, entry);
-    let outside = rule.sni == SniMode::BackTarget
+    let outside = rule.sni_mode.reads_back_target()
         && entry
             .routes
             .iter()
@@ -332,7 +332,7 @@ fn fits(
     zone_name: &HostName,
     name: &HostName,
 ) -> Option<usize> {
-    if rule.sni == SniMode::BackTarget {
+    if rule.sni_mode.reads_back_target() {
         return entry
             .routes
             .iter()
@@ -354,17 +354,12 @@ fn fits(
 fn records_step(finding: &mut Finding, facts: &Facts<'_>, rule: &Rule, entry: &ZoneEntry) {
     let front = finding.name.with_prefix(&rule.front);
     let back = finding.name.with_prefix(&rule.back);
-    let sni = match rule.sni {
-        SniMode::Front => format!("the SNI {front}"),
-        SniMode::FrontSuffix => format!("every SNI under {front}"),
-        SniMode::Back => format!("the SNI {back}"),
-        SniMode::BackTarget => format!("the SNI that {back}'s CNAME points to"),
-    };
+    let sni = rule.sni_text(&front, &back);
     finding.why.push(format!(
         "rule {} (sni {}): {front} must be a CNAME to the peering proxy and {back} a {} \
          record; HAProxy then forwards {sni} to {back}:{}",
         rule.id,
-        rule.sni,
+        rule.sni_mode,
         rule.back_types_text(),
         rule.port
     ));
@@ -406,14 +401,18 @@ fn records_step(finding: &mut Finding, facts: &Facts<'_>, rule: &Rule, entry: &Z
     finding.why.push(if backs.is_empty() {
         format!("Route53 has no record {back}")
     } else if let Some(set) = backs.iter().find(|set| rule.accepts_back(&set.rtype)) {
-        match (rule.sni, set.values.first()) {
-            (SniMode::BackTarget, Some(target)) => format!(
+        match set
+            .values
+            .first()
+            .filter(|_| rule.sni_mode.reads_back_target())
+        {
+            Some(target) => format!(
                 "{back} is a CNAME to {target}: the backend exists, and clients send {} as SNI",
                 normalize(target)
                     .to_host()
                     .map_or_else(|err| err.to_string(), |host| host.as_str().to_owned())
             ),
-            _ => format!("{back} is a {} record: the backend exists", set.rtype),
+            None => format!("{back} is a {} record: the backend exists", set.rtype),
         }
     } else {
         let types: Vec<&str> = backs.iter().map(|set| set.rtype.as_str()).collect();

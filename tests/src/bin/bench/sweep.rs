@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Write as _};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use autoproxy::rules::resolve;
+use autoproxy::rules::merge_claims;
 use autoproxy::s3::ConfigStore;
 use autoproxy::settings::manifest_key;
 use autoproxy_tests::bench::{self, Shape, time_check, time_render};
@@ -255,7 +255,7 @@ pub(super) async fn config_rows(
         .values()
         .flat_map(|entry| entry.routes.iter().cloned())
         .collect();
-    let (routes, _) = resolve(candidates);
+    let (routes, _) = merge_claims(candidates);
     let (render_ms, _) = time_render(&routes);
     let (check_ms, valid) = time_check(&stored.text);
     rows.push(Row(

@@ -233,7 +233,7 @@ pub(super) fn a_name_stays_with_its_holder_and_no_route_points_at_the_proxy() {
             };
             let owned = owned_routes(&manifest.zones, &holders, Mode::FirstHolder, grace);
             owned.holders.store(&mut manifest);
-            let (routes, _) = resolve(owned.candidates);
+            let (routes, _) = merge_claims(owned.candidates);
             tally.add("routes", routes.len());
             no_loop(&routes, &estate)?;
             memory.check(step, now, &manifest, &routes, &tally)?;

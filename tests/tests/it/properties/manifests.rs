@@ -108,7 +108,7 @@ pub(super) fn merge_and_resolve(
             seconds: 24 * 3600,
         },
     );
-    let (routes, _conflicts) = resolve(owned.candidates);
+    let (routes, _conflicts) = merge_claims(owned.candidates);
     Ok((routes, publish::next_generation(manifest.generation, NOW)))
 }
 

@@ -61,7 +61,7 @@ pub(super) fn route53_data_reaches_the_config_only_as_plain_host_names() {
             }
             candidates.extend(outcome.routes);
         }
-        let (routes, conflicts) = resolve(candidates);
+        let (routes, conflicts) = merge_claims(candidates);
         tally.add("routes rendered", routes.len());
         tally.add("SNI conflicts", conflicts.len());
         let text = match render.render(&routes, NOW) {
@@ -195,7 +195,7 @@ pub(super) fn a_well_formed_api_pair_always_routes_whatever_its_spelling() {
             .count();
         prop_assert_eq!(warned, hostile, "{:?}", outcome.warnings);
         prop_assert_eq!(outcome.warnings.len(), hostile, "{:?}", outcome.warnings);
-        let (routes, conflicts) = resolve(outcome.routes);
+        let (routes, conflicts) = merge_claims(outcome.routes);
         prop_assert!(conflicts.is_empty());
         prop_assert_eq!(routes.len(), 1, "{:?}", routes);
         let route = &routes[0];
