@@ -41,7 +41,7 @@ pub fn render_case(input: &Input) -> (Rendered, Vec<String>) {
         .render(&RenderInput {
             routes: &routes,
             resolvers: &resolvers,
-            proxies: &[],
+            proxies: &input.proxies,
             options: &RenderOptions::default(),
             generation: 1,
             generated_at: "2026-01-01T00:00:00Z",
