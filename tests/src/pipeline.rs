@@ -381,7 +381,7 @@ impl Pipeline {
             .map_err(|e| {
                 step_error(
                     format!("HeadObject {CONFIG_KEY} version {version_id}"),
-                    aws_sdk_s3::error::DisplayErrorContext(e),
+                    autoproxy::aws_error::reason(&e),
                 )
             })?;
         let generation = head

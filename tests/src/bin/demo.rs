@@ -9,7 +9,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use autoproxy::fleet::FleetReport;
+use autoproxy::fleet::{FleetReport, Join};
 use autoproxy_tests::pipeline::{
     self, ANALYTICS, Cluster, INITIAL, Pipeline, PipelineError, Rollout, Runner, STAGING,
 };
@@ -213,6 +213,12 @@ async fn fleet_report(pipeline: &Pipeline) -> Result<(), PipelineError> {
     let report = fleet_caught_up(pipeline).await?;
     for line in report.table().lines() {
         say(&format!("   {line}"));
+    }
+    if let Join::Missing { .. } = report.join {
+        say(
+            "   (the local stand-in cannot list instances: moto has no SSM \
+             DescribeInstanceInformation, so the report has the instances' records alone)",
+        );
     }
     say(&format!(
         "   {} of {} instances run the latest generation {}",
