@@ -9,6 +9,7 @@ pub mod cfn;
 pub mod check;
 pub mod config_bucket;
 pub mod dataplane;
+pub mod dist;
 pub mod dns;
 pub mod estate;
 pub mod eventbridge;
