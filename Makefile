@@ -11,15 +11,17 @@ HAPROXY30_VERSION := $(shell sed -n 's/^HAPROXY30_VERSION=//p' $(dir $(lastword 
 HAPROXY30 := $(CACHE)/haproxy-$(HAPROXY30_VERSION)/bin
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test test-haproxy30 lint unit templates tools core-tools bench demo local build-AgentLayer
+.PHONY: test test-haproxy30 lint unit templates tools core-tools bench demo local dist build-AgentLayer
 
 ## Everything CI runs: lint, every test (unit, golden, moto, real HAProxy), template checks,
-## on the distribution's HAProxy (2.6 on Debian 12); then the tests that drive a real HAProxy
-## again on 3.0.
+## on the distribution's HAProxy (2.6 on Debian 12); then the release bundle's test (it::release_bundle,
+## after the template checks: their `sam build` is the one `make dist` reuses); then the tests
+## that drive a real HAProxy again on 3.0.
 test: tools lint
 	@haproxy -v | head -n 1
-	cargo test --workspace
+	cargo test --workspace -- --skip release_bundle::
 	bash .ci/check-templates.sh
+	cargo test --workspace --test it -- release_bundle::
 	@$(MAKE) --no-print-directory test-haproxy30
 
 ## The other end of the supported range: the tests that drive a real HAProxy (haproxy -c of
@@ -95,6 +97,19 @@ demo:
 ## instances; writes .local/env for `cargo lambda watch --env-file .local/env`. Ctrl-C stops it.
 local: core-tools
 	cargo run -q -p autoproxy-tests --bin local
+
+## The release bundle, dist/autoproxy-<version>.tar.gz (the workspace's version): template.yaml
+## with its functions and AgentLayer pointing at prebuilt zips inside the bundle, the zips,
+## docs/member-account.yaml, docs/central-forwarding.yaml and a short README. It deploys with
+## the SAM CLI or the AWS CLI alone (docs/DEPLOY.md, "Deploying a release without a Rust
+## toolchain"). Built for this machine's architecture, functions and agent alike (x86_64 here:
+## no aarch64 target), by exactly the `sam build` of .ci/check-templates.sh: after it (as in
+## `make test`) cargo finds everything built. tests/src/dist.rs says how the copy is made.
+dist: tools
+	. .ci/zig.sh && SAM_CLI_TELEMETRY=0 AGENT_ARCH=$(HOST_ARCH) sam build --template template.yaml \
+	  --build-dir .aws-sam/build --cache-dir .aws-sam/cache --parameter-overrides "Architecture=$(HOST_ARCH)"
+	cargo run -q -p autoproxy-tests --bin dist
+HOST_ARCH := $(patsubst aarch64,arm64,$(shell uname -m))
 
 ## The AgentLayer layer, for `sam build` (template.yaml, BuildMethod: makefile): the
 ## autoproxy-agent binary the proxy instances run, put at the layer's root, /opt/autoproxy-agent.

@@ -7,6 +7,7 @@
 
 pub mod accounts;
 pub mod artifact;
+pub mod aws_error;
 pub mod diff;
 pub mod discovery;
 pub mod fleet;

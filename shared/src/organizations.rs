@@ -11,7 +11,7 @@ use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use aws_sdk_organizations::Client;
-use aws_sdk_organizations::error::{DisplayErrorContext, SdkError};
+use aws_sdk_organizations::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_organizations::types::{Account, AccountState, AccountStatus};
 
 use crate::model::is_account_id;
@@ -151,14 +151,16 @@ fn active_ids(accounts: &[Account]) -> impl Iterator<Item = String> + '_ {
         .map(str::to_owned)
 }
 
+// By value: every caller hands over the error it is done with (`map_err`).
+#[allow(clippy::needless_pass_by_value)]
 fn failed<E>(operation: &'static str, target: &str, err: SdkError<E>) -> ListError
 where
-    E: std::error::Error + 'static,
+    E: ProvideErrorMetadata + std::error::Error + 'static,
 {
     ListError {
         operation,
         target: target.to_owned(),
-        message: DisplayErrorContext(err).to_string(),
+        message: crate::aws_error::reason(&err),
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use aws_sdk_route53::Client;
 use aws_sdk_route53::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_route53::config::{ConfigBag, Intercept, RuntimeComponents};
-use aws_sdk_route53::error::{DisplayErrorContext, SdkError};
+use aws_sdk_route53::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_route53::operation::get_hosted_zone::GetHostedZoneError;
 use aws_sdk_route53::operation::list_resource_record_sets::ListResourceRecordSetsError;
 use aws_sdk_route53::types::{RrType, VpcRegion};
@@ -112,18 +112,23 @@ impl AccountRoute53 {
         permit
     }
 
+    // By value: every caller hands over the error it is done with (`map_err`).
+    #[allow(clippy::needless_pass_by_value)]
     fn error<E>(&self, operation: &'static str, err: SdkError<E>) -> ScanError
     where
-        E: std::error::Error + 'static,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
     {
-        // No HTTP answer from Route53: the credentials (the assumed role) failed first.
+        // No HTTP answer from Route53: the credentials (the assumed role) failed first. Their
+        // error is somewhere in the whole chain, which the one-line message may shorten.
         let no_answer = err.raw_response().is_none();
-        let message = DisplayErrorContext(err).to_string();
+        let denied = DisplayErrorContext(&err)
+            .to_string()
+            .contains("AccessDenied");
         ScanError {
             account: self.account.clone(),
             operation,
-            assume_denied: no_answer && message.contains("AccessDenied"),
-            message,
+            assume_denied: no_answer && denied,
+            message: crate::aws_error::reason(&err),
         }
     }
 

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use aws_sdk_s3::Client;
-use aws_sdk_s3::error::{DisplayErrorContext, SdkError};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 
 use crate::artifact::{
@@ -94,15 +94,17 @@ impl ConfigStore {
         }
     }
 
+    // By value: every caller hands over the error it is done with (`map_err`).
+    #[allow(clippy::needless_pass_by_value)]
     fn call_error<E>(&self, operation: &'static str, key: &str, err: SdkError<E>) -> StoreError
     where
-        E: std::error::Error + 'static,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
     {
         StoreError::Call {
             operation,
             bucket: self.bucket.clone(),
             key: key.to_owned(),
-            message: DisplayErrorContext(err).to_string(),
+            message: crate::aws_error::reason(&err),
         }
     }
 
@@ -278,7 +280,7 @@ pub async fn get_bytes(
         .set_version_id(version.map(str::to_owned))
         .send()
         .await
-        .map_err(|err| DisplayErrorContext(err).to_string())?;
+        .map_err(|err| crate::aws_error::reason(&err))?;
     let version = object.version_id().unwrap_or("null").to_owned();
     let bytes = object
         .body

@@ -9,6 +9,7 @@ pub mod cfn;
 pub mod check;
 pub mod config_bucket;
 pub mod dataplane;
+pub mod dist;
 pub mod dns;
 pub mod estate;
 pub mod eventbridge;
@@ -91,37 +92,63 @@ pub fn wait_listening(
     }
 }
 
+/// The agent binary every harness piece runs, chosen once: see [`agent_binary`].
+static AGENT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
 /// The `autoproxy-agent` binary of this workspace (debug), built on first use: what the
 /// apply document runs on an instance. `cargo test` builds only the test binaries, so the
 /// harness asks cargo for it (a no-op when it is up to date). `AUTOPROXY_AGENT_BINARY` names
 /// another build instead (the benchmark's: the release binary the stack ships).
 pub fn agent_binary() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            if let Some(path) = std::env::var_os("AUTOPROXY_AGENT_BINARY") {
-                return PathBuf::from(path);
-            }
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let status = std::process::Command::new(cargo)
-                // `--workspace`, as `cargo test --workspace` builds: with `-p` cargo resolves
-                // the dependencies' features for the agent alone and builds them all again.
-                .args([
-                    "build",
-                    "--quiet",
-                    "--workspace",
-                    "--bin",
-                    "autoproxy-agent",
-                ])
-                .current_dir(root())
-                .status()
-                .expect("run cargo build --bin autoproxy-agent");
-            assert!(status.success(), "cargo build --bin autoproxy-agent failed");
-            let target = std::env::var_os("CARGO_TARGET_DIR")
-                .map_or_else(|| root().join("target"), PathBuf::from);
-            let binary = target.join("debug").join("autoproxy-agent");
-            assert!(binary.exists(), "no {} after the build", binary.display());
-            binary
+    AGENT
+        .get_or_init(|| match std::env::var_os("AUTOPROXY_AGENT_BINARY") {
+            Some(path) => PathBuf::from(path),
+            None => build_agent(),
         })
         .clone()
+}
+
+/// For the demo: the workspace's agent without its symbols and debug info (`strip`), copied
+/// into `dir`, becomes [`agent_binary`]. Every apply downloads the agent and hashes it, as an
+/// instance does the stripped release binary the stack ships: 30 MB of that cost a second a
+/// rollout less than the 80 MB debug build. Call it before anything uses the agent.
+pub fn use_stripped_agent(dir: &Path) -> Result<PathBuf, String> {
+    let stripped = dir.join("autoproxy-agent");
+    let built = build_agent();
+    let status = std::process::Command::new("strip")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(&built)
+        .status()
+        .map_err(|e| format!("strip {}: {e}", built.display()))?;
+    if !status.success() {
+        return Err(format!("strip {}: {status}", built.display()));
+    }
+    AGENT
+        .set(stripped.clone())
+        .map_err(|used| format!("the agent is in use already: {}", used.display()))?;
+    Ok(stripped)
+}
+
+fn build_agent() -> PathBuf {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = std::process::Command::new(cargo)
+        // `--workspace`, as `cargo test --workspace` builds: with `-p` cargo resolves
+        // the dependencies' features for the agent alone and builds them all again.
+        .args([
+            "build",
+            "--quiet",
+            "--workspace",
+            "--bin",
+            "autoproxy-agent",
+        ])
+        .current_dir(root())
+        .status()
+        .expect("run cargo build --bin autoproxy-agent");
+    assert!(status.success(), "cargo build --bin autoproxy-agent failed");
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
+    let binary = target.join("debug").join("autoproxy-agent");
+    assert!(binary.exists(), "no {} after the build", binary.display());
+    binary
 }

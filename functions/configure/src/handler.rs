@@ -7,11 +7,11 @@
 use std::time::Duration;
 
 use autoproxy::artifact::{GENERATION_EXPECTED, META_GENERATION};
+use autoproxy::aws_error;
 use autoproxy::fleet::{self, FleetReport, Record};
 use autoproxy::metrics::Metrics;
 use autoproxy::settings::ConfigureSettings;
 use aws_lambda_events::s3::S3Event;
-use aws_sdk_ssm::error::DisplayErrorContext;
 use aws_sdk_ssm::types::{CloudWatchOutputConfig, CommandInvocationStatus, CommandStatus, Target};
 use lambda_runtime::{Diagnostic, LambdaEvent};
 use serde::Serialize;

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use autoproxy::fleet::FleetReport;
+use autoproxy::fleet::{FleetReport, Join};
 use autoproxy_tests::pipeline::{
     self, ANALYTICS, Cluster, INITIAL, Pipeline, PipelineError, Rollout, Runner, STAGING,
 };
@@ -55,6 +55,18 @@ async fn run() -> Result<(), PipelineError> {
         let started = Instant::now();
         build(&root, function)?;
         say(&format!("built {function} ({})", secs(started.elapsed())));
+    }
+
+    let dir = root.join("target").join("demo");
+    match std::fs::create_dir_all(&dir)
+        .map_err(|e| e.to_string())
+        .and_then(|()| autoproxy_tests::use_stripped_agent(&dir))
+    {
+        Ok(agent) => say(&format!(
+            "agent: autoproxy-agent (debug build, stripped as the stack's release is) at {}",
+            agent.display()
+        )),
+        Err(err) => say(&format!("agent: the debug build as it is ({err})")),
     }
 
     let pipeline = Pipeline::start(Runner::LambdaRuntime, Some(root.join(".demo")), &say).await?;
@@ -144,6 +156,7 @@ async fn add_cluster(pipeline: &mut Pipeline) -> Result<Duration, PipelineError>
         "   CloudTrail event → HAProxy serving the new route: {}",
         secs(total)
     ));
+    say(&breakdown(&rollout, served, total));
     Ok(total)
 }
 
@@ -159,13 +172,14 @@ async fn remove_cluster(pipeline: &mut Pipeline) -> Result<Duration, PipelineErr
     let event_sent = Instant::now();
     let rollout = pipeline.roll_out(&event, &[]).await?;
     narrate(&rollout)?;
-    wait(pipeline, &STAGING.api_sni(), None)?;
+    let gone = wait(pipeline, &STAGING.api_sni(), None)?;
     let removed = event_sent.elapsed();
     show_routes(pipeline, STAGING, false)?;
     say(&format!(
         "   CloudTrail event → HAProxy no longer routing the deleted zone: {}",
         secs(removed)
     ));
+    say(&breakdown(&rollout, gone, removed));
     say(&format!(
         "   still routed: {}",
         pipeline::routed(&pipeline.zones)
@@ -176,6 +190,21 @@ async fn remove_cluster(pipeline: &mut Pipeline) -> Result<Duration, PipelineErr
     Ok(removed)
 }
 
+/// Where the time from the event to HAProxy serving went.
+fn breakdown(rollout: &Rollout, probing: Duration, total: Duration) -> String {
+    let parts = rollout.generate_time + rollout.configure_time + rollout.apply_time + probing;
+    format!(
+        "   of which: autoproxy-generate {}, autoproxy-configure {}, the apply document on {} \
+         instance(s) {}, probing until served {}, the rest (reading the command back) {}",
+        secs(rollout.generate_time),
+        secs(rollout.configure_time),
+        rollout.runs.len(),
+        secs(rollout.apply_time),
+        secs(probing),
+        secs(total.saturating_sub(parts))
+    )
+}
+
 /// Step 4: the fleet report, once every record is in.
 async fn fleet_report(pipeline: &Pipeline) -> Result<(), PipelineError> {
     say(
@@ -184,6 +213,12 @@ async fn fleet_report(pipeline: &Pipeline) -> Result<(), PipelineError> {
     let report = fleet_caught_up(pipeline).await?;
     for line in report.table().lines() {
         say(&format!("   {line}"));
+    }
+    if let Join::Missing { .. } = report.join {
+        say(
+            "   (the local stand-in cannot list instances: moto has no SSM \
+             DescribeInstanceInformation, so the report has the instances' records alone)",
+        );
     }
     say(&format!(
         "   {} of {} instances run the latest generation {}",

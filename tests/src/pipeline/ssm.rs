@@ -53,7 +53,7 @@ impl Pipeline {
             .command_id(command_id)
             .send()
             .await
-            .map_err(|e| step_error("ListCommands", aws_sdk_ssm::error::DisplayErrorContext(e)))?;
+            .map_err(|e| step_error("ListCommands", autoproxy::aws_error::reason(&e)))?;
         let command = listed
             .commands()
             .first()
@@ -130,7 +130,7 @@ pub(crate) async fn create_document(
         .content(content)
         .send()
         .await
-        .map_err(|e| step_error("CreateDocument", aws_sdk_ssm::error::DisplayErrorContext(e)))?;
+        .map_err(|e| step_error("CreateDocument", autoproxy::aws_error::reason(&e)))?;
     Ok(())
 }
 

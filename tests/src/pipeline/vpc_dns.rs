@@ -233,12 +233,7 @@ pub async fn vpc_names(accounts: &[&Account]) -> Result<BTreeMap<String, Ipv4Add
             .send()
             .collect::<Result<Vec<_>, _>>()
             .await
-            .map_err(|e| {
-                step_error(
-                    "ListHostedZones",
-                    aws_sdk_route53::error::DisplayErrorContext(e),
-                )
-            })?;
+            .map_err(|e| step_error("ListHostedZones", autoproxy::aws_error::reason(&e)))?;
         for zone in zones {
             let id = autoproxy::route53::bare_zone_id(zone.id()).to_owned();
             for set in account.record_sets(&id).await? {

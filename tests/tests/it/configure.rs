@@ -423,6 +423,14 @@ async fn the_fleet_report_compares_each_record_with_the_latest_config() {
         reason.starts_with("DescribeInstanceInformation failed"),
         "{reason}"
     );
+    // One line a person reads in the table: the call and the reason, not the SDK's dump of
+    // moto's HTML page and the response's internals.
+    assert!(
+        reason.starts_with("DescribeInstanceInformation failed: HTTP 500, not an AWS error: ")
+            && !reason.contains(['\n', '<'])
+            && reason.len() < 250,
+        "{reason}"
+    );
     assert_eq!(report.warnings.len(), 1, "{:?}", report.warnings);
     assert!(
         report.warnings[0].starts_with("haproxy/haproxy.fleet/i-0broken.json: not a fleet record"),

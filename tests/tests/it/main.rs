@@ -21,6 +21,7 @@ mod ownership;
 mod properties;
 mod publisher;
 mod ratelimit;
+mod release_bundle;
 mod resolver;
 mod runtime_api;
 mod template;

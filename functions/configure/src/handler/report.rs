@@ -102,7 +102,7 @@ pub(super) async fn managed_instances(deps: &Deps) -> Listing {
             Err(err) => {
                 let reason = format!(
                     "DescribeInstanceInformation failed: {}",
-                    DisplayErrorContext(err)
+                    aws_error::reason(&err)
                 );
                 warn!(reason, "the fleet report goes without the instance list");
                 return Listing::Failed(reason);
@@ -151,14 +151,7 @@ pub(super) async fn latest_config(
         .key(key)
         .send()
         .await
-        .map_err(|err| {
-            store_error(
-                "HeadObject",
-                bucket,
-                key,
-                DisplayErrorContext(err).to_string(),
-            )
-        })?;
+        .map_err(|err| store_error("HeadObject", bucket, key, aws_error::reason(&err)))?;
     let raw = head
         .metadata()
         .and_then(|m| m.get(META_GENERATION))
@@ -192,14 +185,8 @@ pub(super) async fn record_keys(
         .into_paginator()
         .send();
     while let Some(page) = pages.next().await {
-        let page = page.map_err(|err| {
-            store_error(
-                "ListObjectsV2",
-                bucket,
-                prefix,
-                DisplayErrorContext(err).to_string(),
-            )
-        })?;
+        let page = page
+            .map_err(|err| store_error("ListObjectsV2", bucket, prefix, aws_error::reason(&err)))?;
         keys.extend(
             page.contents()
                 .iter()
@@ -261,7 +248,7 @@ async fn member_accounts(
         Err(err) => {
             return Err(format!(
                 "{key}: GetObject failed: {}; the member accounts are not shown",
-                DisplayErrorContext(err)
+                aws_error::reason(&err)
             ));
         }
     };
@@ -293,14 +280,7 @@ pub(super) async fn put_report(
         .body(body.into())
         .send()
         .await
-        .map_err(|err| {
-            store_error(
-                "PutObject",
-                bucket,
-                key,
-                DisplayErrorContext(err).to_string(),
-            )
-        })?;
+        .map_err(|err| store_error("PutObject", bucket, key, aws_error::reason(&err)))?;
     Ok(())
 }
 
@@ -313,7 +293,7 @@ pub(super) async fn read_record(deps: &Deps, bucket: &str, key: &str) -> Result<
         .key(key)
         .send()
         .await
-        .map_err(|err| format!("GetObject failed: {}", DisplayErrorContext(err)))?;
+        .map_err(|err| format!("GetObject failed: {}", aws_error::reason(&err)))?;
     let body = object
         .body
         .collect()

@@ -191,7 +191,7 @@ pub(super) async fn earlier_command(
         .into_paginator()
         .send();
     while let Some(page) = pages.next().await {
-        let page = page.map_err(|err| DisplayErrorContext(err).to_string())?;
+        let page = page.map_err(|err| aws_error::reason(&err))?;
         // Newest first as SSM lists them; the filters are checked here too.
         let found = page.commands().iter().find(|command| {
             is_earlier_rollout(command, &deps.settings.apply_document, dispatch, &since)
@@ -208,7 +208,7 @@ pub(super) async fn dispatch_one(
     dispatch: &Dispatch,
     follow_until: Instant,
 ) -> Result<Rollout, ConfigureError> {
-    let aws_error = |operation: &'static str, message: String| ConfigureError::Aws {
+    let failed = |operation: &'static str, message: String| ConfigureError::Aws {
         operation,
         bucket: dispatch.bucket.clone(),
         key: dispatch.key.clone(),
@@ -223,7 +223,7 @@ pub(super) async fn dispatch_one(
         .version_id(&dispatch.version_id)
         .send()
         .await
-        .map_err(|err| aws_error("HeadObject", DisplayErrorContext(err).to_string()))?;
+        .map_err(|err| failed("HeadObject", aws_error::reason(&err)))?;
     let generation = head
         .metadata()
         .and_then(|m| m.get(META_GENERATION))
@@ -231,7 +231,7 @@ pub(super) async fn dispatch_one(
         .unwrap_or_else(|| "unknown".to_owned());
     let earlier = earlier_command(deps, dispatch)
         .await
-        .map_err(|message| aws_error("ListCommands", message))?;
+        .map_err(|message| failed("ListCommands", message))?;
     let sent = earlier.is_none();
     let command_id = match earlier {
         Some(command_id) => {
@@ -245,12 +245,12 @@ pub(super) async fn dispatch_one(
         }
         None => send(deps, dispatch, &generation)
             .await
-            .map_err(|message| aws_error("SendCommand", message))?,
+            .map_err(|message| failed("SendCommand", message))?,
     };
 
     let (status, targets) = follow(deps, &command_id, follow_until)
         .await
-        .map_err(|message| aws_error("ListCommands", message))?;
+        .map_err(|message| failed("ListCommands", message))?;
     let instances = instance_results(deps, &command_id).await;
     for instance in &instances {
         info!(
@@ -304,7 +304,7 @@ pub(super) async fn send(
         .cloud_watch_output_config(output.build())
         .send()
         .await
-        .map_err(|err| DisplayErrorContext(err).to_string())?;
+        .map_err(|err| aws_error::reason(&err))?;
     let command_id = sent
         .command()
         .and_then(|c| c.command_id())
@@ -328,7 +328,7 @@ pub(super) async fn follow(
             .command_id(command_id)
             .send()
             .await
-            .map_err(|err| DisplayErrorContext(err).to_string())?;
+            .map_err(|err| aws_error::reason(&err))?;
         let command = listed.commands().first();
         let status = command
             .and_then(|c| c.status())
@@ -391,7 +391,7 @@ pub(super) async fn instance_results(deps: &Deps, command_id: &str) -> Vec<Insta
                 }
             })),
             Err(err) => {
-                warn!(command_id, error = %DisplayErrorContext(err), "per-instance results unavailable");
+                warn!(command_id, error = %aws_error::reason(&err), "per-instance results unavailable");
                 break;
             }
         }

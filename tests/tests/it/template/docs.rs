@@ -210,6 +210,14 @@ fn deploys(words: &[String]) -> Option<(String, Vec<(String, String)>)> {
                 .into_iter()
                 .map(|v| v.trim_start_matches("file://")),
         )
+        // What `aws cloudformation package` writes from template.yaml: the same parameters.
+        .map(|file| {
+            if file == "packaged.yaml" {
+                "template.yaml"
+            } else {
+                file
+            }
+        })
         .next();
     let stack_set = words.iter().any(|w| w == "--stack-set-name");
     let template = match (word(0), word(1)) {
