@@ -106,7 +106,7 @@ pub async fn ensure(
                 }
             }
         }
-        Err(Asked::Failed(why)) => {
+        Err(Asked::Busy(why) | Asked::Failed(why)) => {
             ensured.by = By::Resolver;
             ensured
                 .missing
