@@ -67,8 +67,9 @@ pub async fn ask(
     let left = deadline.saturating_duration_since(Instant::now());
     // The resolver answers a little before we stop waiting, with what it has by then.
     let server_wait = left.saturating_sub(Duration::from_millis(500).min(left / 4));
-    let mut request = String::with_capacity(names.len() * 40 + 16);
-    for name in names {
+    let asked = &names[..names.len().min(super::MAX_WANTED)];
+    let mut request = String::with_capacity(asked.len() * 40 + 16);
+    for name in asked {
         request.push_str("want ");
         request.push_str(name);
         request.push('\n');
@@ -111,9 +112,13 @@ pub async fn ask(
     Ok(names
         .iter()
         .map(|name| {
-            let answer = answers
-                .remove(name)
-                .unwrap_or_else(|| Err("the resolver did not answer for it".to_owned()));
+            let answer = answers.remove(name).unwrap_or_else(|| {
+                Err(if asked.contains(name) {
+                    "the resolver did not answer for it".to_owned()
+                } else {
+                    format!("not asked: more than {} names at once", super::MAX_WANTED)
+                })
+            });
             (name.clone(), answer)
         })
         .collect())
