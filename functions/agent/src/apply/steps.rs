@@ -390,19 +390,12 @@ impl Run {
 
     /// Staging a killed run left behind (under the lock, no other run is staging): its
     /// `autoproxy/.stage.*` directories, the maps' files set aside by `files::replace`, and
-    /// `.autoproxy-*` files beside the config.
+    /// `.autoproxy-*` files beside the config; and the files set aside by writers that do not
+    /// hold this lock (the address service's map, a busy apply's record) once their writer
+    /// is gone ([`leftover`]).
     pub(super) fn remove_leftovers(&self) {
         for (dir, prefixes) in [
-            (
-                &self.paths.maps_dir,
-                &[
-                    ".stage.",
-                    ".autoproxy-addresses.",
-                    ".routes.map.",
-                    ".suffixes.map.",
-                    ".generation.map.",
-                ][..],
-            ),
+            (&self.paths.maps_dir, MAPS_LEFTOVERS),
             (
                 &self.paths.dir,
                 &[
@@ -422,7 +415,7 @@ impl Run {
                 let leftover = entry
                     .file_name()
                     .to_str()
-                    .is_some_and(|n| prefixes.iter().any(|p| n.starts_with(p)));
+                    .is_some_and(|name| leftover(name, prefixes));
                 if !leftover || self.undo.temps.contains(&path) {
                     continue;
                 }
@@ -433,6 +426,43 @@ impl Run {
                 };
             }
         }
+    }
+}
+
+/// What a killed run leaves in the maps directory: its staging, the route maps set aside
+/// under the apply's lock, and the files other writers set aside (`files::temp_path` names:
+/// `.<file>.<pid>.<nanos>`): the address map, which the service writes under its own lock,
+/// and the fleet record, which a busy apply writes without the apply's lock.
+const MAPS_LEFTOVERS: &[&str] = &[
+    ".stage.",
+    ".routes.map.",
+    ".suffixes.map.",
+    ".generation.map.",
+    ".addresses.map.",
+    ".last-apply.json.",
+];
+
+/// The prefixes in [`MAPS_LEFTOVERS`] whose writer may still be writing: their files are
+/// leftovers only once the process that named them has ended.
+const OTHERS_TEMPS: &[&str] = &[".addresses.map.", ".last-apply.json."];
+
+/// Whether the file `name` is a leftover of one of `prefixes`; a file another writer sets
+/// aside only when its pid (the name's second to last part) names no live process.
+fn leftover(name: &str, prefixes: &[&str]) -> bool {
+    let Some(prefix) = prefixes.iter().find(|p| name.starts_with(**p)) else {
+        return false;
+    };
+    if !OTHERS_TEMPS.contains(prefix) {
+        return true;
+    }
+    let mut parts = name[prefix.len()..].split('.');
+    match (
+        parts.next().and_then(|pid| pid.parse::<u32>().ok()),
+        parts.next(),
+        parts.next(),
+    ) {
+        (Some(pid), Some(_nanos), None) => !Path::new(&format!("/proc/{pid}")).exists(),
+        _ => false,
     }
 }
 
@@ -452,6 +482,37 @@ fn start_words(reload: &[String]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The temp files `files::replace` writes for the address map and the fleet record are
+    /// found; one whose writer still runs (the address service under its lock) is kept.
+    #[test]
+    fn leftovers_are_the_temps_actually_written_and_only_a_gone_writers() {
+        let dir = Path::new("/autoproxy");
+        let name = |path: std::path::PathBuf| {
+            path.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        };
+        let mut child = std::process::Command::new("true").spawn().expect("spawns");
+        child.wait().expect("ends");
+        let gone = child.id();
+        let live = name(files::temp_path(dir, ".addresses.map"));
+        assert!(!leftover(&live, MAPS_LEFTOVERS), "{live} is being written");
+        for written in [".addresses.map", ".last-apply.json"] {
+            let ours = name(files::temp_path(dir, written));
+            let theirs = ours.replacen(&std::process::id().to_string(), &gone.to_string(), 1);
+            assert!(leftover(&theirs, MAPS_LEFTOVERS), "{theirs} is not found");
+        }
+        for kept in [
+            "addresses.map",
+            "last-apply.json",
+            ".addresses.map.lock",
+            "routes.map",
+        ] {
+            assert!(!leftover(kept, MAPS_LEFTOVERS), "{kept}");
+        }
+        assert!(leftover(".routes.map.1.2", MAPS_LEFTOVERS));
+    }
 
     fn words(text: &str) -> Vec<String> {
         text.split(' ').map(str::to_owned).collect()
