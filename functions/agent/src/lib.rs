@@ -54,28 +54,76 @@ mod floors {
         files
     }
 
-    /// The lines of `files` that name `crate::<other>` (comments aside).
+    /// The lines of `files` that name `crate::<other>` (comments aside), in any form:
+    /// `crate::other`, `crate :: other`, `crate::{a, other::x}`, over several lines too.
     fn naming(files: &[PathBuf], other: &str) -> Vec<String> {
-        let needle = format!("crate::{other}");
         files
             .iter()
             .flat_map(|file| {
                 let text = std::fs::read_to_string(file).unwrap_or_default();
-                text.lines()
-                    .enumerate()
-                    .filter(|(_, line)| !line.trim_start().starts_with("//"))
-                    .filter(|(_, line)| {
-                        line.match_indices(&needle).any(|(at, _)| {
-                            !line[at + needle.len()..]
-                                .starts_with(|c: char| c.is_alphanumeric() || c == '_')
-                        })
-                    })
-                    .map(|(number, line)| {
-                        format!("{}:{}: {}", file.display(), number + 1, line.trim())
+                let code: Vec<&str> = text
+                    .lines()
+                    .map(|line| line.split("//").next().unwrap_or_default())
+                    .collect();
+                let joined = code.join("\n");
+                crate_paths(&joined)
+                    .into_iter()
+                    .filter(|(_, first)| first == other)
+                    .map(|(at, _)| {
+                        let number = joined[..at].matches('\n').count();
+                        format!("{}:{}: {}", file.display(), number + 1, code[number].trim())
                     })
                     .collect::<Vec<_>>()
             })
             .collect()
+    }
+
+    /// Every module named right after `crate::` in `code`, each with where its path starts:
+    /// the word that follows, or each first word in a `{…}` group (nested groups included).
+    fn crate_paths(code: &str) -> Vec<(usize, String)> {
+        let is_word = |c: char| c.is_alphanumeric() || c == '_';
+        let mut found = Vec::new();
+        for (at, _) in code.match_indices("crate") {
+            let before = code[..at].chars().next_back();
+            if before.is_some_and(is_word) {
+                continue;
+            }
+            let rest = code[at + "crate".len()..].trim_start();
+            let Some(rest) = rest.strip_prefix("::") else {
+                continue;
+            };
+            let rest = rest.trim_start();
+            if let Some(group) = rest.strip_prefix('{') {
+                let mut depth = 1;
+                let mut word = String::new();
+                let mut first = true;
+                for c in group.chars() {
+                    if is_word(c) {
+                        if first && depth == 1 {
+                            word.push(c);
+                        }
+                        continue;
+                    }
+                    if !word.is_empty() {
+                        found.push((at, std::mem::take(&mut word)));
+                        first = false;
+                    }
+                    match c {
+                        '{' => depth += 1,
+                        '}' => depth -= 1,
+                        ',' if depth == 1 => first = true,
+                        _ => {}
+                    }
+                    if depth == 0 {
+                        break;
+                    }
+                }
+            } else {
+                let word: String = rest.chars().take_while(|c| is_word(*c)).collect();
+                found.push((at, word));
+            }
+        }
+        found
     }
 
     /// The ground floor: every module file but the two programs, `lib.rs` and `main.rs`.
@@ -123,10 +171,14 @@ mod floors {
             std::env::temp_dir().join(format!("autoproxy-floors-{}.rs", std::process::id()));
         std::fs::write(
             &probe,
-            "use crate::resolve::once;\nuse crate::resolver_like;\n// crate::apply\n",
+            "use crate::resolve::once;\nuse crate::resolver_like;\n// crate::apply\n\
+             use crate::{files, resolve};\nuse crate :: resolve;\nuse crate::{\n    \
+             dns::{self, once},\n    resolve::single,\n};\nuse crate::{a::{resolve}, b};\n\
+             let x = 1; // crate::resolve\n",
         )
         .unwrap_or_default();
-        assert_eq!(naming(std::slice::from_ref(&probe), "resolve").len(), 1);
+        let found = naming(std::slice::from_ref(&probe), "resolve");
+        assert_eq!(found.len(), 4, "{found:#?}");
         let _ = std::fs::remove_file(probe);
     }
 }
