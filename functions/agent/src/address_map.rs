@@ -12,9 +12,17 @@ use std::fs::File;
 use std::net::IpAddr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// The map's path relative to the config's directory, and its name in HAProxy.
 pub const MAP: &str = "autoproxy/addresses.map";
+
+/// How long an apply waits for the map's lock: the service holds it only to read and rewrite
+/// the file (milliseconds at 10,000 names), so a longer wait means a stuck holder.
+pub const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// How often a waiting writer tries the lock again.
+const LOCK_RETRY: Duration = Duration::from_millis(10);
 
 /// The address map file of one config directory.
 #[derive(Debug, Clone)]
@@ -96,9 +104,10 @@ impl MapFile {
         }
     }
 
-    /// Writes `text` under the lock unless the file holds entries already; whether it wrote.
-    pub fn start_with(&self, text: &str) -> std::io::Result<bool> {
-        let lock = self.lock()?;
+    /// Writes `text` under the lock (waited for at most `wait`) unless the file holds entries
+    /// already; whether it wrote.
+    pub fn start_with(&self, text: &str, wait: Duration) -> std::io::Result<bool> {
+        let lock = self.lock(wait)?;
         if std::fs::metadata(&self.path).is_ok_and(|m| m.len() > 0) {
             return Ok(false);
         }
@@ -110,11 +119,31 @@ impl MapFile {
         &self.path
     }
 
-    /// Takes the lock (waits for it); creates the directory and the lock file if needed.
-    pub fn lock(&self) -> std::io::Result<Locked> {
+    /// Takes the lock, waiting for it at most `wait` (an error of kind `TimedOut` past it);
+    /// creates the directory and the lock file if needed. Never an unbounded `flock`: a
+    /// thread left waiting after its caller's deadline fired would hold the process open.
+    pub fn lock(&self, wait: Duration) -> std::io::Result<Locked> {
         let file = self.lock_file()?;
-        file.lock()?;
-        Ok(Locked(file))
+        let deadline = Instant::now() + wait;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(Locked(file)),
+                Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(LOCK_RETRY);
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "{} still held by another writer after {} ms",
+                            self.lock.display(),
+                            wait.as_millis()
+                        ),
+                    ));
+                }
+                Err(std::fs::TryLockError::Error(err)) => return Err(err),
+            }
+        }
     }
 
     /// Takes the lock when it is free now: `None` when another writer holds it.
@@ -165,12 +194,13 @@ impl MapFile {
         Ok(self.stamp())
     }
 
-    /// Adds `found` to the file under its lock, keeping every other entry.
-    pub fn merge(&self, found: &[(String, IpAddr)]) -> std::io::Result<()> {
+    /// Adds `found` to the file under its lock (waited for at most `wait`), keeping every
+    /// other entry.
+    pub fn merge(&self, found: &[(String, IpAddr)], wait: Duration) -> std::io::Result<()> {
         if found.is_empty() {
             return Ok(());
         }
-        let lock = self.lock()?;
+        let lock = self.lock(wait)?;
         let mut entries = self.read()?.addresses;
         for (name, address) in found {
             entries.insert(name.clone(), *address);
@@ -213,10 +243,38 @@ mod tests {
     fn try_lock_gives_way_to_a_holder() {
         let dir = tempfile::tempdir().expect("temp dir");
         let map = MapFile::in_dir(dir.path());
-        let held = map.lock().expect("locks");
+        let held = map.lock(LOCK_WAIT).expect("locks");
         assert!(map.try_lock().expect("tries").is_none());
         drop(held);
         assert!(map.try_lock().expect("tries").is_some());
+    }
+
+    /// A writer waits for a held lock only so long: a merge and a first write give up with
+    /// `TimedOut` after their wait, and the figure is printed.
+    #[test]
+    fn a_held_lock_is_waited_for_only_so_long() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let map = MapFile::in_dir(dir.path());
+        let _held = map.lock(LOCK_WAIT).expect("locks");
+        let wait = Duration::from_millis(300);
+        let (sent, waited) = std::sync::mpsc::channel();
+        let writer = map.clone();
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let a: IpAddr = "10.0.0.1".parse().expect("ip");
+            let merged = writer.merge(&[("a.example".to_owned(), a)], wait);
+            let first = writer.start_with("b.example 10.0.0.2\n", wait);
+            let _ = sent.send((merged, first, started.elapsed()));
+        });
+        let (merged, first, elapsed) = waited
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the writers gave up within 20 s while the lock was held");
+        for result in [merged.map(|()| true), first] {
+            let err = result.expect_err("no write while the lock is held");
+            assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
+        }
+        assert!(elapsed >= wait * 2, "{elapsed:?}");
+        assert_eq!(map.stamp(), None);
     }
 
     #[test]
@@ -226,10 +284,12 @@ mod tests {
         assert_eq!(map.read().expect("reads").addresses.len(), 0);
         assert_eq!(map.stamp(), None);
         let a: IpAddr = "10.0.0.1".parse().expect("ip");
-        map.merge(&[("a.example".to_owned(), a)]).expect("merges");
+        map.merge(&[("a.example".to_owned(), a)], LOCK_WAIT)
+            .expect("merges");
         let first = map.stamp().expect("exists");
         let b: IpAddr = "10.0.0.2".parse().expect("ip");
-        map.merge(&[("b.example".to_owned(), b)]).expect("merges");
+        map.merge(&[("b.example".to_owned(), b)], LOCK_WAIT)
+            .expect("merges");
         assert_ne!(map.stamp(), Some(first));
         let text = std::fs::read_to_string(map.path()).expect("reads");
         assert_eq!(text, "a.example 10.0.0.1\nb.example 10.0.0.2\n");

@@ -83,9 +83,13 @@ pub async fn ensure(
                 .iter()
                 .filter_map(|(name, result)| result.as_ref().ok().map(|a| (name.clone(), *a)))
                 .collect();
-            // The lock may be held by the service's write: waited for off the runtime thread.
+            // The lock may be held by the service's write: waited for off the runtime thread,
+            // until the deadline at most (and the map's own bound).
             let merging = map.clone();
-            let merged = tokio::task::spawn_blocking(move || merging.merge(&found))
+            let wait = deadline
+                .saturating_duration_since(Instant::now())
+                .min(crate::address_map::LOCK_WAIT);
+            let merged = tokio::task::spawn_blocking(move || merging.merge(&found, wait))
                 .await
                 .unwrap_or_else(|err| Err(std::io::Error::other(err.to_string())));
             match merged {
@@ -105,7 +109,7 @@ pub async fn ensure(
                 }
             }
         }
-        Err(Asked::Failed(why)) => {
+        Err(Asked::Busy(why) | Asked::Failed(why)) => {
             ensured.by = By::Resolver;
             ensured
                 .missing

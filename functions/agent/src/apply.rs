@@ -85,6 +85,10 @@ pub const RECORD_BUDGET: Duration = Duration::from_secs(30);
 /// How long an apply waits for another one's lock: longer than that one can hold it (its two
 /// budgets), and short enough that a wait plus a whole apply fits the document's 600 s.
 pub const LOCK_WAIT: Duration = Duration::from_secs(300);
+/// How long the apply's end waits for threads still blocked (a lock wait, a file write) once
+/// its run is done: each of those waits is bounded on its own, and a deadline that fired
+/// before one ended must not keep the process from exiting.
+pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(1);
 const _: () = assert!(
     LOCKED_BUDGET.as_secs() + FINISH_BUDGET.as_secs() < LOCK_WAIT.as_secs()
         && RECORD_BUDGET.as_secs() > SILENT_BUDGET.as_secs() + RECORD_TIMEOUT.as_secs()
@@ -237,7 +241,15 @@ pub fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    ExitCode::from(runtime.block_on(apply(params)))
+    ExitCode::from(run_to_end(runtime, apply(params)))
+}
+
+/// Runs `run` on `runtime`, then shuts the runtime down within [`SHUTDOWN_WAIT`] (a dropped
+/// runtime would wait for every blocking thread, however long).
+fn run_to_end<T>(runtime: tokio::runtime::Runtime, run: impl Future<Output = T>) -> T {
+    let result = runtime.block_on(run);
+    runtime.shutdown_timeout(SHUTDOWN_WAIT);
+    result
 }
 
 /// The whole run; returns the exit status.
@@ -576,4 +588,32 @@ impl Run {
 fn oneline(text: &str) -> String {
     let squeezed = text.split_whitespace().collect::<Vec<_>>().join(" ");
     autoproxy::excerpt(&squeezed, 400)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A blocking thread still waiting when the run ends (a deadline fired around it) does not
+    /// hold the apply: the runtime's shutdown gives up on it after [`SHUTDOWN_WAIT`].
+    #[test]
+    fn the_run_ends_without_waiting_for_a_blocked_thread() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let started = Instant::now();
+        let answer = run_to_end(runtime, async {
+            let blocked =
+                tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_secs(30)));
+            let waited = tokio::time::timeout(Duration::from_millis(100), blocked).await;
+            u8::from(waited.is_err())
+        });
+        let elapsed = started.elapsed();
+        assert_eq!(answer, 1);
+        assert!(
+            elapsed < Duration::from_secs(15),
+            "waited {elapsed:?} for the blocked thread"
+        );
+    }
 }

@@ -105,10 +105,12 @@ impl Run {
         }
         let seeded = self.seed_addresses().await;
         // Under the map's lock, as the address service writes it: a service that wrote the
-        // file meanwhile keeps what it wrote. Off the runtime thread: the lock may wait.
+        // file meanwhile keeps what it wrote. Off the runtime thread: the lock may wait, for
+        // at most its bound.
         let file = crate::address_map::MapFile::at(&addresses);
         let text = seeded.clone();
-        let wrote = tokio::task::spawn_blocking(move || file.start_with(&text))
+        let wait = crate::address_map::LOCK_WAIT;
+        let wrote = tokio::task::spawn_blocking(move || file.start_with(&text, wait))
             .await
             .map_err(std::io::Error::other)
             .and_then(|wrote| wrote)

@@ -1,6 +1,6 @@
 //! The steps of an apply, in the order `Run::steps` takes them.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use autoproxy::artifact::{self, MapFiles};
@@ -392,68 +392,80 @@ impl Run {
 
     /// Staging a killed run left behind (under the lock, no other run is staging): its
     /// `autoproxy/.stage.*` directories, the maps' files set aside by `files::replace`, and
-    /// `.autoproxy-*` files beside the config.
+    /// `.autoproxy-*` files beside the config; and the files set aside by writers that do not
+    /// hold this lock (the address service's map, a busy apply's record) once their writer
+    /// is gone ([`leftover`]).
     pub(super) fn remove_leftovers(&self) {
-        remove_leftovers_in(&self.paths.dir, &self.undo.temps);
+        for (dir, prefixes) in [
+            (&self.paths.maps_dir, MAPS_LEFTOVERS),
+            (
+                &self.paths.dir,
+                &[
+                    ".autoproxy-new.",
+                    ".autoproxy-check.",
+                    ".autoproxy-last-good.",
+                    ".autoproxy-restore.",
+                    ".autoproxy-output.",
+                ][..],
+            ),
+        ] {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let leftover = entry
+                    .file_name()
+                    .to_str()
+                    .is_some_and(|name| leftover(name, prefixes));
+                if !leftover || self.undo.temps.contains(&path) {
+                    continue;
+                }
+                let _ = if path.is_dir() {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+            }
+        }
     }
 }
 
-/// The leftovers [`Run::remove_leftovers`] removes from the config directory `dir` and its
-/// maps directory, but `keep` (this run's own temps). The temps of `files::replace` are
-/// named `.<file name>.<pid>.<nanos>`: the route maps' and the fleet record's are written
-/// under the apply's lock, which the caller holds; the address map's are the address
-/// service's too, written under the map's lock, so they are removed only while that lock is
-/// free now (taken without waiting, held while removing).
-fn remove_leftovers_in(dir: &Path, keep: &[PathBuf]) {
-    let maps_dir = dir.join("autoproxy");
-    let map = crate::address_map::MapFile::in_dir(dir);
-    let map_lock = map.try_lock().ok().flatten();
-    let address_temps: &[&str] = if map_lock.is_some() {
-        &[".addresses.map."]
-    } else {
-        &[]
+/// What a killed run leaves in the maps directory: its staging, the route maps set aside
+/// under the apply's lock, and the files other writers set aside (`files::temp_path` names:
+/// `.<file>.<pid>.<nanos>`): the address map, which the service writes under its own lock,
+/// and the fleet record, which a busy apply writes without the apply's lock.
+const MAPS_LEFTOVERS: &[&str] = &[
+    ".stage.",
+    ".routes.map.",
+    ".suffixes.map.",
+    ".generation.map.",
+    ".addresses.map.",
+    ".last-apply.json.",
+];
+
+/// The prefixes in [`MAPS_LEFTOVERS`] whose writer may still be writing: their files are
+/// leftovers only once the process that named them has ended.
+const OTHERS_TEMPS: &[&str] = &[".addresses.map.", ".last-apply.json."];
+
+/// Whether the file `name` is a leftover of one of `prefixes`; a file another writer sets
+/// aside only when its pid (the name's second to last part) names no live process.
+fn leftover(name: &str, prefixes: &[&str]) -> bool {
+    let Some(prefix) = prefixes.iter().find(|p| name.starts_with(**p)) else {
+        return false;
     };
-    let maps_prefixes = [
-        ".stage.",
-        ".routes.map.",
-        ".suffixes.map.",
-        ".generation.map.",
-        ".last-apply.json.",
-    ];
-    let dir_prefixes = [
-        ".autoproxy-new.",
-        ".autoproxy-check.",
-        ".autoproxy-last-good.",
-        ".autoproxy-restore.",
-        ".autoproxy-output.",
-    ];
-    for (dir, prefixes) in [
-        (
-            maps_dir.as_path(),
-            [&maps_prefixes[..], address_temps].concat(),
-        ),
-        (dir, dir_prefixes.to_vec()),
-    ] {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let leftover = entry
-                .file_name()
-                .to_str()
-                .is_some_and(|n| prefixes.iter().any(|p| n.starts_with(p)));
-            if !leftover || keep.contains(&path) {
-                continue;
-            }
-            let _ = if path.is_dir() {
-                std::fs::remove_dir_all(&path)
-            } else {
-                std::fs::remove_file(&path)
-            };
-        }
+    if !OTHERS_TEMPS.contains(prefix) {
+        return true;
     }
-    drop(map_lock);
+    let mut parts = name[prefix.len()..].split('.');
+    match (
+        parts.next().and_then(|pid| pid.parse::<u32>().ok()),
+        parts.next(),
+        parts.next(),
+    ) {
+        (Some(pid), Some(_nanos), None) => !Path::new(&format!("/proc/{pid}")).exists(),
+        _ => false,
+    }
 }
 
 /// What starts a stopped HAProxy, given the reload command: `systemctl start <unit>` for
@@ -472,6 +484,37 @@ fn start_words(reload: &[String]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The temp files `files::replace` writes for the address map and the fleet record are
+    /// found; one whose writer still runs (the address service under its lock) is kept.
+    #[test]
+    fn leftovers_are_the_temps_actually_written_and_only_a_gone_writers() {
+        let dir = Path::new("/autoproxy");
+        let name = |path: std::path::PathBuf| {
+            path.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        };
+        let mut child = std::process::Command::new("true").spawn().expect("spawns");
+        child.wait().expect("ends");
+        let gone = child.id();
+        let live = name(files::temp_path(dir, ".addresses.map"));
+        assert!(!leftover(&live, MAPS_LEFTOVERS), "{live} is being written");
+        for written in [".addresses.map", ".last-apply.json"] {
+            let ours = name(files::temp_path(dir, written));
+            let theirs = ours.replacen(&std::process::id().to_string(), &gone.to_string(), 1);
+            assert!(leftover(&theirs, MAPS_LEFTOVERS), "{theirs} is not found");
+        }
+        for kept in [
+            "addresses.map",
+            "last-apply.json",
+            ".addresses.map.lock",
+            "routes.map",
+        ] {
+            assert!(!leftover(kept, MAPS_LEFTOVERS), "{kept}");
+        }
+        assert!(leftover(".routes.map.1.2", MAPS_LEFTOVERS));
+    }
 
     fn words(text: &str) -> Vec<String> {
         text.split(' ').map(str::to_owned).collect()
@@ -497,37 +540,5 @@ mod tests {
         ] {
             assert_eq!(start_words(&words(reload)), words(start), "{reload}");
         }
-    }
-
-    /// The temps `files::replace` leaves when killed are found by their real names; the
-    /// address map's only while its lock is free (the address service may be writing it).
-    #[test]
-    fn leftover_temps_are_removed_but_the_address_services_while_it_writes() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let maps = dir.path().join("autoproxy");
-        std::fs::create_dir_all(&maps).expect("maps dir");
-        let temp = |name: &str| files::temp_path(&maps, name);
-        let (addresses, record, routes, mine) = (
-            temp(".addresses.map"),
-            temp(".last-apply.json"),
-            temp(".routes.map"),
-            temp(".suffixes.map"),
-        );
-        let map = crate::address_map::MapFile::in_dir(dir.path());
-        let service = map.lock().expect("the service's lock");
-        for path in [&addresses, &record, &routes, &mine] {
-            std::fs::write(path, "x").expect("a temp");
-        }
-        remove_leftovers_in(dir.path(), std::slice::from_ref(&mine));
-        let left = |path: &PathBuf| path.exists();
-        assert!(left(&addresses), "removed while the service held its lock");
-        assert!(
-            !left(&record) && !left(&routes),
-            "the apply's own leftovers"
-        );
-        assert!(left(&mine), "this run's temp");
-        drop(service);
-        remove_leftovers_in(dir.path(), &[]);
-        assert!(!left(&addresses) && !left(&mine));
     }
 }

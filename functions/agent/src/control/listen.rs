@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
-use super::{MAX_LINE, MAX_WAIT, MAX_WANTED, REQUEST_TIMEOUT};
+use super::{MAX_CONNECTIONS, MAX_LINE, MAX_WAIT, MAX_WANTED, REQUEST_TIMEOUT};
 use crate::log::log;
 
 /// A request, handed to the daemon's loop.
@@ -29,6 +29,8 @@ pub struct Control {
     path: PathBuf,
     /// None when another service answers there, or the socket cannot be made.
     listener: Option<UnixListener>,
+    /// One permit per connection served: at most [`MAX_CONNECTIONS`] at once.
+    permits: std::sync::Arc<Semaphore>,
     want_tx: mpsc::Sender<Want>,
     want_rx: mpsc::Receiver<Want>,
 }
@@ -41,6 +43,7 @@ impl Control {
         Control {
             path: path.to_path_buf(),
             listener: bind(path),
+            permits: std::sync::Arc::new(Semaphore::new(MAX_CONNECTIONS)),
             want_tx,
             want_rx,
         }
@@ -52,9 +55,9 @@ impl Control {
         loop {
             tokio::select! {
                 Some(want) = self.want_rx.recv() => return want,
-                accepted = accept(self.listener.as_ref()) => {
-                    if let Ok((stream, _)) = accepted {
-                        tokio::spawn(serve(stream, self.want_tx.clone()));
+                accepted = accept(self.listener.as_ref(), &self.permits) => {
+                    if let Ok((stream, permit)) = accepted {
+                        tokio::spawn(serve(stream, self.want_tx.clone(), permit));
                     }
                 }
             }
@@ -82,12 +85,8 @@ fn bind(path: &Path) -> Option<UnixListener> {
         ));
         return None;
     }
-    let _ = std::fs::remove_file(path);
-    match UnixListener::bind(path) {
-        Ok(listener) => {
-            let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
-            Some(listener)
-        }
+    match bind_private(path) {
+        Ok(listener) => Some(listener),
         Err(err) => {
             log(format_args!("cannot listen on {}: {err}", path.display()));
             None
@@ -95,17 +94,44 @@ fn bind(path: &Path) -> Option<UnixListener> {
     }
 }
 
-async fn accept(
-    listener: Option<&UnixListener>,
-) -> std::io::Result<(UnixStream, tokio::net::unix::SocketAddr)> {
-    match listener {
-        Some(listener) => listener.accept().await,
-        None => std::future::pending().await,
-    }
+/// Binds in a directory only root may enter, sets the socket's mode 0600 there, and only then
+/// renames it to `path`: no client can connect before the mode is set.
+fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = path.with_extension(format!("binding.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+    let inside = dir.join("s");
+    let bound = UnixListener::bind(&inside).and_then(|listener| {
+        std::fs::set_permissions(&inside, std::fs::Permissions::from_mode(0o600))?;
+        let _ = std::fs::remove_file(path);
+        std::fs::rename(&inside, path)?;
+        Ok(listener)
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    bound
 }
 
-/// Serves one connection.
-async fn serve(stream: UnixStream, wants: mpsc::Sender<Want>) {
+/// The next connection, once fewer than [`MAX_CONNECTIONS`] are served (not accepted before:
+/// the others wait in the socket's queue, and past it find the service busy).
+async fn accept(
+    listener: Option<&UnixListener>,
+    permits: &std::sync::Arc<Semaphore>,
+) -> std::io::Result<(UnixStream, OwnedSemaphorePermit)> {
+    let Some(listener) = listener else {
+        return std::future::pending().await;
+    };
+    let permit = permits
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(std::io::Error::other)?;
+    let (stream, _) = listener.accept().await?;
+    Ok((stream, permit))
+}
+
+/// Serves one connection, holding one of the [`MAX_CONNECTIONS`] permits until it ends.
+async fn serve(stream: UnixStream, wants: mpsc::Sender<Want>, _permit: OwnedSemaphorePermit) {
     let (read, mut write) = stream.into_split();
     let request = tokio::time::timeout(REQUEST_TIMEOUT, read_request(BufReader::new(read))).await;
     let lines = match request {
@@ -173,5 +199,77 @@ async fn read_request(
                 ));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sends `request` on a new connection; the whole answer.
+    async fn exchange(path: &Path, request: &str) -> String {
+        let mut stream = UnixStream::connect(path).await.expect("connects");
+        stream.write_all(request.as_bytes()).await.expect("sends");
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer).await;
+        answer
+    }
+
+    /// The socket is root-only as it appears; a request of more than [`MAX_WANTED`] names is
+    /// refused; past [`MAX_CONNECTIONS`] open connections the next one is not served until
+    /// one ends.
+    #[tokio::test]
+    async fn the_socket_is_root_only_and_capped() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("autoproxy/resolver.sock");
+        let mut control = Control::listen(&path);
+        let mode = std::fs::metadata(&path)
+            .expect("socket")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let names: Vec<_> = std::fs::read_dir(path.parent().expect("dir"))
+            .expect("lists")
+            .filter_map(Result::ok)
+            .map(|entry| entry.file_name())
+            .collect();
+        assert_eq!(names, ["resolver.sock"]);
+        tokio::spawn(async move {
+            loop {
+                let want = control.next().await;
+                let lines = want.names.iter().map(|n| format!("missing {n} test"));
+                let _ = want.reply.send(lines.collect());
+            }
+        });
+        let too_many: String = (0..=MAX_WANTED)
+            .map(|n| format!("want h{n}.example\n"))
+            .chain(["go 100\n".to_owned()])
+            .collect();
+        let answer = exchange(&path, &too_many).await;
+        let first = answer.lines().next();
+        assert_eq!(
+            first,
+            Some(format!("error more than {MAX_WANTED} names").as_str())
+        );
+        let mut idle = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            idle.push(UnixStream::connect(&path).await.expect("connects"));
+        }
+        let one = "want a.example\ngo 100\n";
+        let waiting = tokio::spawn({
+            let path = path.clone();
+            async move { exchange(&path, one).await }
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            !waiting.is_finished(),
+            "served past {MAX_CONNECTIONS} connections"
+        );
+        drop(idle.pop());
+        let answer = tokio::time::timeout(Duration::from_secs(20), waiting)
+            .await
+            .expect("served once a connection ended")
+            .expect("joins");
+        assert_eq!(answer, "missing a.example test\ndone\n");
     }
 }
