@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use autoproxy::model::{Route, SniMatch};
 use autoproxy::names::HostName;
+use autoproxy_agent::resolve::observe::ready::WARM_UP;
 use autoproxy_tests::agent::BUCKET;
 use autoproxy_tests::config_bucket::InstanceBucket;
 use autoproxy_tests::dns::DnsServer;
@@ -317,11 +318,12 @@ fn the_user_data_bootstraps_and_the_first_apply_makes_the_instance_ready() {
     );
 }
 
-/// What the load balancer's health check means: a new instance whose routes' hosts do not
-/// resolve yet answers 503 (so it takes no traffic) after its first apply, and 200 once they
-/// resolve, without another apply.
+/// What the load balancer's health check means: the proxy's own health, never a member's. A new
+/// instance one of whose routes' hosts is never answered is ready within the warm-up after its
+/// first apply, serving every other route and holding that one (no route without an address);
+/// once the host resolves, its route serves too, without another apply.
 #[test]
-fn a_new_instance_is_ready_only_once_every_routes_host_resolves() {
+fn a_new_instance_is_ready_within_the_warm_up_whatever_a_members_host_does() {
     let Some(i) = Instance::new(&["a", "b"]) else {
         return;
     };
@@ -334,20 +336,10 @@ fn a_new_instance_is_ready_only_once_every_routes_host_resolves() {
     assert_eq!(i.haproxy.running_generation(), Some(1), "{run}");
     let resolver = i.resolver();
 
-    let (status, body) = i.wait_ready(503, "routes have no address yet", Duration::from_secs(10));
-    assert_eq!(status, 503, "{body}");
-    assert!(
-        body.contains("1 of 2 routes have no address yet"),
-        "{body}\n{}\n{:?}",
-        resolver.output(),
-        std::fs::read_dir(i.haproxy.dir())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect::<Vec<_>>()
-    );
-    // Still so a while later: nothing but an address makes it ready.
-    std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(i.get("/ready").0, 503);
+    // Loaded CI machines get slack beyond the warm-up; a 503 for b's sake never ends.
+    let (status, body) = i.wait_ready(200, "ready", WARM_UP + Duration::from_secs(10));
+    assert_eq!(status, 200, "{body}\n{}", resolver.output());
+    i.assert_routes("a");
     assert!(
         matches!(i.haproxy.probe(&sni_of("b")), Err(ProbeError::Closed)),
         "no route without an address"
@@ -355,10 +347,13 @@ fn a_new_instance_is_ready_only_once_every_routes_host_resolves() {
 
     i.dns.drop_queries(&host_of("b"), false);
     i.resolvable("b");
-    let ready = i.wait_ready(200, "ready", Duration::from_secs(20));
-    assert_eq!(ready, (200, "ready\n".to_owned()), "{}", resolver.output());
-    i.assert_routes("a");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while i.haproxy.probe(&sni_of("b")).is_err() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
     i.assert_routes("b");
+    i.assert_routes("a");
+    assert_eq!(i.get("/ready").0, 200, "{}", resolver.output());
 }
 
 /// The user data is the launch template's, resolved as a deploy resolves it: the config path and
