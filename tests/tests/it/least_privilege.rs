@@ -197,8 +197,15 @@ where
 }
 
 /// How moto's IAM enforcement words a refusal: S3's AccessDenied, SSM's AccessDeniedException
-/// ("… is not authorized to perform …"), and HeadObject's 403 without a body.
-const DENIED: [&str; 3] = ["AccessDenied", "not authorized", "StatusCode(403)"];
+/// ("… is not authorized to perform …"), and HeadObject's 403 without a body (one line, as
+/// `autoproxy::aws_error` renders it, "HTTP 403, not an AWS error, with no body"; the agent
+/// publisher, which does not use it, shows the SDK's `StatusCode(403)`).
+const DENIED: [&str; 4] = [
+    "AccessDenied",
+    "not authorized",
+    "HTTP 403",
+    "StatusCode(403)",
+];
 
 /// Route53 for the generator, in a second moto without enforcement: one private zone with an
 /// API pair pointing at the proxy.
