@@ -104,11 +104,13 @@ local: core-tools
 ## the SAM CLI or the AWS CLI alone (docs/DEPLOY.md, "Deploying a release without a Rust
 ## toolchain"). Built for this machine's architecture, functions and agent alike (x86_64 here:
 ## no aarch64 target), by exactly the `sam build` of .ci/check-templates.sh: after it (as in
-## `make test`) cargo finds everything built. tests/src/dist.rs says how the copy is made.
+## `make test`) cargo finds everything built. tests/src/dist.rs says how the copy is made. The
+## writer is built with --workspace, as `cargo test --workspace` builds (with -p cargo resolves
+## the dependencies' features for one package and builds them all again).
 dist: tools
 	. .ci/zig.sh && SAM_CLI_TELEMETRY=0 AGENT_ARCH=$(HOST_ARCH) sam build --template template.yaml \
 	  --build-dir .aws-sam/build --cache-dir .aws-sam/cache --parameter-overrides "Architecture=$(HOST_ARCH)"
-	cargo run -q -p autoproxy-tests --bin dist
+	cargo build -q --workspace --bin dist && "$${CARGO_TARGET_DIR:-target}/debug/dist"
 HOST_ARCH := $(patsubst aarch64,arm64,$(shell uname -m))
 
 ## The AgentLayer layer, for `sam build` (template.yaml, BuildMethod: makefile): the
