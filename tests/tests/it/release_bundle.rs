@@ -4,9 +4,8 @@
 //! layer's to (moto's) S3; each uploaded zip holds a binary for the bundled template's
 //! architecture; cfn-lint passes on the bundled templates.
 //!
-//! The bundle is built once for the group. `make test` runs the group after
-//! `.ci/check-templates.sh`, whose `sam build` is the one `make dist` runs again: cargo then
-//! finds every release binary built.
+//! The bundle is built once for the group. `make test-dist` runs the group (`make test` skips
+//! it): its `make dist` builds the release binaries again.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
