@@ -219,7 +219,7 @@ fn is_what_its_rule_makes(route: &Route, entry: &ZoneEntry, rules: &[Rule]) -> b
     let Some(rule) = rules.iter().find(|rule| rule.id == route.rule) else {
         return false;
     };
-    let target = match rule.stored_back_target(&route.sni) {
+    let target = match rule.sni_mode.stored_target(&route.sni) {
         StoredTarget::NotRead => None,
         StoredTarget::Target(target) => Some(target),
         StoredTarget::Malformed => return false,

@@ -13,11 +13,13 @@ use crate::model::{Route, SniMatch, ZoneKey, ZoneRecords};
 use crate::names::{DomainName, HostName, NameError, normalize};
 use crate::near_miss::{NearMiss, near_proxy};
 
+mod mode;
 mod parse;
 mod table;
 
+pub use mode::{BackType, SniMode, StoredTarget, TargetError};
 pub use parse::{FIELDS, MAX_RULES, RuleRef, RulesError, parse_rules};
-pub use table::{BackType, DEFAULT_RULES, FRONT_TYPE, Rule, SniMode, StoredTarget};
+pub use table::{DEFAULT_RULES, FRONT_TYPE, Rule};
 
 /// Something the matcher skipped or decided, worth a person's attention.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,8 +40,8 @@ pub enum Warning {
         back: HostName,
         expected: String,
     },
-    /// The back record of a `back-target` rule is a CNAME to a name that is not a plain host
-    /// name: no SNI to route.
+    /// The back record's value, which the rule's mode reads as the SNI (`back-target`: the
+    /// CNAME's target), is not a plain host name: no SNI to route.
     BackTarget {
         zone: ZoneKey,
         back: HostName,
@@ -240,10 +242,9 @@ struct Matcher<'a> {
     proxy_names: Vec<DomainName>,
 }
 
-impl Matcher<'_> {
+impl<'a> Matcher<'a> {
     /// The route `rule` makes of the zone, if any, and what is worth a warning.
     fn rule(&self, rule: &Rule) -> (Option<Route>, Vec<Warning>) {
-        let zone = self.zone.clone();
         let front = self.zone_name.with_prefix(&rule.front);
         if !self.points_at_proxy(&front) {
             return (
@@ -252,72 +253,70 @@ impl Matcher<'_> {
             );
         }
         let back = self.zone_name.with_prefix(&rule.back);
-        let backs: Vec<&Set> = self.by_name.get(&back).map_or_else(Vec::new, |sets| {
+        let backs = match self.backs(rule, front, &back) {
+            Ok(backs) => backs,
+            Err(warnings) => return (None, warnings),
+        };
+        let set_ids: Vec<String> = backs
+            .iter()
+            .filter_map(|set| set.set_id.map(str::to_owned))
+            .collect();
+        let policy_set = |routed| Warning::PolicySet {
+            zone: self.zone.clone(),
+            back: back.clone(),
+            set_ids: set_ids.clone(),
+            routed,
+        };
+        let targets = backs.iter().filter_map(|set| set.target.as_ref());
+        let target = match rule.sni_mode.back_target(targets) {
+            Ok(target) => target,
+            Err(TargetError::NotOne) => return (None, vec![policy_set(false)]),
+            Err(TargetError::NotAHost(error)) => {
+                let zone = self.zone.clone();
+                return (None, vec![Warning::BackTarget { zone, back, error }]);
+            }
+        };
+        let route = rule.route(self.zone, self.zone_name, target.as_ref());
+        let warnings = match set_ids.is_empty() {
+            true => Vec::new(),
+            false => vec![policy_set(true)],
+        };
+        (route, warnings)
+    }
+
+    /// The back record sets at `back` of a type `rule` accepts; or, when there is none, or
+    /// the back is or points at a proxy name (each connection would loop into the proxy),
+    /// the warnings that say so.
+    fn backs(
+        &self,
+        rule: &Rule,
+        front: HostName,
+        back: &HostName,
+    ) -> Result<Vec<&'a Set<'a>>, Vec<Warning>> {
+        let backs: Vec<&Set> = self.by_name.get(back).map_or_else(Vec::new, |sets| {
             sets.iter()
                 .filter(|set| rule.accepts_back(set.rtype))
                 .collect()
         });
         if backs.is_empty() {
-            let expected = rule.back_types_text();
-            let missing = Warning::MissingBackend {
-                zone,
+            return Err(vec![Warning::MissingBackend {
+                zone: self.zone.clone(),
                 front,
-                back,
-                expected,
-            };
-            return (None, vec![missing]);
+                back: back.clone(),
+                expected: rule.back_types_text(),
+            }]);
         }
-        // A back that is, or points at, the proxy sends each connection back into it.
         let looped = std::iter::once(back.to_domain())
             .chain(backs.iter().filter_map(|set| set.target.clone()))
             .find(|name| self.proxy_names.contains(name));
-        if let Some(proxy) = looped {
-            return (
-                None,
-                vec![Warning::BackIsProxy {
-                    zone,
-                    back,
-                    proxy: proxy.to_string(),
-                }],
-            );
+        match looped {
+            Some(proxy) => Err(vec![Warning::BackIsProxy {
+                zone: self.zone.clone(),
+                back: back.clone(),
+                proxy: proxy.to_string(),
+            }]),
+            None => Ok(backs),
         }
-        let set_ids: Vec<String> = backs
-            .iter()
-            .filter_map(|set| set.set_id.map(str::to_owned))
-            .collect();
-        let target = match rule.sni_mode.reads_back_target() {
-            true if !one_target(&backs) => {
-                let routed = false;
-                return (
-                    None,
-                    vec![Warning::PolicySet {
-                        zone,
-                        back,
-                        set_ids,
-                        routed,
-                    }],
-                );
-            }
-            true => match back_target(&backs) {
-                Ok(target) => Some(target),
-                Err(error) => return (None, vec![Warning::BackTarget { zone, back, error }]),
-            },
-            false => None,
-        };
-        let route = rule.route(&zone, self.zone_name, target.as_ref());
-        if set_ids.is_empty() {
-            return (route, Vec::new());
-        }
-        let routed = true;
-        (
-            route,
-            vec![Warning::PolicySet {
-                zone,
-                back,
-                set_ids,
-                routed,
-            }],
-        )
     }
 
     /// Whether `front` is a CNAME to one of the proxy names.
@@ -357,30 +356,6 @@ fn refuse_shared_snis(zone: &ZoneKey, outcome: &mut ZoneOutcome) {
             rules,
         });
     }
-}
-
-/// Whether the back sets agree on one target: several sets at one name (a routing policy)
-/// whose CNAMEs differ give no single SNI.
-fn one_target(backs: &[&Set]) -> bool {
-    let mut targets = backs.iter().filter_map(|set| set.target.as_ref());
-    let first = targets.next();
-    targets.all(|other| Some(other) == first)
-}
-
-/// The SNI of a `back-target` rule: the back CNAME's target, a plain host name without a
-/// wildcard (an EKS endpoint's name, lower-cased as every name is).
-fn back_target(backs: &[&Set]) -> Result<HostName, NameError> {
-    let target = backs
-        .iter()
-        .find_map(|set| set.target.as_ref())
-        .ok_or(NameError::Empty)?;
-    let host = target.to_host()?;
-    if host.as_str().starts_with('*') {
-        return Err(NameError::MisplacedWildcard {
-            name: host.as_str().to_owned(),
-        });
-    }
-    Ok(host)
 }
 
 /// A warning for each CNAME at `front` whose target nearly names a proxy.

@@ -7,7 +7,8 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
-use super::table::{BackType, Rule, SniMode};
+use super::mode::{BackType, SniMode};
+use super::table::Rule;
 use crate::excerpt;
 use crate::names::HostName;
 
@@ -193,11 +194,11 @@ fn name(at: &RuleRef, field: &str, value: Option<&Value>) -> Result<String, Rule
 
 /// The front: a `*.` wildcard exactly when the SNI is `front-suffix`.
 fn front(at: &RuleRef, value: Option<&Value>, sni: SniMode) -> Result<String, RulesError> {
-    if sni != SniMode::FrontSuffix {
+    if !sni.wildcard_front() {
         return name(at, "front", value);
     }
-    let expected = "a name starting with '*.' (sni front-suffix routes every name under it)";
-    let raw = string(at, "front", value, expected)?;
+    let expected = format!("a name starting with '*.' (sni {sni} routes every name under it)");
+    let raw = string(at, "front", value, &expected)?;
     let Some(rest) = raw.strip_prefix("*.") else {
         return Err(field_error(
             at.clone(),
@@ -216,11 +217,7 @@ fn back_types(
     sni: SniMode,
 ) -> Result<Vec<BackType>, RulesError> {
     let value = fields.get("back_types");
-    let expected = if sni.reads_back_target() {
-        "[\"CNAME\"] (sni back-target reads the back record's CNAME target)"
-    } else {
-        "a non-empty list of distinct \"A\" and \"CNAME\""
-    };
+    let expected = sni.back_types_expected();
     let refuse = || {
         field_error(
             at.clone(),
@@ -243,10 +240,9 @@ fn back_types(
         }
         types.push(kind);
     }
-    let fits = if sni.reads_back_target() {
-        types == [BackType::Cname]
-    } else {
-        !types.is_empty()
+    let fits = match sni.required_back_types() {
+        Some(required) => types == required,
+        None => !types.is_empty(),
     };
     if !fits {
         return Err(refuse());
@@ -492,10 +488,14 @@ mod tests {
     #[test]
     fn every_mode_parses_to_its_rule() {
         for mode in SniMode::ALL {
-            let (front, types) = match mode {
-                SniMode::FrontSuffix => ("*.int", r#"["A"]"#),
-                SniMode::BackTarget => ("proxy.x", r#"["CNAME"]"#),
-                _ => ("proxy.x", r#"["A", "CNAME"]"#),
+            let front = if mode.wildcard_front() {
+                "*.int"
+            } else {
+                "proxy.x"
+            };
+            let types = match mode.required_back_types() {
+                Some(required) => serde_json::to_string(required).unwrap(),
+                None => r#"["A", "CNAME"]"#.to_owned(),
             };
             let raw = format!(
                 r#"[{{"id": "x", "front": "{front}", "back": "x", "back_types": {types}, "sni": "{mode}", "port": 6443}}]"#

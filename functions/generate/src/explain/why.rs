@@ -9,7 +9,7 @@ use autoproxy::model::{RecordSet, SniMatch, Zone, ZoneKey, ZoneRecords};
 use autoproxy::names::{HostName, normalize};
 use autoproxy::near_miss::near_proxy;
 use autoproxy::ownership::{self, Grace, Holders, Mode, Owned};
-use autoproxy::rules::{FRONT_TYPE, Rule, zone_routes};
+use autoproxy::rules::{FRONT_TYPE, Rule, TargetError, zone_routes};
 use autoproxy::s3::CurrentConfig;
 
 use super::{CarriedRoute, Explanation, ZoneRef};
@@ -297,11 +297,10 @@ fn zone_finding<'a>(
     };
     records_step(&mut finding, facts, rule, entry);
     manifest_step(&mut finding, manifest, rule, entry);
-    let outside = rule.sni_mode.reads_back_target()
-        && entry
-            .routes
-            .iter()
-            .any(|route| route.rule == rule.id && ownership::is_outside(route));
+    let outside = entry
+        .routes
+        .iter()
+        .any(|route| route.rule == rule.id && ownership::is_outside(route));
     ownership_step(&mut finding, manifest, owned, outside.then_some(facts.name));
     finding
 }
@@ -324,7 +323,8 @@ fn serving_rule<'a>(
 
 /// Whether `rule` in this zone routes `name`, and how HAProxy ranks it (lower first): its
 /// exact SNI (0), or a name ending in its suffix no deeper than HAProxy looks (the fewer
-/// labels stripped, the earlier). A `back-target` rule's SNI is the one the last run read.
+/// labels stripped, the earlier). The rule's SNI is the one its mode builds from the zone's
+/// name, else (a mode that reads it from a record) the one the last run read.
 fn fits(
     rule: &Rule,
     entry: &ZoneEntry,
@@ -332,29 +332,26 @@ fn fits(
     zone_name: &HostName,
     name: &HostName,
 ) -> Option<usize> {
-    if rule.sni_mode.reads_back_target() {
-        return entry
-            .routes
-            .iter()
-            .any(|route| route.rule == rule.id && route.sni == name.as_str())
-            .then_some(0);
-    }
-    let route = rule.route(zone, zone_name, None)?;
-    match route.sni_match {
-        SniMatch::Exact => (route.sni == name.as_str()).then_some(0),
-        SniMatch::Suffix => {
-            let head = name.as_str().strip_suffix(&route.sni)?;
-            let stripped = head.split('.').count();
-            (!head.is_empty() && stripped <= SUFFIX_DEPTH).then_some(stripped)
-        }
-    }
+    let read = entry.routes.iter().filter(|route| route.rule == rule.id);
+    rule.route(zone, zone_name, None)
+        .into_iter()
+        .chain(read.cloned())
+        .filter_map(|route| match route.sni_match {
+            SniMatch::Exact => (route.sni == name.as_str()).then_some(0),
+            SniMatch::Suffix => {
+                let head = name.as_str().strip_suffix(&route.sni)?;
+                let stripped = head.split('.').count();
+                (!head.is_empty() && stripped <= SUFFIX_DEPTH).then_some(stripped)
+            }
+        })
+        .min()
 }
 
 /// The rule's two records as Route53 has them now, and what they make of the rule.
 fn records_step(finding: &mut Finding, facts: &Facts<'_>, rule: &Rule, entry: &ZoneEntry) {
     let front = finding.name.with_prefix(&rule.front);
     let back = finding.name.with_prefix(&rule.back);
-    let sni = rule.sni_text(&front, &back);
+    let sni = rule.sni_mode.sni_text(&front, &back);
     finding.why.push(format!(
         "rule {} (sni {}): {front} must be a CNAME to the peering proxy and {back} a {} \
          record; HAProxy then forwards {sni} to {back}:{}",
@@ -401,19 +398,7 @@ fn records_step(finding: &mut Finding, facts: &Facts<'_>, rule: &Rule, entry: &Z
     finding.why.push(if backs.is_empty() {
         format!("Route53 has no record {back}")
     } else if let Some(set) = backs.iter().find(|set| rule.accepts_back(&set.rtype)) {
-        match set
-            .values
-            .first()
-            .filter(|_| rule.sni_mode.reads_back_target())
-        {
-            Some(target) => format!(
-                "{back} is a CNAME to {target}: the backend exists, and clients send {} as SNI",
-                normalize(target)
-                    .to_host()
-                    .map_or_else(|err| err.to_string(), |host| host.as_str().to_owned())
-            ),
-            None => format!("{back} is a {} record: the backend exists", set.rtype),
-        }
+        describe_back(rule, &back, set)
     } else {
         let types: Vec<&str> = backs.iter().map(|set| set.rtype.as_str()).collect();
         format!(
@@ -462,6 +447,25 @@ fn change_step(
     finding
         .warnings
         .extend(now.warnings.iter().map(ToString::to_string));
+}
+
+/// What a back record of an accepted type is, and the SNI its mode reads from it, if any.
+fn describe_back(rule: &Rule, back: &HostName, set: &RecordSet) -> String {
+    let raw = set.target().unwrap_or_default();
+    let target = normalize(raw);
+    match rule.sni_mode.back_target([&target]) {
+        Ok(None) => format!("{back} is a {} record: the backend exists", set.rtype),
+        Ok(Some(sni)) => format!(
+            "{back} is a {} to {raw}: the backend exists, and clients send {sni} as SNI",
+            set.rtype
+        ),
+        Err(TargetError::NotAHost(error)) => format!(
+            "{back} is a {} to {raw}: the backend exists, but clients can send no SNI for it \
+             ({error})",
+            set.rtype
+        ),
+        Err(TargetError::NotOne) => format!("{back} is a {} to {raw}", set.rtype),
+    }
 }
 
 /// What the front record is, and whether it points at the proxy.

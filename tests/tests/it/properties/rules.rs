@@ -83,7 +83,7 @@ fn check_rules(items: &[Value], tally: &Tally) -> Result<(), TestCaseError> {
                 prop_assert!((1..=32).contains(&rule.id.len()), "{:?}", rule);
                 prop_assert_eq!(
                     rule.front.starts_with("*."),
-                    rule.sni_mode == SniMode::FrontSuffix,
+                    rule.sni_mode.wildcard_front(),
                     "{:?}",
                     rule
                 );
