@@ -214,7 +214,7 @@ pub fn target_host(target: &str) -> Option<(String, &str)> {
     (!host.is_empty()).then_some((host, port))
 }
 
-/// The backend hosts of a config's `#@route` and `#@suffix` lines: the host of each
+/// The back hosts of a config's `#@route` and `#@suffix` lines: the host of each
 /// `host:port`, lower-cased and without a trailing dot, once each, sorted. IP literals and
 /// names that are not plain host names are returned too: what to do with them is the
 /// reader's choice (the resolver skips literals and logs the rest).

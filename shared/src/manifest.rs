@@ -334,7 +334,7 @@ mod tests {
                 "\"sni\": \".internal\"",
                 "is not what rule",
             ),
-            // A backend in someone else's zone.
+            // A back in someone else's zone.
             (
                 "\"backend\": \"api.b.internal\"",
                 "\"backend\": \"api.a.internal\"",

@@ -127,7 +127,8 @@ pub enum SniMatch {
     Suffix,
 }
 
-/// One proxy rule instance: TLS with this SNI goes to this backend host.
+/// One proxy rule instance: TLS with this SNI goes to this back (the host the route forwards
+/// to).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Route {
     /// The rule-table row that produced it (`api`, `api-k8s`, `ingress-int`).
@@ -139,8 +140,10 @@ pub struct Route {
     /// leading dot (`.int.example.com`).
     pub sni: String,
     pub sni_match: SniMatch,
-    /// The backend server, by record name: HAProxy resolves it at run time.
-    pub backend: HostName,
+    /// The back: the host the route forwards to, by record name, resolved on the proxy at
+    /// run time. Stored in the manifest as `backend`, the key it has always had.
+    #[serde(rename = "backend")]
+    pub back: HostName,
     pub port: u16,
     /// The record names that made this route, for the manifest's provenance.
     pub records: Vec<HostName>,

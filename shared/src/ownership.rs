@@ -1,6 +1,6 @@
 //! Who may route a zone name (docs/ARCHITECTURE.md, "Who may route a zone name").
 //!
-//! A route's backend is a record *name* that the proxy resolves in its own VPC, so the zone
+//! A route's back is a record *name* that the proxy resolves in its own VPC, so the zone
 //! that opted in must be the zone the proxy will resolve. Otherwise an account could create
 //! a private zone with another account's zone name, opt in, and have the proxy route to the
 //! other account's service. Two ways to decide, both pure:

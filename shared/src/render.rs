@@ -45,7 +45,8 @@ pub struct RenderOptions {
     /// How long an old worker may keep serving after a reload (Kubernetes watches last
     /// hours; old workers must not pile up).
     pub hard_stop_after: String,
-    /// Overrides the rules' backend port (the demo's backends listen unprivileged).
+    /// Overrides the rules' port (`RENDER_OPTIONS.backend_port`: the demo's backs listen
+    /// unprivileged).
     pub backend_port: Option<u16>,
     /// Serve HAProxy's Prometheus exporter at `/metrics` of the stats listener. Off for a
     /// HAProxy built without it (`haproxy -vv` lacks "Prometheus exporter"), whose `haproxy
@@ -222,7 +223,8 @@ fn forbidden_char(text: &str) -> Option<char> {
 /// A route as the template sees it, with its HAProxy identifiers.
 #[derive(Debug, Serialize)]
 struct RouteView<'a> {
-    /// Backend name: rule, zone name and a short hash of account and zone id.
+    /// HAProxy backend name (a per-route template's): rule, zone name and a short hash of
+    /// account and zone id.
     backend: String,
     /// ACL name, same derivation.
     acl: String,
@@ -232,6 +234,7 @@ struct RouteView<'a> {
     map_key: &'a str,
     #[serde(rename = "match")]
     sni_match: SniMatch,
+    /// The route's back (`route.server` in templates, a name custom templates rely on).
     server: &'a str,
     port: u16,
     zone: &'a str,
@@ -263,7 +266,7 @@ fn route_views(routes: &[Route], port_override: Option<u16>) -> Vec<RouteView<'_
                 sni: &route.sni,
                 map_key: route.sni.strip_prefix('.').unwrap_or(&route.sni),
                 sni_match: route.sni_match,
-                server: route.backend.as_str(),
+                server: route.back.as_str(),
                 port: port_override.unwrap_or(route.port),
                 zone: route.zone_name.as_str(),
                 zone_id: &route.zone_id,
@@ -287,7 +290,7 @@ mod tests {
 
     fn route(rule: &str, account: &str, zone_id: &str, zone: &str, sni_match: SniMatch) -> Route {
         let zone_name = HostName::parse(zone).unwrap();
-        let (sni, backend) = match sni_match {
+        let (sni, back) = match sni_match {
             SniMatch::Exact => (format!("proxy.api.{zone}"), zone_name.with_prefix("api")),
             SniMatch::Suffix => (format!(".int.{zone}"), zone_name.with_prefix("ingress-int")),
         };
@@ -298,7 +301,7 @@ mod tests {
             zone_name,
             sni,
             sni_match,
-            backend,
+            back,
             port: 443,
             records: vec![],
         }

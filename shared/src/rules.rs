@@ -34,7 +34,7 @@ pub enum Warning {
     },
     /// The front record points at the proxy but the back record is missing or of the wrong
     /// type, so clients are sent to the proxy for a name it cannot route.
-    MissingBackend {
+    MissingBack {
         zone: ZoneKey,
         front: HostName,
         back: HostName,
@@ -94,7 +94,7 @@ impl fmt::Display for Warning {
                 zone_name,
                 error,
             } => write!(f, "record in zone {zone_name} ({zone}) skipped: {error}"),
-            Warning::MissingBackend {
+            Warning::MissingBack {
                 zone,
                 front,
                 back,
@@ -299,7 +299,7 @@ impl<'a> Matcher<'a> {
                 .collect()
         });
         if backs.is_empty() {
-            return Err(vec![Warning::MissingBackend {
+            return Err(vec![Warning::MissingBack {
                 zone: self.zone.clone(),
                 front,
                 back: back.clone(),

@@ -81,7 +81,7 @@ pub fn routes(count: usize) -> Vec<Route> {
             zone_name: zone_name.clone(),
             sni,
             sni_match,
-            backend: zone_name.with_prefix(backend),
+            back: zone_name.with_prefix(backend),
             port: 443,
             records: vec![],
         };
@@ -245,8 +245,8 @@ mod tests {
         assert_eq!(kinds[0], SniMatch::Exact);
         assert_eq!(kinds[5], SniMatch::Suffix);
         assert_eq!(routes[0].sni, "proxy.api.z00000.bench.internal");
-        assert_eq!(routes[0].backend.as_str(), "api.z00000.bench.internal");
-        let ends = Ends::find(&routes, |r| r.backend.as_str().to_owned());
+        assert_eq!(routes[0].back.as_str(), "api.z00000.bench.internal");
+        let ends = Ends::find(&routes, |r| r.back.as_str().to_owned());
         assert_eq!(ends.last_exact.sni, "proxy.api.z00002.bench.internal");
         assert!(ends.first_suffix.sni.starts_with("web.int.z0000"));
     }

@@ -388,7 +388,7 @@ pub fn api_route(zone: &str, backend: &Backend) -> Route {
         zone_id: format!("Z{}", zone.replace('.', "").to_uppercase()),
         sni: format!("proxy.api.{zone}"),
         sni_match: SniMatch::Exact,
-        backend: HostName::parse(&backend.addr.ip().to_string()).expect("an IP is a host name"),
+        back: HostName::parse(&backend.addr.ip().to_string()).expect("an IP is a host name"),
         port: 443,
         records: vec![zone_name.with_prefix("api")],
         zone_name,

@@ -53,8 +53,9 @@ pub struct CarriedRoute {
     /// The exact name, or the suffix with its leading dot.
     pub sni: String,
     pub sni_match: SniMatch,
-    /// `host:port`.
-    pub backend: String,
+    /// The back, `host:port` (`backend` in `explain`'s answer, the key it has always had).
+    #[serde(rename = "backend")]
+    pub back: String,
     pub rule: String,
     pub account: String,
     pub zone_id: String,

@@ -10,18 +10,19 @@ use crate::names::HostName;
 /// One row of the rule table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
-    /// Short id (`[a-z0-9-]`, 1–32), used in backend names, the manifest, metrics, `explain`.
+    /// Short id (`[a-z0-9-]`, 1–32), used in HAProxy backend names, the manifest, metrics,
+    /// `explain`.
     pub id: String,
     /// The front record's name relative to the zone: a CNAME to the peering proxy. Starts
     /// with `*.` exactly when the mode's front is a wildcard ([`SniMode::wildcard_front`]).
     pub front: String,
-    /// The back record's name relative to the zone: HAProxy's backend server.
+    /// The back record's name relative to the zone: the host the route forwards to.
     pub back: String,
     /// Record types the back record may have.
     pub back_types: Vec<BackType>,
     /// Which name a client sends (`ROUTING_RULES`' field `sni`).
     pub sni_mode: SniMode,
-    /// The backend server's port.
+    /// The back's port.
     pub port: u16,
 }
 
@@ -93,7 +94,7 @@ impl Rule {
             zone_name: zone_name.clone(),
             sni,
             sni_match: self.sni_mode.sni_match(),
-            backend: back.clone(),
+            back: back.clone(),
             port: self.port,
             records: vec![front, back],
         })

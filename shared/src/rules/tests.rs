@@ -53,7 +53,7 @@ fn matched_with(rules: &[Rule], zone: &ZoneRecords) -> (Vec<String>, Vec<String>
     let routes = outcome
         .routes
         .iter()
-        .map(|r| format!("{} {} -> {}:{}", r.rule, r.sni, r.backend, r.port))
+        .map(|r| format!("{} {} -> {}:{}", r.rule, r.sni, r.back, r.port))
         .collect();
     let warnings = outcome.warnings.iter().map(ToString::to_string).collect();
     (routes, warnings)

@@ -97,10 +97,7 @@ fn seeded_config(
     backend_port: u16,
 ) -> (Vec<String>, String) {
     let routes = dataplane::routes(count);
-    let mut names: Vec<String> = routes
-        .iter()
-        .map(|r| r.backend.as_str().to_owned())
-        .collect();
+    let mut names: Vec<String> = routes.iter().map(|r| r.back.as_str().to_owned()).collect();
     names.sort();
     names.dedup();
     for (i, name) in names.iter().enumerate() {

@@ -56,7 +56,7 @@ fn route(index: usize, sni_match: SniMatch) -> Route {
         sni,
         sni_match,
         records: vec![backend.clone()],
-        backend,
+        back: backend,
         port: 443,
         zone_name,
     }

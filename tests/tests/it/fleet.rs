@@ -101,7 +101,7 @@ impl Instance {
             zone_id: format!("Z{}", name.to_uppercase()),
             sni: sni_of(name),
             sni_match: SniMatch::Exact,
-            backend: HostName::parse(&host_of(name)).unwrap(),
+            back: HostName::parse(&host_of(name)).unwrap(),
             port: 443,
             records: vec![zone_name.with_prefix("api")],
             zone_name,

@@ -38,7 +38,7 @@ fn route(zone: &str) -> Route {
         sni: format!("proxy.api.{zone}"),
         sni_match: SniMatch::Exact,
         records: vec![backend.clone()],
-        backend,
+        back: backend,
         port: 443,
         zone_name,
     }

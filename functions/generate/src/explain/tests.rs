@@ -159,7 +159,10 @@ fn a_routed_name_names_its_route_zone_rule_and_generation() {
     );
     assert_eq!(answer.zone.as_ref().unwrap().id, "Z1");
     let route = answer.route.as_ref().unwrap();
-    assert_eq!(route.backend, "api.prod.example.internal:443");
+    assert_eq!(route.back, "api.prod.example.internal:443");
+    // The answer's key is `backend`, as it always was: callers read it.
+    let json = serde_json::to_value(&answer).unwrap();
+    assert_eq!(json["route"]["backend"], "api.prod.example.internal:443");
     assert_eq!(answer.records.len(), 2);
     assert_says(
         &answer,
@@ -289,22 +292,22 @@ fn the_carried_route_is_the_one_haproxy_picks() {
                 #@route proxy.api.a.internal api.a.internal:443 api 111111111111 Z1\n\
                 #@suffix int.a.internal ingress-int.a.internal:443 ingress-int 111111111111 Z1\n\
                 #@suffix b.int.a.internal ingress-int.b.a.internal:443 ingress-int 1 Z2\n";
-    let backend = |sni: &str| carried(text, sni).map(|r| r.backend);
+    let back = |sni: &str| carried(text, sni).map(|r| r.back);
     assert_eq!(
-        backend("proxy.api.a.internal").as_deref(),
+        back("proxy.api.a.internal").as_deref(),
         Some("api.a.internal:443")
     );
     assert_eq!(
-        backend("x.int.a.internal").as_deref(),
+        back("x.int.a.internal").as_deref(),
         Some("ingress-int.a.internal:443")
     );
     // The longest suffix wins.
     assert_eq!(
-        backend("x.b.int.a.internal").as_deref(),
+        back("x.b.int.a.internal").as_deref(),
         Some("ingress-int.b.a.internal:443")
     );
-    assert_eq!(backend("int.a.internal"), None);
-    assert_eq!(backend("api.a.internal"), None);
+    assert_eq!(back("int.a.internal"), None);
+    assert_eq!(back("api.a.internal"), None);
     // Eight labels are stripped at most, as the template's frontend does.
     assert!(carried(text, "1.2.3.4.5.6.7.8.int.a.internal").is_some());
     assert!(carried(text, "0.1.2.3.4.5.6.7.8.int.a.internal").is_none());
@@ -389,7 +392,7 @@ fn an_endpoint_name_outside_every_zone_is_explained_by_its_holder_and_claimants(
     assert_eq!(answer.account.as_deref(), Some(B));
     assert_eq!(answer.rule.as_deref(), Some("eks"));
     assert_eq!(
-        answer.route.as_ref().unwrap().backend,
+        answer.route.as_ref().unwrap().back,
         "eks.b.example.internal:443"
     );
     assert_says(

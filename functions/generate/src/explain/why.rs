@@ -169,7 +169,7 @@ fn config_step(out: &mut Explanation, config: Option<&CurrentConfig>) {
             };
             out.why.push(format!(
                 "{published} routes it: {matched} → {} (rule {}, zone {} in account {})",
-                route.backend, route.rule, route.zone_id, route.account
+                route.back, route.rule, route.zone_id, route.account
             ));
             out.routed = true;
             out.route = Some(route);
@@ -196,7 +196,7 @@ pub fn carried(text: &str, sni: &str) -> Option<CarriedRoute> {
             continue;
         };
         let fields: Vec<&str> = entry.split_whitespace().collect();
-        if let [key, backend, rule, account, zone_id, ..] = fields.as_slice() {
+        if let [key, back, rule, account, zone_id, ..] = fields.as_slice() {
             table.insert(
                 (*key).to_owned(),
                 CarriedRoute {
@@ -205,7 +205,7 @@ pub fn carried(text: &str, sni: &str) -> Option<CarriedRoute> {
                         SniMatch::Suffix => format!(".{key}"),
                     },
                     sni_match,
-                    backend: (*backend).to_owned(),
+                    back: (*back).to_owned(),
                     rule: (*rule).to_owned(),
                     account: (*account).to_owned(),
                     zone_id: (*zone_id).to_owned(),

@@ -219,7 +219,7 @@ pub(super) fn apply_times(env: &Env, routes: &[Route]) -> ApplyTimes {
     let literal_route = |sni: &str, ip: Ipv4Addr| {
         let mut route = routes[0].clone();
         route.sni = sni.to_owned();
-        route.backend = autoproxy::names::HostName::parse(&ip.to_string()).expect("an IP");
+        route.back = autoproxy::names::HostName::parse(&ip.to_string()).expect("an IP");
         route
     };
     let configs = Configs {
@@ -285,7 +285,7 @@ fn write_known_addresses(haproxy: &Haproxy, env: &Env, routes: &[Route], withhel
     let mut known = String::new();
     for (i, route) in routes.iter().enumerate().skip(withheld) {
         let backend = &env.backends.list[i % env.backends.list.len()];
-        writeln!(known, "{} {}", route.backend.as_str(), backend.addr.ip()).unwrap();
+        writeln!(known, "{} {}", route.back.as_str(), backend.addr.ip()).unwrap();
     }
     let maps = haproxy.dir().join("autoproxy");
     std::fs::create_dir_all(&maps).expect("the maps directory");

@@ -136,7 +136,7 @@ fn sample(env: &Env, routes: &[Route]) -> Vec<Target> {
         let SocketAddr::V4(addr) = backend.addr else {
             unreachable!("IPv4 backends")
         };
-        env.agent_dns.set(route.backend.as_str(), &[*addr.ip()]);
+        env.agent_dns.set(route.back.as_str(), &[*addr.ip()]);
         if i % SAMPLE_EVERY == 0 || i + 1 == routes.len() {
             sample.push(Target {
                 sni: dataplane::client_sni(route),

@@ -226,11 +226,11 @@ fn resolve_routes(env: &Env, routes: &[Route]) -> Ends {
             unreachable!("IPv4 backends")
         };
         for server in [&env.dns, &env.agent_dns] {
-            server.set(route.backend.as_str(), &[*addr.ip()]);
+            server.set(route.back.as_str(), &[*addr.ip()]);
         }
-        banners.insert(route.backend.as_str().to_owned(), backend.banner());
+        banners.insert(route.back.as_str().to_owned(), backend.banner());
     }
-    Ends::find(routes, |r| banners[r.backend.as_str()].clone())
+    Ends::find(routes, |r| banners[r.back.as_str()].clone())
 }
 
 /// The section, printed and spliced into the report file.

@@ -181,7 +181,7 @@ pub(super) fn prefill_addresses(proxy: &Proxy, routes: &[Route], env: &Env) {
     let mut text = String::new();
     for (i, route) in routes.iter().enumerate() {
         let backend = &env.backends.list[i % env.backends.list.len()];
-        writeln!(text, "{} {}", route.backend.as_str(), backend.addr.ip()).unwrap();
+        writeln!(text, "{} {}", route.back.as_str(), backend.addr.ip()).unwrap();
     }
     std::fs::write(proxy.addresses_map(), text).expect("write addresses.map");
 }

@@ -31,7 +31,7 @@ pub(super) fn ip(f: &Fixture, backend: &str) -> Ipv4Addr {
 /// A config routing `g1.test` to backend `a` by address and `named.test` to `host` by name.
 fn config(f: &Fixture, dns: &DnsServer, generation: u64, host: &str) -> String {
     let mut named = proxy::api_route("named.test", f.backends.get("a"));
-    named.backend = HostName::parse(host).unwrap();
+    named.back = HostName::parse(host).unwrap();
     let routes = [proxy::api_route("g1.test", f.backends.get("a")), named];
     proxy::render_with(
         generation,
@@ -117,7 +117,7 @@ fn named_config(f: &Fixture, dns: &DnsServer, generation: u64, count: usize) -> 
     let routes: Vec<_> = (0..count)
         .map(|i| {
             let mut route = proxy::api_route(&format!("n{i}.test"), f.backends.get("a"));
-            route.backend = HostName::parse(&format!("h{i}.named.test")).unwrap();
+            route.back = HostName::parse(&format!("h{i}.named.test")).unwrap();
             route
         })
         .collect();
@@ -211,7 +211,7 @@ fn a_held_routes_connections_are_rejected_as_no_address() {
     let mut options = f.haproxy.options(f.backends.port);
     options.log = format!("{} local0", log.local_addr().unwrap());
     let mut named = proxy::api_route("named.test", f.backends.get("a"));
-    named.backend = HostName::parse("api.nowhere.test").unwrap();
+    named.back = HostName::parse("api.nowhere.test").unwrap();
     let routes = [proxy::api_route("g1.test", f.backends.get("a")), named];
     let config = proxy::render_with(1, &routes, &options, &[dns.addr()]);
     let (run, record) = f.apply_and_record(&f.upload(&config));
@@ -301,7 +301,7 @@ fn named_routes(f: &Fixture, dns: SocketAddr, generation: u64, routes: &[(&str, 
         .iter()
         .map(|(sni, host)| {
             let mut route = proxy::api_route(&format!("{sni}.test"), f.backends.get("a"));
-            route.backend = HostName::parse(host).unwrap();
+            route.back = HostName::parse(host).unwrap();
             route
         })
         .collect();
@@ -436,7 +436,7 @@ fn looping_config(f: &Fixture, dns: &DnsServer) -> (String, Ipv4Addr) {
     options.backend_port = None;
     let route = |zone: &str, host: &str, port: u16| {
         let mut route = proxy::api_route(zone, f.backends.get("a"));
-        route.backend = HostName::parse(host).unwrap();
+        route.back = HostName::parse(host).unwrap();
         route.port = port;
         route
     };

@@ -332,7 +332,7 @@ fn the_first_config_with_an_address_map_starts_from_what_haproxy_had_resolved() 
     // The new layout names the same host; no autoproxy-resolver runs here, so only the
     // seeded address can route it.
     let mut route = proxy::api_route("up.test", f.backends.get("a"));
-    route.backend = autoproxy::names::HostName::parse("api.up.test").unwrap();
+    route.back = autoproxy::names::HostName::parse("api.up.test").unwrap();
     let text = proxy::render(2, &[route], &f.haproxy.options(f.backends.port));
     let run = f.apply(&f.upload(&text));
     assert!(run.success(), "{run}");

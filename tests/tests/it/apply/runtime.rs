@@ -13,7 +13,7 @@ use super::*;
 /// A route from `proxy.api.<zone>` to `ip` on the backends' port.
 fn route_to(f: &Fixture, zone: &str, ip: Ipv4Addr) -> Route {
     let mut route = proxy::api_route(zone, f.backends.get("a"));
-    route.backend = HostName::parse(&ip.to_string()).unwrap();
+    route.back = HostName::parse(&ip.to_string()).unwrap();
     route
 }
 
@@ -134,7 +134,7 @@ fn a_new_route_host_has_its_address_in_the_running_worker_before_its_route() {
         let mut routes = vec![proxy::api_route("g1.test", f.backends.get("a"))];
         if named {
             let mut route = proxy::api_route("named.test", f.backends.get("a"));
-            route.backend = HostName::parse("api.named.test").unwrap();
+            route.back = HostName::parse("api.named.test").unwrap();
             routes.push(route);
         }
         proxy::render_with(generation, &routes, &short_stop(&f), &[dns.addr()])

@@ -24,7 +24,7 @@ fn by_name(
     let to_a: Vec<_> = routes.iter().map(|(zone, _)| (*zone, "a")).collect();
     let mut api = f.api_routes(&to_a);
     for (route, (_, host)) in api.iter_mut().zip(routes) {
-        route.backend = HostName::parse(host).unwrap();
+        route.back = HostName::parse(host).unwrap();
     }
     proxy::render_with(generation, &api, options, &[dns.addr()])
 }

@@ -27,7 +27,7 @@ fn route(port: u16) -> Route {
         zone_id: "ZKUBE".to_owned(),
         sni: SNI.to_owned(),
         sni_match: SniMatch::Exact,
-        backend: HostName::parse(&APISERVER.to_string()).unwrap(),
+        back: HostName::parse(&APISERVER.to_string()).unwrap(),
         port,
         records: vec![zone_name.with_prefix("api")],
         zone_name,

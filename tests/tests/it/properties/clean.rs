@@ -62,7 +62,7 @@ pub(super) fn expected_line(route: &Route) -> String {
     };
     format!(
         "{prefix}{key} {}:{} {} {} {}",
-        route.backend, route.port, route.rule, route.account, route.zone_id
+        route.back, route.port, route.rule, route.account, route.zone_id
     )
 }
 
@@ -101,11 +101,7 @@ pub(super) fn check_clean(text: &str, routes: &[Route]) -> Result<(), TestCaseEr
     }
     for (line, route) in route_lines(text).iter().zip(routes) {
         prop_assert!(is_sni(route), "SNI {:?} reached the config", route.sni);
-        prop_assert!(
-            is_host(route.backend.as_str()),
-            "backend {:?}",
-            route.backend
-        );
+        prop_assert!(is_host(route.back.as_str()), "backend {:?}", route.back);
         for token in [&route.rule, &route.account, &route.zone_id] {
             prop_assert!(is_token(token), "{token:?} reached the config");
         }
@@ -117,7 +113,7 @@ pub(super) fn check_clean(text: &str, routes: &[Route]) -> Result<(), TestCaseEr
             SniMatch::Exact => (&mut exact, route.sni.as_str()),
             SniMatch::Suffix => (&mut suffixes, route.sni.trim_start_matches('.')),
         };
-        let _ = writeln!(table, "{key} {}:{}", route.backend, route.port);
+        let _ = writeln!(table, "{key} {}:{}", route.back, route.port);
     }
     prop_assert_eq!(MapFiles::route_tables(text), (exact, suffixes));
     Ok(())

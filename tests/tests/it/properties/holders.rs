@@ -156,10 +156,10 @@ fn no_loop(
 ) -> Result<(), TestCaseError> {
     let proxy = normalize(PROXY);
     for route in routes {
-        prop_assert!(normalize(route.backend.as_str()) != proxy, "{route:?}");
+        prop_assert!(normalize(route.back.as_str()) != proxy, "{route:?}");
         let values = estate[&route.zone_key()]
             .iter()
-            .filter(|set| normalize(&set.name).to_host().ok().as_ref() == Some(&route.backend))
+            .filter(|set| normalize(&set.name).to_host().ok().as_ref() == Some(&route.back))
             .filter_map(|set| set.target().map(normalize));
         for value in values {
             prop_assert!(value != proxy, "{route:?} points at the proxy");

@@ -57,7 +57,7 @@ pub(super) fn route53_data_reaches_the_config_only_as_plain_host_names() {
             }
             for route in &outcome.routes {
                 prop_assert!(is_sni(route), "SNI {:?}", route.sni);
-                prop_assert!(is_host(route.backend.as_str()), "{:?}", route.backend);
+                prop_assert!(is_host(route.back.as_str()), "{:?}", route.back);
             }
             candidates.extend(outcome.routes);
         }
@@ -202,7 +202,7 @@ pub(super) fn a_well_formed_api_pair_always_routes_whatever_its_spelling() {
         prop_assert_eq!(route.rule.as_str(), "api");
         prop_assert_eq!(route.sni_match, SniMatch::Exact);
         prop_assert_eq!(&route.sni, &format!("proxy.api.{name}"));
-        prop_assert_eq!(route.backend.as_str(), format!("api.{name}"));
+        prop_assert_eq!(route.back.as_str(), format!("api.{name}"));
         prop_assert_eq!(route.port, 443);
         let text = match render.render(&routes, NOW) {
             Ok(text) => text,

@@ -39,7 +39,7 @@ fn route(i: usize, port: u16) -> Route {
         zone_id: format!("Z{i:04}"),
         sni: sni(i),
         sni_match: SniMatch::Exact,
-        backend: HostName::parse(&host(i)).expect("a valid host"),
+        back: HostName::parse(&host(i)).expect("a valid host"),
         port,
         records: vec![zone_name.with_prefix("api")],
         zone_name,
