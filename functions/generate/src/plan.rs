@@ -132,20 +132,13 @@ pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError
     let recorded = current_generation.max(previous.map_or(0, |m| m.generation));
     // Rendered with the current generation, an unchanged state gives the current body.
     let same_generation = render(&routes, current_generation)?;
-    let current_header = current.and_then(|c| c.header.as_ref()).map(|h| Current {
-        sha256: &h.sha256,
-        rules: h.rules,
-    });
-    let mut decision = publish::decide(
-        current_header,
-        &same_generation.header.sha256,
+    let decision = decision(
+        current,
+        &same_generation,
         routes.len(),
         guard.estate(),
+        hold,
     );
-    if hold && decision != Decision::Unchanged {
-        decision =
-            Decision::Blocked("zones never read yet: nothing published until they are".into());
-    }
     let changed = decision != Decision::Unchanged;
     let rendered = if changed {
         render(&routes, publish::next_generation(recorded, now_unix))?
@@ -173,6 +166,26 @@ pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError
         diff,
         holds,
     })
+}
+
+/// Whether to publish `candidate` (rendered with the current generation) over `current`:
+/// the estate's mass-deletion guard, and nothing while zones were never read (`hold`).
+fn decision(
+    current: Option<&CurrentConfig>,
+    candidate: &Rendered,
+    routes: usize,
+    guard: publish::Guard,
+    hold: bool,
+) -> Decision {
+    let current_header = current.and_then(|c| c.header.as_ref()).map(|h| Current {
+        sha256: &h.sha256,
+        rules: h.rules,
+    });
+    let decision = publish::decide(current_header, &candidate.header.sha256, routes, guard);
+    if hold && decision != Decision::Unchanged {
+        return Decision::Blocked("zones never read yet: nothing published until they are".into());
+    }
+    decision
 }
 
 /// The warning that the last manifest's routes were not all what the rule table makes now.
