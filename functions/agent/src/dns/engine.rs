@@ -218,9 +218,14 @@ impl Engine {
         self.looped(name, address).map_or(Ok(address), Err)
     }
 
-    /// Whether `name` is known and not in the middle of a turn.
+    /// Whether a request of an apply need not wait for `name` any longer: it is known and not
+    /// in the middle of a turn, or the installed config names it and its first turn is still
+    /// to end (the fill's, behind which an apply would wait for the previous generation's
+    /// hosts: it waits only for the hosts new to its own, which [`Engine::want`] puts first).
     pub fn settled(&self, name: &str) -> bool {
-        self.names.get(name).is_some_and(|e| !e.busy)
+        self.names
+            .get(name)
+            .is_some_and(|e| !e.busy || (e.in_config && e.first_pending))
     }
 
     /// The map as it should be: every name with an address, sorted, but those that resolve
@@ -256,7 +261,8 @@ impl Engine {
         }
     }
 
-    /// Starts a turn for `name` now: behind the urgent ones when `urgent`, else first.
+    /// Starts a turn for `name` now: behind the urgent ones when `urgent`, else first (a name
+    /// due, or one an apply waits for).
     fn start(&mut self, name: &Arc<str>, urgent: bool) {
         let Some(entry) = self.names.get_mut(name) else {
             return;
@@ -331,8 +337,8 @@ impl Engine {
         self.names.resum_demand();
     }
 
-    /// Names wanted now (by an apply): resolved first, at the cap, unless they have an
-    /// address; kept for [`WANTED_KEEP`] whatever the config says.
+    /// Names wanted now (by an apply): resolved first, at the cap, ahead of a fill's names,
+    /// unless they have an address; kept for [`WANTED_KEEP`] whatever the config says.
     pub fn want(&mut self, names: &[String], now: Instant) {
         for name in names {
             match self.names.get(name) {
@@ -340,12 +346,14 @@ impl Engine {
                     let idle = entry.state.address.is_none() && !entry.busy;
                     self.keep(name, now);
                     if idle {
-                        self.start(&Arc::from(name.as_str()), true);
+                        self.start(&Arc::from(name.as_str()), false);
                     }
                 }
                 None => {
-                    if self.add(name, None, now, now).is_some() {
+                    let refresh = self.rules.refresh;
+                    if let Some(key) = self.names.insert(name, None, refresh, now, now) {
                         self.keep(name, now);
+                        self.start(&key, false);
                     }
                 }
             }

@@ -407,3 +407,41 @@ fn a_fill_that_loses_queries_backs_off() {
         &without[..3.min(without.len())]
     );
 }
+
+/// An apply during a fill: the names it wants that the fill has not reached go first, and it
+/// does not wait for the installed config's names still in their first turn.
+#[test]
+fn an_apply_during_a_fill_waits_only_for_its_new_names_which_go_first() {
+    let (mut engine, start) = engine_with(Knobs {
+        max_qps: 200,
+        fill_qps: 800,
+        ..Knobs::default()
+    });
+    engine.set_config_names(&config_of(2_000), start);
+    let (_, _) = run_answering(&mut engine, start, 1, |_| true);
+    assert!(engine.filling());
+    let wanted = ["n1999.example".to_owned(), "new.example".to_owned()];
+    let later = ms(start, 1_000);
+    engine.want(&wanted, later);
+    assert!(
+        engine.settled("n1999.example"),
+        "the fill's: not waited for"
+    );
+    assert!(engine.answer("n1999.example").is_err());
+    assert!(
+        !engine.settled("new.example"),
+        "new to the generation: waited for"
+    );
+    let first = engine.poll_send(ms(start, 1_025)).expect("a query");
+    assert_eq!(
+        question(&first).0,
+        "new.example",
+        "the wanted name goes first"
+    );
+    let bytes = reply(&first, |m| {
+        m.add_answer(a_record("new.example", 300));
+    });
+    engine.on_udp(&bytes, first.server, ms(start, 1_030));
+    assert!(engine.settled("new.example"));
+    assert!(engine.answer("new.example").is_ok());
+}
