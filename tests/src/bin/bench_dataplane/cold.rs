@@ -86,9 +86,10 @@ pub(super) fn cold_installs(env: &Env, counts: &[usize]) -> Vec<Cold> {
 /// The install and the service, probed from the apply's start: see the module.
 fn cold_install(env: &Env, routes: &[Route]) -> Cold {
     let sample = sample(env, routes);
-    // A second generation: one zone more (its two routes' hosts are new to it).
+    // A second generation: one zone more (its two routes' hosts are new to it, answered with
+    // the first backend; the order of the routes is not that of the first generation).
     let more = dataplane::routes(routes.len() + 2);
-    let _ = self::sample(env, &more);
+    answer_new_hosts(env, routes, &more);
     let haproxy = Haproxy::new();
     let (applier, _agent) = Applier::start(&haproxy);
     let options = haproxy.options(env.backends.port);
@@ -255,6 +256,18 @@ fn sample(env: &Env, routes: &[Route]) -> Vec<Target> {
         }
     }
     sample
+}
+
+/// The hosts of `more` that `routes` do not have answer the first backend's address.
+fn answer_new_hosts(env: &Env, routes: &[Route], more: &[Route]) {
+    let known: std::collections::HashSet<&str> =
+        routes.iter().map(|r| r.backend.as_str()).collect();
+    let SocketAddr::V4(first) = env.backends.list[0].addr else {
+        unreachable!("IPv4 backends")
+    };
+    for route in more.iter().filter(|r| !known.contains(r.backend.as_str())) {
+        env.agent_dns.set(route.backend.as_str(), &[*first.ip()]);
+    }
 }
 
 /// When each sampled route first answered with its banner.
