@@ -175,7 +175,10 @@ async fn run(config: &Path, knobs: Knobs, metrics: Option<Duration>) -> Result<(
         if wants.push_wanted() || wrote {
             pushing.due_now(now);
         }
-        if pushing.start(output.written(), !engine.dirty, now) {
+        // What was written goes out when an apply waits for it, even though the fill has
+        // answered more since (the file holds what the answers say; the rest follows).
+        let pushable = !engine.dirty || wants.push_wanted();
+        if pushing.start(output.written(), pushable, now) {
             wants.push_started();
         }
         cycle.report(&mut engine, knobs.refresh, now);
@@ -183,7 +186,7 @@ async fn run(config: &Path, knobs: Knobs, metrics: Option<Duration>) -> Result<(
         let wake = [
             engine.next_wake(now),
             Some(watched.next_check()),
-            pushing.next_wake(!engine.dirty),
+            pushing.next_wake(!engine.dirty || wants.push_wanted()),
             output.next_write(&engine),
             wants.next_deadline(),
             Some(cycle.start + knobs.refresh),
