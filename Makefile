@@ -70,8 +70,9 @@ templates: tools
 ## at 10,000 routes (the default template against the map-based one before them, both running,
 ## measured in turns); then the apply document's 20 route-only
 ## changes (no reload) with connections and a kubectl watch held through the proxy (kubectl
-## and openssl on PATH); then a cold first install of 4,000 and 10,000 routes (about 90 s:
-## the routes serve at the address service's 200 queries/s); its section goes at the end of
+## and openssl on PATH); then a cold first install of 4,000 and 10,000 routes (about 3 min: the
+## address service fills at up to 800 queries/s, an apply follows 1 s after the first, and the
+## queries after the fill are watched for 60 s); its section goes at the end of
 ## docs/BENCHMARKS.md. Quicker: DATAPLANE_ARGS="--routes 1000 --before-reloads 0 --cold 1000
 ## --counters 1000".
 ## The data-plane benchmark runs on the distribution's HAProxy (2.6 on Debian 12), then again

@@ -17,8 +17,10 @@ pub const ADDRESS_MAP: &str = "autoproxy/addresses.map";
 pub struct Knobs {
     /// Every name is asked once per this period (`AUTOPROXY_REFRESH_SECONDS`).
     pub refresh_seconds: f64,
-    /// The most queries in any second (`AUTOPROXY_MAX_QPS`).
+    /// The most queries in any second (`AUTOPROXY_MAX_QPS`): the steady cap.
     pub max_qps: u32,
+    /// The most queries in any second while names are new to the map (`AUTOPROXY_FILL_QPS`).
+    pub fill_qps: u32,
     /// Seconds before a query counts as unanswered (`AUTOPROXY_QUERY_TIMEOUT`).
     pub query_timeout: f64,
     /// Seconds an address is kept without an answer confirming it
@@ -32,6 +34,7 @@ impl Default for Knobs {
         Knobs {
             refresh_seconds: 50.0,
             max_qps: 200,
+            fill_qps: 800,
             query_timeout: 1.0,
             max_stale_seconds: 900.0,
         }
@@ -71,6 +74,7 @@ impl Resolver {
                 knobs.refresh_seconds.to_string(),
             )
             .env("AUTOPROXY_MAX_QPS", knobs.max_qps.to_string())
+            .env("AUTOPROXY_FILL_QPS", knobs.fill_qps.to_string())
             .env("AUTOPROXY_QUERY_TIMEOUT", knobs.query_timeout.to_string())
             .env(
                 "AUTOPROXY_MAX_STALE_SECONDS",

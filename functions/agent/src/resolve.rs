@@ -6,11 +6,14 @@
 //! accepts 1,024 packets per second per network interface. So HAProxy sends no DNS query at
 //! all; this service resolves the backend names instead and holds one property: its queries
 //! are spread evenly (the names' demand, about names / REFRESH per second) and never more
-//! than MAX_QPS in any second, at start, at a reload and when the config changes alike, new
-//! names first at the cap, retries, TCP fallbacks and CNAME chases included.
+//! than the cap that applies in any second, at start, at a reload and when the config changes
+//! alike, new names first at the cap, retries, TCP fallbacks and CNAME chases included. The
+//! cap is FILL_QPS while names are new to the map (a cold start, a generation that adds many
+//! hosts; halved, down to MAX_QPS, while time-outs climb: the resolver drops what exceeds its
+//! budget), MAX_QPS once each has ended its first turn ([`crate::dns::schedule::FillPace`]).
 //!
 //! Usage: `autoproxy-agent resolve /etc/haproxy/haproxy.cfg`, with `AUTOPROXY_REFRESH_SECONDS`
-//! (50), `AUTOPROXY_MAX_QPS` (200), `AUTOPROXY_QUERY_TIMEOUT` (1.0) and
+//! (50), `AUTOPROXY_MAX_QPS` (200), `AUTOPROXY_FILL_QPS` (800), `AUTOPROXY_QUERY_TIMEOUT` (1.0) and
 //! `AUTOPROXY_MAX_STALE_SECONDS` (900) in the environment. It reads the names from the
 //! config's `#@route`/`#@suffix` lines, the nameservers from its `#@nameserver` lines (only
 //! those: never /etc/resolv.conf, and no local cache hides or adds load) and the stats socket
@@ -172,7 +175,10 @@ async fn run(config: &Path, knobs: Knobs, metrics: Option<Duration>) -> Result<(
         if wants.push_wanted() || wrote {
             pushing.due_now(now);
         }
-        if pushing.start(output.written(), !engine.dirty, now) {
+        // What was written goes out when an apply waits for it, even though the fill has
+        // answered more since (the file holds what the answers say; the rest follows).
+        let pushable = !engine.dirty || wants.push_wanted();
+        if pushing.start(output.written(), pushable, now) {
             wants.push_started();
         }
         cycle.report(&mut engine, knobs.refresh, now);
@@ -180,7 +186,7 @@ async fn run(config: &Path, knobs: Knobs, metrics: Option<Duration>) -> Result<(
         let wake = [
             engine.next_wake(now),
             Some(watched.next_check()),
-            pushing.next_wake(!engine.dirty),
+            pushing.next_wake(!engine.dirty || wants.push_wanted()),
             output.next_write(&engine),
             wants.next_deadline(),
             Some(cycle.start + knobs.refresh),
@@ -211,11 +217,12 @@ async fn run(config: &Path, knobs: Knobs, metrics: Option<Duration>) -> Result<(
 
 fn log_start(config: &Path, map: &Path, knobs: &Knobs, known: usize) {
     log(format_args!(
-        "start: config {}, map {}, refresh {}s, max {} queries/s, timeout {}s, max stale {}s, {known} addresses known",
+        "start: config {}, map {}, refresh {}s, max {} queries/s (fill {}), timeout {}s, max stale {}s, {known} addresses known",
         config.display(),
         map.display(),
         knobs.refresh.as_secs_f64(),
         knobs.max_qps,
+        knobs.fill_qps,
         knobs.timeout.as_secs_f64(),
         knobs.max_stale.as_secs_f64(),
     ));
@@ -342,12 +349,14 @@ impl Cycle {
         let stats = std::mem::take(&mut engine.stats);
         if stats.queries > 0 {
             log(format_args!(
-                "cycle: names={} queries={} answered={} changed={} failed={} seconds={:.1}",
+                "cycle: names={} queries={} answered={} changed={} failed={} timeouts={} backoffs={} seconds={:.1}",
                 engine.len(),
                 stats.queries,
                 stats.answered,
                 stats.changed,
                 stats.failed,
+                stats.timeouts,
+                stats.backoffs,
                 seconds.as_secs_f64()
             ));
         }

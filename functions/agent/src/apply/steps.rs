@@ -163,6 +163,18 @@ impl Run {
         if wanted.is_empty() {
             return;
         }
+        if self.state.before == Before::Stopped {
+            // Nothing serves yet, so waiting gains nothing: the address service fills the map
+            // at its fill pace once this apply returns, and `/ready` gates the traffic.
+            let n = wanted.len();
+            log(
+                "addresses",
+                &format!(
+                    "{n} new host(s), none waited for: HAProxy serves nothing yet (the address service resolves them; /ready waits for its first pass)"
+                ),
+            );
+            return;
+        }
         let nameservers = artifact::nameservers(text).valid;
         let own = crate::own::Own::of(text);
         let ensured =

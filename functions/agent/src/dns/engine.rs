@@ -21,8 +21,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::knobs::Knobs;
-use super::schedule::{Outcome, Pacer, Rules};
+use super::schedule::{FillPace, Outcome, PaceChange, Pacer, Rules};
 use super::wire::{self, Reply};
+use crate::log::log;
 use crate::own::Own;
 use lookup::{InFlight, Lookup, Next, Pending};
 use names::Names;
@@ -66,6 +67,10 @@ pub struct Stats {
     pub answered: u64,
     pub changed: u64,
     pub failed: u64,
+    /// Queries no answer came to in time (the resolver may drop them; no negative answer).
+    pub timeouts: u64,
+    /// Times the fill's pace was halved for climbing time-outs.
+    pub backoffs: u64,
 }
 
 /// Every name, and what is in flight.
@@ -78,6 +83,8 @@ pub struct Engine {
     /// Turns to send before any name merely due: follow-ups at the front, new ones behind.
     urgent: VecDeque<Lookup>,
     pacer: Pacer,
+    /// The fill's cap: the pacer's while names are new to the map.
+    fill: FillPace,
     flight: InFlight,
     rotation: usize,
     /// The map changed since it was last written.
@@ -100,6 +107,7 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(knobs: Knobs) -> Engine {
+        let now = Instant::now();
         Engine {
             knobs,
             rules: Rules {
@@ -110,6 +118,7 @@ impl Engine {
             names: Names::default(),
             urgent: VecDeque::new(),
             pacer: Pacer::new(knobs.max_qps),
+            fill: FillPace::new(knobs.max_qps, knobs.fill_qps, now),
             flight: InFlight::default(),
             rotation: 0,
             dirty: false,
@@ -117,7 +126,7 @@ impl Engine {
             totals: Stats::default(),
             last_answer: None,
             verbose: true,
-            epoch: Instant::now(),
+            epoch: now,
             own: Own::default(),
             own_resolved: BTreeMap::new(),
         }
@@ -158,15 +167,65 @@ impl Engine {
         self.names.first_pending()
     }
 
+    /// Whether names are new to the map (known without an address, their first turn still
+    /// to end): the queries go at the fill's cap then, at the steady cap otherwise.
+    pub fn filling(&self) -> bool {
+        self.names.first_pending() > 0
+    }
+
+    /// The cap in force, in queries per second.
+    pub fn pace(&self) -> u32 {
+        self.pacer.cap()
+    }
+
+    /// Judges the fill's last second at `now` and sets the cap that applies.
+    fn set_pace(&mut self, now: Instant) {
+        match self.fill.judge(now, self.knobs.timeout) {
+            Some(PaceChange::BackedOff {
+                from,
+                to,
+                timeouts,
+                sent,
+            }) => {
+                self.stats.backoffs += 1;
+                self.totals.backoffs += 1;
+                if self.verbose {
+                    log(format_args!(
+                        "fill: {timeouts} time-outs against {sent} queries in the last second (the resolver drops queries): fill pace {from} -> {to} queries/s"
+                    ));
+                }
+            }
+            Some(PaceChange::Recovered { from, to })
+                if self.verbose && to == self.knobs.fill_qps.max(self.knobs.max_qps) =>
+            {
+                log(format_args!(
+                    "fill: no time-outs, fill pace {from} -> {to} queries/s (full)"
+                ));
+            }
+            _ => {}
+        }
+        let cap = if self.filling() {
+            self.fill.rate()
+        } else {
+            self.knobs.max_qps
+        };
+        self.pacer.set_cap(cap);
+    }
+
     /// The address of `name`, or why it has none.
     pub fn answer(&self, name: &str) -> Result<IpAddr, String> {
         let address = self.names.answer(name)?;
         self.looped(name, address).map_or(Ok(address), Err)
     }
 
-    /// Whether `name` is known and not in the middle of a turn.
+    /// Whether a request of an apply need not wait for `name` any longer: it is known and not
+    /// in the middle of a turn, or the installed config names it and its first turn is still
+    /// to end (the fill's, behind which an apply would wait for the previous generation's
+    /// hosts: it waits only for the hosts new to its own, which [`Engine::want`] puts first).
     pub fn settled(&self, name: &str) -> bool {
-        self.names.get(name).is_some_and(|e| !e.busy)
+        self.names
+            .get(name)
+            .is_some_and(|e| !e.busy || (e.in_config && e.first_pending))
     }
 
     /// The map as it should be: every name with an address, sorted, but those that resolve
@@ -202,7 +261,8 @@ impl Engine {
         }
     }
 
-    /// Starts a turn for `name` now: behind the urgent ones when `urgent`, else first.
+    /// Starts a turn for `name` now: behind the urgent ones when `urgent`, else first (a name
+    /// due, or one an apply waits for).
     fn start(&mut self, name: &Arc<str>, urgent: bool) {
         let Some(entry) = self.names.get_mut(name) else {
             return;
@@ -277,8 +337,8 @@ impl Engine {
         self.names.resum_demand();
     }
 
-    /// Names wanted now (by an apply): resolved first, at the cap, unless they have an
-    /// address; kept for [`WANTED_KEEP`] whatever the config says.
+    /// Names wanted now (by an apply): resolved first, at the cap, ahead of a fill's names,
+    /// unless they have an address; kept for [`WANTED_KEEP`] whatever the config says.
     pub fn want(&mut self, names: &[String], now: Instant) {
         for name in names {
             match self.names.get(name) {
@@ -286,12 +346,14 @@ impl Engine {
                     let idle = entry.state.address.is_none() && !entry.busy;
                     self.keep(name, now);
                     if idle {
-                        self.start(&Arc::from(name.as_str()), true);
+                        self.start(&Arc::from(name.as_str()), false);
                     }
                 }
                 None => {
-                    if self.add(name, None, now, now).is_some() {
+                    let refresh = self.rules.refresh;
+                    if let Some(key) = self.names.insert(name, None, refresh, now, now) {
                         self.keep(name, now);
+                        self.start(&key, false);
                     }
                 }
             }
@@ -355,6 +417,7 @@ impl Engine {
         if self.nameservers.is_empty() {
             return None;
         }
+        self.set_pace(now);
         loop {
             let steady = if self.urgent.is_empty() {
                 if !self.pacer.ready(false, now) {
@@ -398,6 +461,7 @@ impl Engine {
             }
         };
         self.pacer.sent(now, steady);
+        self.fill.sent();
         self.stats.queries += 1;
         self.totals.queries += 1;
         let tcp = lookup.tcp;
@@ -487,6 +551,9 @@ impl Engine {
     /// Queries unanswered by their deadline.
     pub fn expire(&mut self, now: Instant) {
         for pending in self.flight.take_expired(now) {
+            self.fill.timed_out();
+            self.stats.timeouts += 1;
+            self.totals.timeouts += 1;
             let why = format!("timeout from {}", pending.server);
             self.retry(pending.lookup, why, now);
         }

@@ -129,7 +129,9 @@ pub fn settle(state: &mut NameState, outcome: &Outcome, now: Instant, rules: &Ru
 
 /// When queries may leave: evenly at the steady spacing for names that are due, at the cap
 /// for urgent ones (new names, retries, TCP fallbacks, CNAME chases), and never more than
-/// `max_qps` in any second, whatever the kind.
+/// the cap in any second, whatever the kind. The cap may change ([`Pacer::set_cap`]: the
+/// fill's and the steady one); a lower one holds from the query after the change on, counted
+/// over the queries already sent.
 #[derive(Debug)]
 pub struct Pacer {
     max_qps: usize,
@@ -165,11 +167,29 @@ impl Pacer {
     /// The earliest time the next query may leave: `urgent` ones only wait for the cap.
     pub fn earliest(&self, urgent: bool) -> Option<Instant> {
         let last = self.slot.map(|t| t + self.floor);
-        let window = (self.recent.len() >= self.max_qps)
-            .then(|| self.recent.front().map(|t| *t + WINDOW))
-            .flatten();
+        // The query `max_qps` places back leaves the window first: then one more may go.
+        let window = self
+            .recent
+            .len()
+            .checked_sub(self.max_qps)
+            .and_then(|i| self.recent.get(i))
+            .map(|t| *t + WINDOW);
         let regular = if urgent { None } else { self.next_regular };
         [last, window, regular].into_iter().flatten().max()
+    }
+
+    /// The most queries in any second from now on.
+    pub fn set_cap(&mut self, max_qps: u32) {
+        let max_qps = max_qps.max(1);
+        if max_qps as usize != self.max_qps {
+            self.max_qps = max_qps as usize;
+            self.floor = SECOND / max_qps;
+        }
+    }
+
+    /// The cap in force.
+    pub fn cap(&self) -> u32 {
+        u32::try_from(self.max_qps).unwrap_or(u32::MAX)
     }
 
     /// Whether a query may leave at `now`.
@@ -200,6 +220,111 @@ impl Pacer {
             return self.floor;
         }
         Duration::from_secs_f64(1.0 / per_second).max(self.floor)
+    }
+}
+
+/// The fill's pace: up to the fill cap while names are new to the address map, halved
+/// (down to the steady cap) in a second whose time-outs climb, since the VPC resolver drops
+/// what exceeds its budget rather than refusing it; won back a step each second without a
+/// time-out. A time-out is no answer, never a negative one ([`Outcome::Unanswered`]).
+#[derive(Debug, Clone)]
+pub struct FillPace {
+    steady: u32,
+    fill: u32,
+    rate: u32,
+    /// The second being counted: its start, the queries sent and the time-outs seen in it.
+    since: Instant,
+    sent: u32,
+    timeouts: u32,
+    /// No judgement before then: the time-outs of queries sent at the old rate still come.
+    hold_until: Instant,
+}
+
+/// A change of the fill's pace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PaceChange {
+    /// `timeouts` of the second's queries went unanswered (`sent` left in it).
+    BackedOff {
+        from: u32,
+        to: u32,
+        timeouts: u32,
+        sent: u32,
+    },
+    /// A second without a time-out.
+    Recovered { from: u32, to: u32 },
+}
+
+/// Time-outs climb when a second has at least this many ...
+const CLIMB_TIMEOUTS: u32 = 5;
+/// ... and they are more than this share of the queries sent in it.
+const CLIMB_SHARE: f64 = 0.05;
+/// Seconds without a time-out from the steady cap back to the fill cap.
+const RECOVERY_SECONDS: u32 = 16;
+
+impl FillPace {
+    /// `steady` and `fill` queries a second (`fill` at least `steady`), counted from `now`.
+    pub fn new(steady: u32, fill: u32, now: Instant) -> FillPace {
+        let fill = fill.max(steady);
+        FillPace {
+            steady,
+            fill,
+            rate: fill,
+            since: now,
+            sent: 0,
+            timeouts: 0,
+            hold_until: now,
+        }
+    }
+
+    /// The fill's cap now.
+    pub fn rate(&self) -> u32 {
+        self.rate
+    }
+
+    pub fn sent(&mut self) {
+        self.sent = self.sent.saturating_add(1);
+    }
+
+    pub fn timed_out(&mut self) {
+        self.timeouts = self.timeouts.saturating_add(1);
+    }
+
+    /// Judges the second that ended by `now`, if one did; `timeout` is how long a query waits
+    /// for its answer (the time-outs of a faster pace come in that much later).
+    pub fn judge(&mut self, now: Instant, timeout: Duration) -> Option<PaceChange> {
+        if now < self.since + SECOND {
+            return None;
+        }
+        let (sent, timeouts) = (
+            std::mem::take(&mut self.sent),
+            std::mem::take(&mut self.timeouts),
+        );
+        self.since = now;
+        if now < self.hold_until {
+            return None;
+        }
+        let from = self.rate;
+        let climbing =
+            timeouts >= CLIMB_TIMEOUTS && f64::from(timeouts) > f64::from(sent) * CLIMB_SHARE;
+        if climbing && from > self.steady {
+            self.rate = (from / 2).max(self.steady);
+            self.hold_until = now + timeout + SECOND;
+            return Some(PaceChange::BackedOff {
+                from,
+                to: self.rate,
+                timeouts,
+                sent,
+            });
+        }
+        if timeouts == 0 && from < self.fill {
+            let step = ((self.fill - self.steady) / RECOVERY_SECONDS).max(1);
+            self.rate = from.saturating_add(step).min(self.fill);
+            return Some(PaceChange::Recovered {
+                from,
+                to: self.rate,
+            });
+        }
+        None
     }
 }
 
@@ -391,5 +516,59 @@ mod tests {
             }
         }
         assert!(sent <= 20, "{sent} in two seconds at 10/s");
+    }
+
+    /// Plays seconds of (queries sent, time-outs) on a fill of 800/s over a steady 200/s
+    /// with a 1-s time-out; the rate after each.
+    fn fill_rates(seconds: &[(u32, u32)]) -> Vec<u32> {
+        let start = Instant::now();
+        let mut pace = FillPace::new(200, 800, start);
+        seconds
+            .iter()
+            .enumerate()
+            .map(|(i, (sent, timeouts))| {
+                (0..*sent).for_each(|_| pace.sent());
+                (0..*timeouts).for_each(|_| pace.timed_out());
+                pace.judge(start + SECOND * (i as u32 + 1), SECOND);
+                pace.rate()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_fill_backs_off_when_time_outs_climb_and_recovers_slowly() {
+        // Clean seconds, or a few time-outs: full pace.
+        assert_eq!(fill_rates(&[(800, 0), (800, 4), (800, 30)]), [800; 3]);
+        // A climb halves it; then no judgement for a time-out and a second (the old pace's
+        // time-outs still arrive), then halved again down to the steady cap, never below.
+        assert_eq!(
+            fill_rates(&[
+                (800, 300),
+                (400, 300),
+                (400, 100),
+                (400, 100),
+                (200, 200),
+                (200, 200),
+                (200, 200)
+            ]),
+            [400, 400, 200, 200, 200, 200, 200]
+        );
+        // Back up by 1/16 of the way each clean second, not at once; a second with some
+        // time-outs below the climb holds it.
+        assert_eq!(
+            fill_rates(&[
+                (800, 300),
+                (400, 0),
+                (400, 0),
+                (437, 0),
+                (474, 0),
+                (511, 3),
+                (511, 0)
+            ]),
+            [400, 400, 437, 474, 511, 511, 548]
+        );
+        // A second that ends without queries but with time-outs is a climb too (the last of a
+        // fill's answers never came).
+        assert_eq!(fill_rates(&[(0, 50)]), [400]);
     }
 }

@@ -221,6 +221,9 @@ impl Observer {
             f.names = u64::try_from(engine.len()).unwrap_or(u64::MAX);
             f.queries_total = engine.totals.queries;
             f.failures_total = engine.totals.failed;
+            f.timeouts_total = engine.totals.timeouts;
+            f.fill_backoffs_total = engine.totals.backoffs;
+            f.pace_qps = engine.pace();
             f.lag = lag;
             f.last_answer = engine.last_answer;
             f.first_pass = first_pass;

@@ -17,6 +17,7 @@ use super::*;
 pub(super) const QUICK: Knobs = Knobs {
     refresh_seconds: 2.0,
     max_qps: 50,
+    fill_qps: 50,
     query_timeout: 0.3,
     max_stale_seconds: 900.0,
 };
@@ -327,7 +328,10 @@ fn routes_whose_hosts_do_not_resolve_are_held_and_the_proxy_is_ready() {
         ("gone", "api.gone.test"),
         ("silent", "api.silent.test"),
     ];
-    let (run, record) = f.apply_and_record(&f.upload(&named_routes(&f, dns.addr(), 1, &routes)));
+    // A first install waits for no address: the apply that resolves the hosts (itself, with
+    // no address service yet) is the next one, on a proxy that serves.
+    f.install_first(&named_routes(&f, dns.addr(), 1, &routes[..1]));
+    let (run, record) = f.apply_and_record(&f.upload(&named_routes(&f, dns.addr(), 2, &routes)));
     assert!(run.success(), "{run}");
     assert_eq!(record["unresolved_routes"], 2, "{record}");
     let resolver = Resolver::start(&f.haproxy.config_path(), QUICK);
@@ -424,7 +428,7 @@ fn frontend_sessions(f: &Fixture) -> u64 {
 /// CNAME to the proxy's own name `peering-proxy.test`, at an address standing for the load
 /// balancer's); both at the port HAProxy listens on, so that a forwarded connection would
 /// come back in.
-fn looping_config(f: &Fixture, dns: &DnsServer) -> (String, Ipv4Addr) {
+fn looping_config(f: &Fixture, dns: &DnsServer, generation: u64) -> (String, Ipv4Addr) {
     dns.set("api.good.test", &[ip(f, "a")]);
     let std::net::IpAddr::V4(bound) = f.haproxy.https.ip() else {
         unreachable!("HAProxy listens on IPv4 loopback")
@@ -453,7 +457,7 @@ fn looping_config(f: &Fixture, dns: &DnsServer) -> (String, Ipv4Addr) {
             resolvers: &[dns.addr()],
             proxies: &[HostName::parse("Peering-Proxy.test.").unwrap()],
             options: &options,
-            generation: 1,
+            generation,
             generated_at: "2026-01-01T00:00:00Z",
             trigger: "test",
         })
@@ -472,7 +476,10 @@ fn looping_config(f: &Fixture, dns: &DnsServer) -> (String, Ipv4Addr) {
 fn a_route_into_the_proxy_itself_is_held_and_never_forwarded() {
     let f = Fixture::new(&["a"]);
     let dns = DnsServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
-    let (config, bound) = looping_config(&f, &dns);
+    // A first install waits for no address: the apply that judges the hosts is the next one,
+    // on a proxy that serves (with no address service yet, it resolves them itself).
+    f.install_first(&looping_config(&f, &dns, 1).0);
+    let (config, bound) = looping_config(&f, &dns, 2);
     assert!(
         config.contains("\n#@proxy peering-proxy.test\n"),
         "{config}"

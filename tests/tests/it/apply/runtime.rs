@@ -120,6 +120,36 @@ fn route_changes_keep_the_worker_and_a_held_connection() {
     );
 }
 
+/// A first install (no HAProxy runs yet) does not wait for its hosts' addresses: nothing is
+/// served, so waiting gains nothing, and `/ready` gates the traffic while the address service
+/// fills the map. Here the resolver drops every query: an apply that asked would spend its
+/// whole address budget on time-outs.
+#[test]
+fn a_first_install_does_not_spend_its_address_budget() {
+    let f = Fixture::new(&["a"]);
+    let dns = DnsServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
+    let SocketAddr::V4(a) = f.backends.get("a").addr else {
+        unreachable!("IPv4 backends")
+    };
+    dns.set("api.named.test", &[*a.ip()]);
+    dns.drop_queries("api.named.test", true);
+    let mut route = proxy::api_route("named.test", f.backends.get("a"));
+    route.backend = HostName::parse("api.named.test").unwrap();
+    let text = proxy::render_with(1, &[route], &short_stop(&f), &[dns.addr()]);
+    let run = f.apply(&f.upload(&text));
+    assert!(run.success(), "{run}");
+    assert!(
+        run.step("addresses")[0].contains("1 new host(s), none waited for"),
+        "{run}"
+    );
+    let asked = dns
+        .queries()
+        .iter()
+        .filter(|q| q.name == "api.named.test")
+        .count();
+    assert_eq!(asked, 0, "the apply asked DNS itself:\n{run}");
+}
+
 #[test]
 fn a_new_route_host_has_its_address_in_the_running_worker_before_its_route() {
     // No address service runs here: the apply resolves the new host itself, and the running

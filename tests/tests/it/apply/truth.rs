@@ -48,9 +48,11 @@ fn a_refused_push_leaves_the_route_unresolved_in_the_record() {
     ));
     let resolver = Resolver::start(&f.haproxy.config_path(), QUICK);
     let control = f.haproxy.dir().join("autoproxy/resolver.sock");
+    // A first install waits for no address: the service puts one.test in.
     assert!(
         wait_until(Duration::from_secs(10), || {
             std::os::unix::net::UnixStream::connect(&control).is_ok()
+                && f.haproxy.probe("proxy.api.one.test").is_ok()
         }),
         "{}",
         resolver.output()
@@ -122,11 +124,22 @@ fn a_rollback_leaves_every_map_byte_for_byte_as_it_was() {
         &[("r.test", "api.one.test")],
         &options,
     ));
-    // api.two.test does not resolve: the route stays at api.one.test.
+    // A first install waits for no address: the next apply resolves api.one.test (itself:
+    // no address service runs here).
     let run = f.apply(&f.upload(&by_name(
         &f,
         &dns,
         2,
+        &[("r.test", "api.one.test"), ("s.test", "api.one.test")],
+        &options,
+    )));
+    assert!(run.success(), "{run}");
+    f.assert_routes("r.test", "a");
+    // api.two.test does not resolve: the route stays at api.one.test.
+    let run = f.apply(&f.upload(&by_name(
+        &f,
+        &dns,
+        3,
         &[("r.test", "api.two.test")],
         &options,
     )));
@@ -137,10 +150,10 @@ fn a_rollback_leaves_every_map_byte_for_byte_as_it_was() {
     let squatter = TcpListener::bind("127.0.0.1:0").unwrap();
     let mut cannot_start = options.clone();
     cannot_start.http_bind = squatter.local_addr().unwrap().to_string();
-    let third = by_name(&f, &dns, 3, &[("r.test", "api.three.test")], &cannot_start);
+    let third = by_name(&f, &dns, 4, &[("r.test", "api.three.test")], &cannot_start);
     let run = f.apply(&f.upload(&third));
     assert_eq!(run.status, Some(2), "{run}");
-    assert_eq!(f.haproxy.running_generation(), Some(2), "{run}");
+    assert_eq!(f.haproxy.running_generation(), Some(3), "{run}");
     let after = generation_maps(&f);
     for (map, bytes) in &before {
         assert_eq!(

@@ -121,6 +121,7 @@ fn dead_addresses_are_dropped_by_the_rules() {
     let knobs = Knobs {
         refresh_seconds: 1.0,
         max_qps: 50,
+        fill_qps: 50,
         query_timeout: 0.2,
         max_stale_seconds: 5.0,
     };

@@ -189,6 +189,7 @@ pub(super) fn asked(dns: &DnsServer, name: &str, since: Instant) -> usize {
 pub(super) const QUICK: Knobs = Knobs {
     refresh_seconds: 2.0,
     max_qps: 50,
+    fill_qps: 50,
     query_timeout: 0.3,
     max_stale_seconds: 900.0,
 };

@@ -1,5 +1,6 @@
-//! Many names under the rate cap: every address arrives, and the queries never come faster
-//! than the cap allows.
+//! Many names under the rate caps: every address arrives at the fill's cap, and the queries
+//! never come faster than the cap that applies: the fill's while names are new to the map,
+//! the steady one after.
 
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
@@ -10,11 +11,13 @@ use autoproxy_tests::resolver::Knobs;
 use super::fixture::{Fixture, expected, host, sni, unused_address};
 
 #[test]
-fn two_thousand_names_resolve_under_the_rate_cap() {
+fn two_thousand_names_fill_at_the_fill_cap_then_hold_the_steady_one() {
     const NAMES: usize = 2_000;
+    // The names' demand after the fill (2,000 every 5 s: 400/s) is above the steady cap.
     let knobs = Knobs {
-        refresh_seconds: 4.0,
-        max_qps: 800,
+        refresh_seconds: 5.0,
+        max_qps: 200,
+        fill_qps: 800,
         query_timeout: 1.0,
         ..Knobs::default()
     };
@@ -38,6 +41,9 @@ fn two_thousand_names_resolve_under_the_rate_cap() {
         f.running_map().len(),
         resolver.output()
     );
+    // Every name had its turn by now: the fill is over.
+    let filled = Instant::now();
+    println!("filled in {:.1} s", (filled - started).as_secs_f64());
     assert_eq!(f.file_map(), want, "the map file holds every address");
     for (i, backend) in ["b0", "b1", "b2"].into_iter().enumerate() {
         assert_eq!(
@@ -56,10 +62,30 @@ fn two_thousand_names_resolve_under_the_rate_cap() {
     // The resolver caps any 1,025 ms of its own clock at MAX_QPS; a sender even one query a
     // second over the cap fails this.
     let busiest = dns::max_per_second(&queries);
-    println!("busiest second: {busiest} queries (cap {})", knobs.max_qps);
+    println!(
+        "busiest second: {busiest} queries (fill cap {})",
+        knobs.fill_qps
+    );
     assert!(
-        busiest <= knobs.max_qps as usize,
-        "{busiest} queries within one second, above the cap of {}: {per_second:?}",
+        busiest <= knobs.fill_qps as usize,
+        "{busiest} queries within one second, above the fill cap of {}: {per_second:?}",
+        knobs.fill_qps
+    );
+    // The fill went at its own cap, not at the steady one (2.5 s, not 10 s, for 2,000 names).
+    assert!(
+        busiest > 600,
+        "the busiest second of the fill had {busiest} queries (fill cap {}): {per_second:?}",
+        knobs.fill_qps
+    );
+    let after = queries.partition_point(|q| q.at < filled);
+    let steady = dns::max_per_second(&queries[after..]);
+    println!(
+        "busiest second after the fill: {steady} queries (cap {})",
+        knobs.max_qps
+    );
+    assert!(
+        steady <= knobs.max_qps as usize,
+        "{steady} queries within one second after the fill, above the steady cap of {}: {per_second:?}",
         knobs.max_qps
     );
     assert!(queries.iter().all(|q| q.qtype == dns::A), "only A queries");

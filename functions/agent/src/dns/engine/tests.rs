@@ -12,13 +12,18 @@ fn nameserver(i: usize) -> SocketAddr {
     NAMESERVERS[i].parse().expect("an address")
 }
 
-/// An engine with the default refresh (50 s) and timeout (1 s) at `max_qps`, and the
-/// instant the test's clock starts.
+/// An engine with the default refresh (50 s) and timeout (1 s) at `max_qps`, its fill at the
+/// same cap, and the instant the test's clock starts.
 fn engine(max_qps: u32) -> (Engine, Instant) {
-    let mut engine = Engine::new(Knobs {
+    engine_with(Knobs {
         max_qps,
+        fill_qps: max_qps,
         ..Knobs::default()
-    });
+    })
+}
+
+fn engine_with(knobs: Knobs) -> (Engine, Instant) {
+    let mut engine = Engine::new(knobs);
     engine.verbose = false;
     engine.set_nameservers(vec![nameserver(0), nameserver(1)]);
     (engine, Instant::now())
@@ -271,4 +276,172 @@ fn the_first_pass_is_over_once_every_new_name_has_ended_a_turn() {
         "the silent name's tries are spent"
     );
     assert!(engine.answer("silent.example").is_err());
+}
+
+/// The most of `times` (sorted) within any second that starts at one of them, at or after
+/// `from`.
+fn busiest_from(times: &[Instant], from: Instant) -> usize {
+    let mut end = 0;
+    let mut busiest = 0;
+    for (i, t) in times.iter().enumerate() {
+        end = end.max(i);
+        while end < times.len() && times[end] < *t + Duration::from_secs(1) {
+            end += 1;
+        }
+        if *t >= from {
+            busiest = busiest.max(end - i);
+        }
+    }
+    busiest
+}
+
+/// Runs `engine` on its ticks from `start` for `seconds`; `answers` says whether a query sent
+/// at an instant is answered (with an address, TTL 300), else it is dropped. The send times,
+/// and when the engine stopped filling.
+fn run_answering(
+    engine: &mut Engine,
+    start: Instant,
+    seconds: u64,
+    mut answers: impl FnMut(Instant) -> bool,
+) -> (Vec<Instant>, Option<Instant>) {
+    let mut times = Vec::new();
+    let mut fill_end = None;
+    let mut now = start;
+    while now < start + Duration::from_secs(seconds) {
+        engine.expire(now);
+        while let Some(query) = engine.poll_send(now) {
+            times.push(now);
+            if answers(now) {
+                let (name, _) = question(&query);
+                let bytes = reply(&query, |m| {
+                    m.add_answer(a_record(&name, 300));
+                });
+                engine.on_udp(&bytes, query.server, now);
+            }
+        }
+        if fill_end.is_none() && !engine.filling() {
+            fill_end = Some(now);
+        }
+        now += TICK;
+    }
+    (times, fill_end)
+}
+
+fn config_of(names: usize) -> BTreeSet<String> {
+    (0..names).map(|i| format!("n{i}.example")).collect()
+}
+
+/// New names go at the fill's cap (800/s) until each has ended its first turn, then every
+/// second holds the steady cap (200/s), though the names' demand (1,000/s) is above it.
+#[test]
+fn a_fill_goes_at_the_fill_cap_then_at_the_steady_one() {
+    let (mut engine, start) = engine_with(Knobs {
+        refresh: Duration::from_secs(2),
+        max_qps: 200,
+        fill_qps: 800,
+        ..Knobs::default()
+    });
+    engine.set_config_names(&config_of(2_000), start);
+    assert!(engine.filling());
+    let (times, fill_end) = run_answering(&mut engine, start, 8, |_| true);
+    let fill_end = fill_end.expect("the fill ends");
+    let first = times.iter().filter(|t| **t < ms(start, 1000)).count();
+    assert!(first >= 775, "{first} queries in the fill's first second");
+    assert!(
+        fill_end <= ms(start, 2_800),
+        "2,000 names filled in {:?}",
+        fill_end - start
+    );
+    assert_eq!(engine.snapshot().len(), 2_000);
+    let busiest = busiest_from(&times, start);
+    assert!(busiest <= 800, "{busiest} in a second at a fill of 800/s");
+    let steady = busiest_from(&times, fill_end);
+    assert!(
+        (180..=200).contains(&steady),
+        "{steady} in a second after the fill, at a steady cap of 200/s"
+    );
+    assert_eq!(engine.pace(), 200);
+}
+
+/// A resolver that answers 300 queries a second and drops the rest: the fill halves its pace
+/// (twice, down to the steady cap), the dropped queries are time-outs, not negative answers,
+/// and the names they were for are asked again.
+#[test]
+fn a_fill_that_loses_queries_backs_off() {
+    let (mut engine, start) = engine_with(Knobs {
+        max_qps: 200,
+        fill_qps: 800,
+        ..Knobs::default()
+    });
+    engine.set_config_names(&config_of(4_000), start);
+    let mut answered: Vec<Instant> = Vec::new();
+    let (times, _) = run_answering(&mut engine, start, 12, |now| {
+        answered.retain(|t| *t + Duration::from_secs(1) > now);
+        let answers = answered.len() < 300;
+        if answers {
+            answered.push(now);
+        }
+        answers
+    });
+    assert!(engine.totals.timeouts > 100, "{:?}", engine.totals);
+    assert!(engine.totals.backoffs >= 2, "{:?}", engine.totals);
+    assert_eq!(
+        engine.fill.rate(),
+        200,
+        "the fill's pace after 12 s of drops"
+    );
+    // Once backed off, the seconds stay well under the fill's cap.
+    let late = busiest_from(&times, ms(start, 6_000));
+    assert!(late <= 400, "{late} in a second after backing off");
+    // The dropped names have no address and say why: no answer, never NXDOMAIN.
+    let without: Vec<String> = config_of(4_000)
+        .into_iter()
+        .filter_map(|n| engine.answer(&n).err())
+        .collect();
+    assert!(!without.is_empty());
+    assert!(
+        without.iter().all(|why| why.contains("timeout")
+            || why.contains("resolving")
+            || why.contains("not asked")),
+        "{:?}",
+        &without[..3.min(without.len())]
+    );
+}
+
+/// An apply during a fill: the names it wants that the fill has not reached go first, and it
+/// does not wait for the installed config's names still in their first turn.
+#[test]
+fn an_apply_during_a_fill_waits_only_for_its_new_names_which_go_first() {
+    let (mut engine, start) = engine_with(Knobs {
+        max_qps: 200,
+        fill_qps: 800,
+        ..Knobs::default()
+    });
+    engine.set_config_names(&config_of(2_000), start);
+    let (_, _) = run_answering(&mut engine, start, 1, |_| true);
+    assert!(engine.filling());
+    let wanted = ["n1999.example".to_owned(), "new.example".to_owned()];
+    let later = ms(start, 1_000);
+    engine.want(&wanted, later);
+    assert!(
+        engine.settled("n1999.example"),
+        "the fill's: not waited for"
+    );
+    assert!(engine.answer("n1999.example").is_err());
+    assert!(
+        !engine.settled("new.example"),
+        "new to the generation: waited for"
+    );
+    let first = engine.poll_send(ms(start, 1_025)).expect("a query");
+    assert_eq!(
+        question(&first).0,
+        "new.example",
+        "the wanted name goes first"
+    );
+    let bytes = reply(&first, |m| {
+        m.add_answer(a_record("new.example", 300));
+    });
+    engine.on_udp(&bytes, first.server, ms(start, 1_030));
+    assert!(engine.settled("new.example"));
+    assert!(engine.answer("new.example").is_ok());
 }

@@ -31,6 +31,12 @@ pub struct Figures {
     pub queries_total: u64,
     /// Turns that ended without an answer (three tries each) since the service started.
     pub failures_total: u64,
+    /// Queries no answer came to in time since the service started.
+    pub timeouts_total: u64,
+    /// Times the fill's pace was halved for climbing time-outs since the service started.
+    pub fill_backoffs_total: u64,
+    /// The cap in force, in queries per second: the fill's while names are new to the map.
+    pub pace_qps: u32,
     /// How late the name due first is.
     pub lag: Duration,
     /// When a turn last ended with an answer.
@@ -67,6 +73,9 @@ impl Figures {
             names: 0,
             queries_total: 0,
             failures_total: 0,
+            timeouts_total: 0,
+            fill_backoffs_total: 0,
+            pace_qps: 0,
             lag: Duration::ZERO,
             last_answer: None,
             first_pass: FirstPass::NotStarted,

@@ -95,6 +95,21 @@ fn resolver_families(figures: &Figures, now: Instant) -> Vec<Family> {
             "Lookups that got no usable answer (three tries each) since the resolver started.",
             figures.failures_total,
         ),
+        counter(
+            "autoproxy_resolver_timeouts_total",
+            "DNS queries no answer came to in time (dropped, not negative) since the resolver started.",
+            figures.timeouts_total,
+        ),
+        counter(
+            "autoproxy_resolver_fill_backoffs_total",
+            "Times the fill's pace was halved because time-outs climbed (the resolver dropping).",
+            figures.fill_backoffs_total,
+        ),
+        gauge(
+            "autoproxy_resolver_pace_qps",
+            "The query cap in force: the fill's while names are new to the map, else the steady one.",
+            Some(figures.pace_qps.to_string()),
+        ),
         gauge(
             "autoproxy_resolver_lag_seconds",
             "How late the resolver asks the name due first.",
@@ -202,6 +217,9 @@ mod tests {
             names: 2,
             queries_total: 40,
             failures_total: 2,
+            timeouts_total: 5,
+            fill_backoffs_total: 1,
+            pace_qps: 400,
             lag: Duration::from_millis(1500),
             last_answer: Some(now - Duration::from_secs(4)),
             ..Figures::new(PathBuf::from("/c"), Duration::from_secs(50), start)
@@ -229,6 +247,9 @@ mod tests {
                 "autoproxy_resolver_names 2",
                 "autoproxy_resolver_queries_total 40",
                 "autoproxy_resolver_failures_total 2",
+                "autoproxy_resolver_timeouts_total 5",
+                "autoproxy_resolver_fill_backoffs_total 1",
+                "autoproxy_resolver_pace_qps 400",
                 "autoproxy_resolver_lag_seconds 1.5",
                 "autoproxy_resolver_last_answer_age_seconds 4",
                 "autoproxy_installed_generation 7",
