@@ -261,12 +261,12 @@ fn sample(env: &Env, routes: &[Route]) -> Vec<Target> {
 /// The hosts of `more` that `routes` do not have answer the first backend's address.
 fn answer_new_hosts(env: &Env, routes: &[Route], more: &[Route]) {
     let known: std::collections::HashSet<&str> =
-        routes.iter().map(|r| r.backend.as_str()).collect();
+        routes.iter().map(|r| r.back.as_str()).collect();
     let SocketAddr::V4(first) = env.backends.list[0].addr else {
         unreachable!("IPv4 backends")
     };
-    for route in more.iter().filter(|r| !known.contains(r.backend.as_str())) {
-        env.agent_dns.set(route.backend.as_str(), &[*first.ip()]);
+    for route in more.iter().filter(|r| !known.contains(r.back.as_str())) {
+        env.agent_dns.set(route.back.as_str(), &[*first.ip()]);
     }
 }
 

@@ -134,7 +134,7 @@ fn a_first_install_does_not_spend_its_address_budget() {
     dns.set("api.named.test", &[*a.ip()]);
     dns.drop_queries("api.named.test", true);
     let mut route = proxy::api_route("named.test", f.backends.get("a"));
-    route.backend = HostName::parse("api.named.test").unwrap();
+    route.back = HostName::parse("api.named.test").unwrap();
     let text = proxy::render_with(1, &[route], &short_stop(&f), &[dns.addr()]);
     let run = f.apply(&f.upload(&text));
     assert!(run.success(), "{run}");
