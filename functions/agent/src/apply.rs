@@ -252,49 +252,56 @@ fn run_to_end<T>(runtime: tokio::runtime::Runtime, run: impl Future<Output = T>)
     result
 }
 
+impl Run {
+    /// A run of `params`, before any step.
+    fn new(params: Params) -> Run {
+        let dir = params
+            .config
+            .parent()
+            .map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
+        let service = Service::of(&params.reload, &params.config);
+        Run {
+            service,
+            paths: Paths {
+                last_good: PathBuf::from(format!("{}.last-good", params.config.display())),
+                maps_dir: dir.join("autoproxy"),
+                dir,
+            },
+            params,
+            s3: None,
+            _lock: None,
+            started: Instant::now(),
+            step: "start",
+            state: State {
+                before: Before::Stopped,
+                installed_gen: 0,
+                running_gen: 0,
+                seen: None,
+                unpushed: std::collections::BTreeSet::new(),
+                worker_addresses: None,
+            },
+            undo: Undo {
+                stage: Stage::Prepare,
+                temps: Vec::new(),
+                reloaded_at: None,
+                reload_unfinished: false,
+                maps_before: None,
+            },
+            verdict: Verdict {
+                outcome: Outcome::Applied,
+                version_applied: String::new(),
+                generation: 0,
+                rejected: false,
+                path_taken: None,
+                apply_id: record::apply_id(),
+            },
+        }
+    }
+}
+
 /// The whole run; returns the exit status.
 pub async fn apply(params: Params) -> u8 {
-    let dir = params
-        .config
-        .parent()
-        .map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
-    let service = Service::of(&params.reload, &params.config);
-    let mut run = Run {
-        service,
-        paths: Paths {
-            last_good: PathBuf::from(format!("{}.last-good", params.config.display())),
-            maps_dir: dir.join("autoproxy"),
-            dir,
-        },
-        params,
-        s3: None,
-        _lock: None,
-        started: Instant::now(),
-        step: "start",
-        state: State {
-            before: Before::Stopped,
-            installed_gen: 0,
-            running_gen: 0,
-            seen: None,
-            unpushed: std::collections::BTreeSet::new(),
-            worker_addresses: None,
-        },
-        undo: Undo {
-            stage: Stage::Prepare,
-            temps: Vec::new(),
-            reloaded_at: None,
-            reload_unfinished: false,
-            maps_before: None,
-        },
-        verdict: Verdict {
-            outcome: Outcome::Applied,
-            version_applied: String::new(),
-            generation: 0,
-            rejected: false,
-            path_taken: None,
-            apply_id: record::apply_id(),
-        },
-    };
+    let mut run = Run::new(params);
     let mut signals = Signals::new();
     let result = {
         let steps = run.steps();
