@@ -18,7 +18,8 @@
 //! A failure with only the route maps renamed writes the installed config's own maps back:
 //! nothing changed. Once HAProxy was asked to take the routes, or the config is renamed:
 //! restore last-known-good's config and its maps (written from its route lines), reload, and
-//! exit non-zero with the reason. Every run ends with a fleet record whose generation is
+//! exit non-zero with the reason. Every run that took the lock ends with a fleet record (one
+//! that never got it leaves the holder's record alone) whose generation is
 //! what HAProxy reported at the end (or, when it stays silent, last during the run, marked
 //! unconfirmed), never what the run intended.
 //!
@@ -426,13 +427,14 @@ impl Run {
         self.step = "lock";
         let lock_path = PathBuf::from(format!("{}.lock", self.config().display()));
         let waited = Instant::now();
-        match files::lock(&lock_path, LOCK_WAIT).await {
+        let wait = hooks::lock_wait();
+        match files::lock(&lock_path, wait).await {
             Ok(file) => self._lock = Some(file),
             Err(files::LockError::Busy) => {
                 return fail(format!(
                     "another apply held {} for more than {} s",
                     lock_path.display(),
-                    LOCK_WAIT.as_secs()
+                    wait.as_secs()
                 ));
             }
             Err(files::LockError::Open(err)) => {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{LOCKED_BUDGET, Run, log};
+use super::{LOCK_WAIT, LOCKED_BUDGET, Run, log};
 
 /// Names the apply can stop at before a step, for the fault tests (`AUTOPROXY_AGENT_PAUSE`),
 /// for `AUTOPROXY_AGENT_PAUSE_SECONDS` (120).
@@ -16,6 +16,15 @@ pub(super) fn locked_budget() -> Duration {
         .and_then(|_| std::env::var("AUTOPROXY_AGENT_LOCKED_BUDGET_SECONDS").ok())
         .and_then(|seconds| seconds.parse().ok())
         .map_or(LOCKED_BUDGET, Duration::from_secs)
+}
+
+/// [`LOCK_WAIT`]; the test of a busy apply shortens it with
+/// `AUTOPROXY_AGENT_LOCK_WAIT_SECONDS`, rather than wait 300 s for a lock it holds.
+pub(super) fn lock_wait() -> Duration {
+    std::env::var("AUTOPROXY_AGENT_LOCK_WAIT_SECONDS")
+        .ok()
+        .and_then(|seconds| seconds.parse().ok())
+        .map_or(LOCK_WAIT, Duration::from_secs)
 }
 
 impl Run {
