@@ -135,12 +135,15 @@ fn build_agent() -> PathBuf {
     let status = std::process::Command::new(cargo)
         // `--workspace`, as `cargo test --workspace` builds: with `-p` cargo resolves
         // the dependencies' features for the agent alone and builds them all again.
+        // With the apply's test hooks (the fault tests pause it), which only this build has.
         .args([
             "build",
             "--quiet",
             "--workspace",
             "--bin",
             "autoproxy-agent",
+            "--features",
+            "autoproxy-agent/test-hooks",
         ])
         .current_dir(root())
         .status()

@@ -18,7 +18,8 @@
 //! A failure with only the route maps renamed writes the installed config's own maps back:
 //! nothing changed. Once HAProxy was asked to take the routes, or the config is renamed:
 //! restore last-known-good's config and its maps (written from its route lines), reload, and
-//! exit non-zero with the reason. Every run ends with a fleet record whose generation is
+//! exit non-zero with the reason. Every run that took the lock ends with a fleet record (one
+//! that never got it leaves the holder's record alone) whose generation is
 //! what HAProxy reported at the end (or, when it stays silent, last during the run, marked
 //! unconfirmed), never what the run intended.
 //!
@@ -252,49 +253,56 @@ fn run_to_end<T>(runtime: tokio::runtime::Runtime, run: impl Future<Output = T>)
     result
 }
 
+impl Run {
+    /// A run of `params`, before any step.
+    fn new(params: Params) -> Run {
+        let dir = params
+            .config
+            .parent()
+            .map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
+        let service = Service::of(&params.reload, &params.config);
+        Run {
+            service,
+            paths: Paths {
+                last_good: PathBuf::from(format!("{}.last-good", params.config.display())),
+                maps_dir: dir.join("autoproxy"),
+                dir,
+            },
+            params,
+            s3: None,
+            _lock: None,
+            started: Instant::now(),
+            step: "start",
+            state: State {
+                before: Before::Stopped,
+                installed_gen: 0,
+                running_gen: 0,
+                seen: None,
+                unpushed: std::collections::BTreeSet::new(),
+                worker_addresses: None,
+            },
+            undo: Undo {
+                stage: Stage::Prepare,
+                temps: Vec::new(),
+                reloaded_at: None,
+                reload_unfinished: false,
+                maps_before: None,
+            },
+            verdict: Verdict {
+                outcome: Outcome::Applied,
+                version_applied: String::new(),
+                generation: 0,
+                rejected: false,
+                path_taken: None,
+                apply_id: record::apply_id(),
+            },
+        }
+    }
+}
+
 /// The whole run; returns the exit status.
 pub async fn apply(params: Params) -> u8 {
-    let dir = params
-        .config
-        .parent()
-        .map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
-    let service = Service::of(&params.reload, &params.config);
-    let mut run = Run {
-        service,
-        paths: Paths {
-            last_good: PathBuf::from(format!("{}.last-good", params.config.display())),
-            maps_dir: dir.join("autoproxy"),
-            dir,
-        },
-        params,
-        s3: None,
-        _lock: None,
-        started: Instant::now(),
-        step: "start",
-        state: State {
-            before: Before::Stopped,
-            installed_gen: 0,
-            running_gen: 0,
-            seen: None,
-            unpushed: std::collections::BTreeSet::new(),
-            worker_addresses: None,
-        },
-        undo: Undo {
-            stage: Stage::Prepare,
-            temps: Vec::new(),
-            reloaded_at: None,
-            reload_unfinished: false,
-            maps_before: None,
-        },
-        verdict: Verdict {
-            outcome: Outcome::Applied,
-            version_applied: String::new(),
-            generation: 0,
-            rejected: false,
-            path_taken: None,
-            apply_id: record::apply_id(),
-        },
-    };
+    let mut run = Run::new(params);
     let mut signals = Signals::new();
     let result = {
         let steps = run.steps();
@@ -419,13 +427,14 @@ impl Run {
         self.step = "lock";
         let lock_path = PathBuf::from(format!("{}.lock", self.config().display()));
         let waited = Instant::now();
-        match files::lock(&lock_path, LOCK_WAIT).await {
+        let wait = hooks::lock_wait();
+        match files::lock(&lock_path, wait).await {
             Ok(file) => self._lock = Some(file),
             Err(files::LockError::Busy) => {
                 return fail(format!(
                     "another apply held {} for more than {} s",
                     lock_path.display(),
-                    LOCK_WAIT.as_secs()
+                    wait.as_secs()
                 ));
             }
             Err(files::LockError::Open(err)) => {

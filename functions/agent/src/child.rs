@@ -74,13 +74,42 @@ pub async fn run(
             (None, true)
         }
     };
-    let mut text = std::fs::read_to_string(output.path()).unwrap_or_default();
+    let mut text = kept_output(output.path()).unwrap_or_default();
     text.truncate(text.trim_end().len());
     Ok(Finished {
         code,
         output: text,
         timed_out,
     })
+}
+
+/// The most of a child's output kept: its first and its last half of this (where a check's
+/// first error and a reload's last words are), what lies between left out and counted.
+pub const MAX_OUTPUT: usize = 64 * 1024;
+
+/// The output in the file at `path`, at most [`MAX_OUTPUT`] bytes of it (and a line saying
+/// how much was left out), whatever the child wrote.
+fn kept_output(path: &Path) -> std::io::Result<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path)?;
+    let len = file.metadata()?.len();
+    let half = MAX_OUTPUT as u64 / 2;
+    if len <= MAX_OUTPUT as u64 {
+        let mut all = Vec::new();
+        file.read_to_end(&mut all)?;
+        return Ok(String::from_utf8_lossy(&all).into_owned());
+    }
+    let mut head = Vec::new();
+    (&mut file).take(half).read_to_end(&mut head)?;
+    file.seek(SeekFrom::Start(len - half))?;
+    let mut tail = Vec::new();
+    file.take(half).read_to_end(&mut tail)?;
+    Ok(format!(
+        "{}\n[... {} bytes of output left out ...]\n{}",
+        String::from_utf8_lossy(&head),
+        len - 2 * half,
+        String::from_utf8_lossy(&tail)
+    ))
 }
 
 /// A temporary file for a child's output, deleted when dropped.
@@ -173,6 +202,31 @@ pub fn kill_tree(root: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A child that writes a megabyte: what the apply keeps (and logs) is its first and last
+    /// 32 kB, and how much lies between.
+    #[tokio::test]
+    async fn a_childs_output_is_kept_to_its_head_and_tail() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let script = "echo first; head -c 1000000 /dev/zero | tr '\\0' x; echo; echo last";
+        let finished = run(
+            Path::new("/bin/sh"),
+            &["-c".to_owned(), script.to_owned()],
+            dir.path(),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("runs");
+        assert!(finished.success(), "{}", finished.status());
+        assert!(
+            finished.output.len() <= MAX_OUTPUT + 100,
+            "{} bytes kept",
+            finished.output.len()
+        );
+        assert!(finished.output.starts_with("first\nxxx"));
+        assert!(finished.output.ends_with("xxx\nlast"));
+        assert!(finished.output.contains("bytes of output left out"));
+    }
 
     #[tokio::test]
     async fn a_child_past_its_limit_is_killed_with_its_children() {

@@ -20,7 +20,7 @@ mod listen;
 
 use std::time::Duration;
 
-pub use ask::{Answer, Asked, ask};
+pub use ask::{Answer, Asked, ask, connect};
 pub use listen::{Control, Want};
 
 /// The control socket, relative to the config's directory.

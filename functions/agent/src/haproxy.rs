@@ -60,6 +60,14 @@ pub enum RuntimeError {
         what: &'static str,
         word: String,
     },
+    #[error(
+        "HAProxy's answer to {command:?} on {path} ran past {limit} bytes: expected a whole answer within that"
+    )]
+    TooLong {
+        path: PathBuf,
+        command: String,
+        limit: usize,
+    },
     #[error("HAProxy closed {path} before it answered {command:?}")]
     Closed { path: PathBuf, command: String },
     #[error("HAProxy answered {command:?} with {answer:?}")]
@@ -104,6 +112,12 @@ impl Info {
     }
 }
 
+/// The longest answer read: far above the longest one expected (`show map` of the address map
+/// at the control socket's 16,384 names of at most 253 bytes, about 4.5 MB; `show servers
+/// state` of a per-route config at 10,000 routes, about 2 MB). A longer one is an error, not
+/// memory spent.
+pub const MAX_ANSWER: usize = 16 * 1024 * 1024;
+
 /// The stats socket at one path.
 #[derive(Debug, Clone)]
 pub struct RuntimeApi {
@@ -129,6 +143,14 @@ impl RuntimeApi {
         RuntimeError::Io {
             path: self.path.clone(),
             source,
+        }
+    }
+
+    fn too_long(&self, command: &str) -> RuntimeError {
+        RuntimeError::TooLong {
+            path: self.path.clone(),
+            command: autoproxy::excerpt(command, 200),
+            limit: MAX_ANSWER,
         }
     }
 
@@ -171,10 +193,14 @@ impl RuntimeApi {
                 .await
                 .map_err(|source| self.io(source))?;
             let mut answer = Vec::new();
-            stream
+            (&mut stream)
+                .take(MAX_ANSWER as u64 + 1)
                 .read_to_end(&mut answer)
                 .await
                 .map_err(|source| self.io(source))?;
+            if answer.len() > MAX_ANSWER {
+                return Err(self.too_long(command));
+            }
             Ok(String::from_utf8_lossy(&answer).into_owned())
         })
         .await
@@ -248,6 +274,9 @@ impl Session {
                         path: api.path.clone(),
                         command: command.to_owned(),
                     });
+                }
+                if buffer.len() + n > MAX_ANSWER {
+                    return Err(api.too_long(command));
                 }
                 buffer.extend_from_slice(&chunk[..n]);
             }
@@ -433,6 +462,35 @@ fn parse_map(command: &str, answer: &str) -> Result<Vec<(String, String)>, Runti
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A socket that answers any command with bytes and no end: a read stops at
+    /// [`MAX_ANSWER`], an error, in either mode.
+    #[tokio::test]
+    async fn an_endless_answer_is_cut_at_the_limit() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("stats.sock");
+        let listener = tokio::net::UnixListener::bind(&path).expect("binds");
+        let endless = tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let chunk = [b'x'; 65536];
+                    while stream.write_all(&chunk).await.is_ok() {}
+                });
+            }
+        });
+        let api = RuntimeApi::new(&path, Duration::from_secs(60));
+        let answer = api.command("show info").await;
+        assert!(
+            matches!(answer, Err(RuntimeError::TooLong { .. })),
+            "{answer:?}"
+        );
+        let session = api.session().await;
+        assert!(
+            matches!(session, Err(RuntimeError::TooLong { .. })),
+            "{session:?}"
+        );
+        endless.abort();
+    }
 
     #[test]
     fn info_gives_the_worker_and_its_generation() {

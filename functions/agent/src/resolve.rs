@@ -157,7 +157,7 @@ async fn run(config: &Path, knobs: Knobs, metrics: Option<Duration>) -> Result<(
         if let Some(installed) = watched.poll(now) {
             follow(config, &installed, &mut engine, &mut transport, now);
             observer.follow(&installed, now);
-            pushing.set_stats_socket(installed.stats_socket, now).await;
+            pushing.set_stats_socket(installed.stats_socket, now);
         }
         // Ready once the config was read (or found missing, which the log says); then alive
         // for as long as this loop turns: a wedged loop stops the pings and systemd restarts

@@ -91,6 +91,16 @@ pub enum ServiceError {
     },
     #[error("systemctl {args}: {why}")]
     Systemctl { args: String, why: String },
+    #[error(
+        "{unit} runs the address service for {serving}, which still exists: refusing to switch \
+         it to {config} (one address service per host, so one ConfigPath per host; remove \
+         {serving} or the unit to move it)"
+    )]
+    OtherConfig {
+        unit: PathBuf,
+        serving: PathBuf,
+        config: PathBuf,
+    },
 }
 
 /// The unit text for `agent` resolving for the config at `config` (read for the directory of
@@ -217,6 +227,16 @@ pub fn ensure(
             .map_err(|source| ServiceError::SocketDir { path: dir, source })?;
     }
     let current = std::fs::read_to_string(&host.unit_path).ok();
+    if let Some(serving) = current.as_deref().and_then(served_config)
+        && serving != config
+        && serving.exists()
+    {
+        return Err(ServiceError::OtherConfig {
+            unit: host.unit_path.clone(),
+            serving,
+            config: config.to_path_buf(),
+        });
+    }
     if current.as_deref() != Some(text.as_str()) {
         write_unit(&host.unit_path, &text)?;
         systemctl(host, &["daemon-reload"], deadline)?;
@@ -230,6 +250,14 @@ pub fn ensure(
     systemctl(host, &["enable", "--quiet", UNIT], deadline)?;
     systemctl(host, &["start", UNIT], deadline)?;
     Ok(ServiceState::Started)
+}
+
+/// The config an installed unit's service resolves for (its `ExecStart=… resolve <config>`).
+fn served_config(unit: &str) -> Option<PathBuf> {
+    unit.lines()
+        .find_map(|line| line.strip_prefix("ExecStart="))
+        .and_then(|exec| exec.split_once(" resolve "))
+        .map(|(_, config)| PathBuf::from(config.trim()))
 }
 
 fn write_unit(path: &Path, text: &str) -> Result<(), ServiceError> {
@@ -339,6 +367,51 @@ mod tests {
             "{ended:?}"
         );
         assert!(took < Duration::from_secs(10), "{took:?}");
+    }
+
+    /// One unit per host: a second config that still exists is refused, clearly, rather
+    /// than flip the service between the two at every apply; a config that is gone moves it.
+    #[test]
+    fn a_second_config_on_a_host_is_refused_and_a_moved_one_followed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let systemctl = dir.path().join("systemctl");
+        std::fs::write(&systemctl, "#!/bin/sh\nexit 0\n").expect("stand-in");
+        std::fs::set_permissions(&systemctl, std::fs::Permissions::from_mode(0o755)).expect("mode");
+        let host = Host {
+            unit_path: dir.path().join("autoproxy-resolver.service"),
+            systemd_marker: dir.path().to_path_buf(),
+            systemctl,
+            require_root: false,
+        };
+        let agent = dir.path().join("autoproxy-agent");
+        let (first, second) = (
+            dir.path().join("a/haproxy.cfg"),
+            dir.path().join("b/haproxy.cfg"),
+        );
+        for config in [&first, &second] {
+            std::fs::create_dir_all(config.parent().expect("a directory")).expect("dir");
+            std::fs::write(config, "global\n").expect("config");
+        }
+        let deadline = || Instant::now() + Duration::from_secs(30);
+        let installed = ensure(&agent, &first, &host, deadline());
+        assert!(
+            matches!(installed, Ok(ServiceState::Installed)),
+            "{installed:?}"
+        );
+        let refused = ensure(&agent, &second, &host, deadline());
+        let Err(err @ ServiceError::OtherConfig { .. }) = refused else {
+            panic!("{refused:?}")
+        };
+        assert!(
+            err.to_string().contains(&first.display().to_string()),
+            "{err}"
+        );
+        let unit_text = std::fs::read_to_string(&host.unit_path).expect("the unit");
+        assert_eq!(served_config(&unit_text), Some(first.clone()));
+        std::fs::remove_file(&first).expect("removed");
+        let moved = ensure(&agent, &second, &host, deadline());
+        assert!(matches!(moved, Ok(ServiceState::Installed)), "{moved:?}");
     }
 
     #[test]

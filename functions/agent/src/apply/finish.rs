@@ -38,7 +38,14 @@ impl Run {
             }
         };
         self.pause("record").await;
-        if tokio::time::timeout_at(deadline.into(), self.report(outcome, &reason))
+        if self._lock.is_none() {
+            // Never held the lock (busy, or stopped before it): the run that holds it, or the
+            // last one that did, reports what runs; a record from here would overwrite that.
+            log(
+                "fleet",
+                "no record: this run never held the lock, the record is its holder's",
+            );
+        } else if tokio::time::timeout_at(deadline.into(), self.report(outcome, &reason))
             .await
             .is_err()
         {

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use autoproxy::artifact::{self, MapFiles};
 
 use super::{Before, Failure, NewConfig, Run, Stage, UPDATE_BUDGET, config, fail, files, log};
+use crate::control::Asked;
 use crate::haproxy::{MapChange, MapVersion, Session};
 
 /// The largest `add map` payload sent at once: well under HAProxy's default `tune.bufsize`
@@ -239,36 +240,8 @@ impl Run {
             .ok_or_else(|| "the installed config declares no usable stats socket".to_owned())?;
         let deadline = std::time::Instant::now() + UPDATE_BUDGET;
         let mut session = api.session().await.map_err(|err| err.to_string())?;
-        // While the address service runs it is the one writer of the worker's address map
-        // (it pushed the new hosts before it answered the apply); only without it does the
-        // apply give the worker what it lacks.
-        let control = self.paths.dir.join(crate::control::SOCKET);
-        // A tokio connect with a deadline: a full backlog must not block the runtime thread,
-        // which serves the signals.
-        let service_writes = tokio::time::timeout(
-            std::time::Duration::from_secs(1),
-            tokio::net::UnixStream::connect(&control),
-        )
-        .await
-        .is_ok_and(|connected| connected.is_ok());
-        let pushed = if service_writes {
-            0
-        } else {
-            push_addresses(
-                &mut session,
-                &self.paths.dir,
-                &maps.addresses,
-                text,
-                deadline,
-            )
-            .await?
-        };
-        if pushed > 0 {
-            log(
-                "update",
-                &format!("gave the running HAProxy {pushed} address(es) of new route hosts"),
-            );
-        }
+        self.give_lacking_addresses(&mut session, text, maps, deadline)
+            .await?;
         // Both tables filled first, then committed back to back: a route moving from one
         // table to the other is never in neither for longer than between two commands.
         let mut versions = Vec::new();
@@ -286,44 +259,9 @@ impl Run {
                 .await
                 .map_err(|err| err.to_string())?;
         }
-        for (map, table) in &staged.tables {
-            due(deadline)?;
-            let mut held = session.show_map(map).await.map_err(|err| err.to_string())?;
-            let mut want = entries(table);
-            held.sort();
-            want.sort();
-            if held != want {
-                return Err(format!(
-                    "HAProxy holds {} entries in {map} after the commit, the file {}",
-                    held.len(),
-                    want.len()
-                ));
-            }
-        }
-        // The truth of every committed host: the worker's own address map, read back now.
-        // A host it lacks leaves its routes rejected as having no address; the record counts
-        // them unresolved.
-        due(deadline)?;
-        if artifact::body(text).contains(maps.addresses.as_str()) {
-            let held = session
-                .show_map(&maps.addresses)
-                .await
-                .map_err(|err| err.to_string())?;
-            let lines: String = held
-                .iter()
-                .map(|(host, address)| format!("{host} {address}\n"))
-                .collect();
-            let lacking = super::record::unresolved_routes(text, &lines);
-            if lacking > 0 {
-                log(
-                    "update",
-                    &format!(
-                        "{lacking} route(s) whose host the running HAProxy holds no address for: rejected as having none until the address service gives it"
-                    ),
-                );
-            }
-            self.state.worker_addresses = Some(lines);
-        }
+        verify_tables(&mut session, &staged.tables, deadline).await?;
+        self.read_worker_addresses(&mut session, text, maps, deadline)
+            .await?;
         due(deadline)?;
         let Some(generation_map) = &maps.generation else {
             return Err("this layout has no generation map".to_owned());
@@ -339,6 +277,100 @@ impl Run {
         self.state.seen = Some((generation, "update"));
         Ok(())
     }
+
+    /// Gives the worker the addresses of new route hosts it lacks, from the address map file,
+    /// only when no address service listens: while one runs, busy or not, it is the one
+    /// writer of the worker's address map (it pushed the new hosts before it answered the
+    /// apply, or pushes them once it can).
+    async fn give_lacking_addresses(
+        &self,
+        session: &mut Session,
+        text: &str,
+        maps: &MapFiles,
+        deadline: std::time::Instant,
+    ) -> Result<(), String> {
+        let control = self.paths.dir.join(crate::control::SOCKET);
+        // A tokio connect with a deadline: a full backlog must not block the runtime thread,
+        // which serves the signals.
+        match crate::control::connect(&control).await {
+            Err(Asked::NoResolver) => {}
+            Ok(_) => return Ok(()),
+            Err(Asked::Busy(why) | Asked::Failed(why)) => {
+                log(
+                    "update",
+                    &format!("{why}: it gives the worker the new hosts' addresses"),
+                );
+                return Ok(());
+            }
+        }
+        let pushed =
+            push_addresses(session, &self.paths.dir, &maps.addresses, text, deadline).await?;
+        if pushed > 0 {
+            log(
+                "update",
+                &format!("gave the running HAProxy {pushed} address(es) of new route hosts"),
+            );
+        }
+        Ok(())
+    }
+
+    /// The truth of every committed host: the worker's own address map, read back now. A host
+    /// it lacks leaves its routes rejected as having no address; the record counts them
+    /// unresolved.
+    async fn read_worker_addresses(
+        &mut self,
+        session: &mut Session,
+        text: &str,
+        maps: &MapFiles,
+        deadline: std::time::Instant,
+    ) -> Result<(), String> {
+        due(deadline)?;
+        if !artifact::body(text).contains(maps.addresses.as_str()) {
+            return Ok(());
+        }
+        let held = session
+            .show_map(&maps.addresses)
+            .await
+            .map_err(|err| err.to_string())?;
+        let lines: String = held
+            .iter()
+            .map(|(host, address)| format!("{host} {address}\n"))
+            .collect();
+        let lacking = super::record::unresolved_routes(text, &lines);
+        if lacking > 0 {
+            log(
+                "update",
+                &format!(
+                    "{lacking} route(s) whose host the running HAProxy holds no address for: rejected as having none until the address service gives it"
+                ),
+            );
+        }
+        self.state.worker_addresses = Some(lines);
+        Ok(())
+    }
+}
+
+/// Reads each committed table back from HAProxy: an error unless it holds what its file does.
+async fn verify_tables(
+    session: &mut Session,
+    tables: &[(String, String)],
+    deadline: std::time::Instant,
+) -> Result<(), String> {
+    for (map, table) in tables {
+        due(deadline)?;
+        let mut held = session.show_map(map).await.map_err(|err| err.to_string())?;
+        let mut want = entries(table);
+        held.sort();
+        want.sort();
+        if held != want {
+            return Err(format!(
+                "HAProxy holds {} entries in {map} after the commit, the file {}",
+                held.len(),
+                want.len()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Adds to the worker's address map every route host of `text` that the address map file

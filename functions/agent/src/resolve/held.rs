@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use autoproxy::artifact::MapFiles;
 
@@ -22,6 +23,11 @@ use crate::routes;
 
 /// One route table's entries to change so its held routes serve: (key, target).
 type Released = Vec<(String, String)>;
+
+/// How long a release may give one table's entries to the worker, under the apply's lock:
+/// a slow worker must not hold an apply back by N commands × their time-out each. What it
+/// took by then stays, and the next try skips it.
+const RELEASE_BUDGET: Duration = Duration::from_secs(5);
 
 /// The tables of the config at `config` whose held routes can serve with `addresses`: (map
 /// path as the config names it, the table's new text, the entries that changed).
@@ -79,8 +85,15 @@ pub async fn release(
     let mut released = 0;
     for (path, table, changed) in releasable(config, &addresses) {
         if let Some(api) = api {
-            set_entries(api, &path, &changed)
+            tokio::time::timeout(RELEASE_BUDGET, set_entries(api, &path, &changed))
                 .await
+                .map_err(|_| {
+                    format!(
+                        "{path}: the worker did not take {} entries within {} s",
+                        changed.len(),
+                        RELEASE_BUDGET.as_secs()
+                    )
+                })?
                 .map_err(|err| format!("{path}: {err}"))?;
         }
         let target = dir.join(&path);
@@ -93,12 +106,15 @@ pub async fn release(
 }
 
 /// Sets each entry in the running worker's `map`: `set map` where it holds the key, else
-/// `add map`.
+/// `add map`; nothing where it holds the entry already (an earlier try that ran out of time
+/// gave it).
 async fn set_entries(api: &RuntimeApi, map: &str, entries: &Released) -> Result<(), RuntimeError> {
     let mut session = api.session().await?;
     let held: BTreeMap<String, String> = session.show_map(map).await?.into_iter().collect();
     for (key, target) in entries {
-        let change = if held.contains_key(key) {
+        let change = if held.get(key) == Some(target) {
+            continue;
+        } else if held.contains_key(key) {
             MapChange::Set {
                 map,
                 key,

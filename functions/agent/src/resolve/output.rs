@@ -15,6 +15,20 @@ use crate::log::log;
 
 /// The shortest time between two writes.
 const WRITE_SPACING: Duration = Duration::from_secs(1);
+/// How soon a write tries the lock again after an apply held it (an apply holds it only to
+/// read and replace the file).
+const LOCK_RETRY: Duration = Duration::from_millis(100);
+
+/// How a write that never waits for the lock ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tried {
+    /// The file holds the engine's map.
+    Wrote,
+    /// Another writer (an apply) holds the lock: tried again later.
+    Busy,
+    /// The lock or the write failed (logged).
+    Failed,
+}
 
 /// The map file as the service writes it.
 #[derive(Debug)]
@@ -71,25 +85,41 @@ impl Output {
 
     /// Writes the engine's map if it changed and the last write is a second old; whether
     /// it wrote. Never waits for the lock on the loop's thread: when an apply holds it, the
-    /// map stays dirty and the next turn tries again.
+    /// map stays dirty and a later turn tries again.
     pub fn write_due(&mut self, engine: &mut Engine, now: Instant) -> bool {
         if !engine.dirty || now < self.next_write {
             return false;
         }
+        self.try_write(engine, now) == Tried::Wrote
+    }
+
+    /// Writes the engine's map now if the lock is free, never waiting for it (the loop's
+    /// thread calls this): when an apply holds it, [`LOCK_RETRY`] later the next write is
+    /// due.
+    pub fn try_write(&mut self, engine: &mut Engine, now: Instant) -> Tried {
         match self.file.try_lock() {
-            Ok(Some(lock)) => self.write_locked(&lock, engine, now),
-            Ok(None) => false,
+            Ok(Some(lock)) => {
+                if self.write_locked(&lock, engine, now) {
+                    Tried::Wrote
+                } else {
+                    Tried::Failed
+                }
+            }
+            Ok(None) => {
+                self.next_write = now + LOCK_RETRY;
+                Tried::Busy
+            }
             Err(err) => {
                 self.next_write = now + WRITE_SPACING;
                 log(format_args!("cannot lock {}: {err}", self.path().display()));
-                false
+                Tried::Failed
             }
         }
     }
 
     /// Writes the engine's map under the lock (waited for, at most [`address_map::LOCK_WAIT`]:
     /// an apply holds it only to read and replace the file), taking in what another writer
-    /// added first; whether it wrote.
+    /// added first; whether it wrote. Only once the loop ended (at the service's stop).
     pub fn write(&mut self, engine: &mut Engine, now: Instant) -> bool {
         match self.file.lock(address_map::LOCK_WAIT) {
             Ok(lock) => self.write_locked(&lock, engine, now),

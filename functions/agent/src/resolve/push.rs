@@ -17,6 +17,10 @@ use super::log;
 
 /// Every command on the stats socket waits at most this long.
 const SOCKET_TIMEOUT: Duration = Duration::from_secs(5);
+/// A push as a whole (its connection, reading a new worker's map, every change) ends within
+/// this: a worker that answers each command just in time cannot stretch it to N commands ×
+/// [`SOCKET_TIMEOUT`]. Far above a full push measured (10,000 entries in about a second).
+const PUSH_BUDGET: Duration = Duration::from_secs(15);
 
 /// The address map the worker should hold.
 type Target = Arc<BTreeMap<Arc<str>, IpAddr>>;
@@ -46,6 +50,8 @@ pub struct Pusher {
     config: Option<PathBuf>,
     /// The addresses and config stamp the held routes were last released for.
     released_for: Option<(Target, Option<(u64, std::time::SystemTime)>)>,
+    /// How long a push may take as a whole.
+    budget: Duration,
 }
 
 impl Pusher {
@@ -58,6 +64,7 @@ impl Pusher {
             down: false,
             config,
             released_for: None,
+            budget: PUSH_BUDGET,
         }
     }
 
@@ -98,7 +105,13 @@ impl Pusher {
             self.release_held(target).await;
             return Synced::NoWorker;
         };
-        match self.push(&api, target).await {
+        let pushed = tokio::time::timeout(self.budget, self.push(&api, target))
+            .await
+            .unwrap_or_else(|_| {
+                let what = format!("a push of {} addresses", target.len());
+                Err(api.timed_out(&what, self.budget))
+            });
+        match pushed {
             Ok(pushed) => {
                 if self.down {
                     log(format_args!(
@@ -202,5 +215,74 @@ impl Pusher {
         }
         self.pushed = Some(Arc::clone(target));
         Ok(pushed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    use tokio::net::UnixListener;
+
+    use super::*;
+
+    /// A stats socket in `prompt` mode whose worker holds an empty map and takes each change
+    /// `slow` after it was sent: just within the per-command time-out.
+    fn slow_worker(path: &std::path::Path, slow: Duration) -> tokio::task::JoinHandle<()> {
+        let listener = UnixListener::bind(path).expect("binds");
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let (read, mut write) = stream.into_split();
+                    let mut lines = BufReader::new(read).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        let answer = if line == "show info" {
+                            "Pid: 7\n"
+                        } else {
+                            if !line.starts_with("prompt") && !line.starts_with("show map") {
+                                tokio::time::sleep(slow).await;
+                            }
+                            ""
+                        };
+                        let sent = write.write_all(format!("{answer}\n> ").as_bytes()).await;
+                        if sent.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        })
+    }
+
+    /// A worker that takes each of 40 changes in 400 ms (under the 5 s time-out of each)
+    /// would hold a push for 16 s: the push ends at its budget, failed, and the next one reads
+    /// the worker's map again.
+    #[tokio::test]
+    async fn a_push_ends_within_its_budget_whatever_each_command_takes() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let socket = dir.path().join("stats.sock");
+        let worker = slow_worker(&socket, Duration::from_millis(400));
+        let mut pusher = Pusher::new(Some(socket), None);
+        pusher.budget = Duration::from_secs(1);
+        let target: Target = Arc::new(
+            (0..40u8)
+                .map(|i| {
+                    (
+                        Arc::from(format!("h{i}.example")),
+                        IpAddr::from([10, 0, 0, i]),
+                    )
+                })
+                .collect(),
+        );
+        let started = std::time::Instant::now();
+        let synced = pusher.sync(&target).await;
+        let took = started.elapsed();
+        worker.abort();
+        let Synced::Failed(why) = synced else {
+            panic!("{synced:?} after {took:?}")
+        };
+        assert!(why.contains("a push of 40 addresses"), "{why}");
+        assert!(pusher.pid.is_none() && pusher.pushed.is_none());
+        // At its budget, far from the 16 s its commands would take (a loaded machine aside).
+        assert!(took < Duration::from_secs(8), "the push took {took:?}");
     }
 }

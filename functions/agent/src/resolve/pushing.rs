@@ -48,13 +48,15 @@ impl Pushing {
     }
 
     /// Pushes to `stats_socket` from now on (a new pusher, due at once, when it changed).
-    pub async fn set_stats_socket(&mut self, stats_socket: Option<PathBuf>, now: Instant) {
+    /// A push in flight to the old socket is dropped, never waited for: the loop calls this.
+    /// Its answers go with the new pusher's first push.
+    pub fn set_stats_socket(&mut self, stats_socket: Option<PathBuf>, now: Instant) {
         if self.stats_socket == stats_socket {
             return;
         }
         self.stats_socket = stats_socket;
         if let Some(task) = self.task.take() {
-            let _ = task.await;
+            task.abort();
         }
         self.pusher = Some(Pusher::new(
             self.stats_socket.clone(),
@@ -135,5 +137,31 @@ impl Pushing {
                 Some(format!("the push ended early: {err}"))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A push in flight to a socket that never answers (a frozen worker) is dropped when the
+    /// config names another socket: the loop goes on at once, and pushes there.
+    #[tokio::test]
+    async fn a_new_stats_socket_never_waits_for_the_push_in_flight() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let frozen = dir.path().join("frozen.sock");
+        // Bound, never accepted from: a connection queues and no answer comes.
+        let _listener = std::os::unix::net::UnixListener::bind(&frozen).expect("binds");
+        let config = dir.path().join("haproxy.cfg");
+        let now = Instant::now();
+        let mut pushing = Pushing::new(&config, now);
+        pushing.set_stats_socket(Some(frozen), now);
+        assert!(pushing.start(&Arc::new(BTreeMap::new()), true, now));
+        tokio::task::yield_now().await;
+        let started = Instant::now();
+        pushing.set_stats_socket(Some(dir.path().join("new.sock")), Instant::now());
+        let took = started.elapsed();
+        assert!(pushing.task.is_none() && pushing.pusher.is_some());
+        assert!(took < Duration::from_secs(2), "the change waited {took:?}");
     }
 }

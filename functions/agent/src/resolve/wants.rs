@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use super::output::Output;
+use super::output::{Output, Tried};
 use crate::control::Want;
 use crate::dns::engine::Engine;
 
@@ -46,16 +46,39 @@ impl Wants {
 
     /// Readies the answers of the requests whose names all settled or whose time is up,
     /// writing the map first if it changed; whether it readied any (a push is due then).
+    /// Never waits for the map's lock: while an apply holds it, the requests whose time is
+    /// not up wait for a later turn.
     pub fn answer(&mut self, engine: &mut Engine, output: &mut Output, now: Instant) -> bool {
+        let ready: Vec<bool> = self
+            .waiting
+            .iter()
+            .map(|w| now >= w.deadline || w.names.iter().all(|n| engine.settled(n)))
+            .collect();
+        if !ready.contains(&true) {
+            return false;
+        }
+        // `ok` says the file holds the address: not when it could not be written.
+        let written = if engine.dirty {
+            output.try_write(engine, now)
+        } else {
+            Tried::Wrote
+        };
+        let mut ready = ready.into_iter();
         let (done, waiting): (Vec<Waiter>, Vec<Waiter>) = std::mem::take(&mut self.waiting)
             .into_iter()
-            .partition(|w| now >= w.deadline || w.names.iter().all(|n| engine.settled(n)));
+            .partition(|w| {
+                let ready = ready.next().unwrap_or(false);
+                if written == Tried::Busy {
+                    now >= w.deadline
+                } else {
+                    ready
+                }
+            });
         self.waiting = waiting;
         if done.is_empty() {
             return false;
         }
-        // `ok` says the file holds the address: not when it could not be written.
-        let unwritten = engine.dirty && !output.write(engine, now);
+        let unwritten = written != Tried::Wrote;
         for waiter in done {
             let lines = waiter
                 .names
@@ -126,6 +149,42 @@ mod tests {
         ));
         wants.push_ended(failed);
         answer.blocking_recv().unwrap_or_default()
+    }
+
+    /// The loop's thread never waits for the map's lock: while another writer holds it, a
+    /// request whose names settled waits for a later turn instead of an `ok` the file does
+    /// not back, and is answered once the lock is free.
+    #[test]
+    fn an_answer_waits_for_the_lock_on_a_later_turn_not_on_the_loop() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = crate::address_map::MapFile::at(&dir.path().join("addresses.map"));
+        let start = Instant::now();
+        let mut engine = Engine::new(crate::dns::knobs::Knobs::default());
+        let (mut output, _) = Output::open(file.clone(), &mut engine, start);
+        let address: std::net::IpAddr = [10, 0, 0, 1].into();
+        engine.load(&[("a.example".to_owned(), address)].into(), start);
+        engine.dirty = true;
+        let (reply, mut answer) = oneshot::channel();
+        let mut wants = Wants::default();
+        let want = Want {
+            names: vec!["a.example".to_owned()],
+            wait: std::time::Duration::from_secs(60),
+            reply,
+        };
+        wants.add(want, &mut engine, start);
+
+        let held = file.lock(crate::address_map::LOCK_WAIT).expect("locks");
+        assert!(!wants.answer(&mut engine, &mut output, Instant::now()));
+        assert!(engine.dirty, "written under another writer's lock");
+        assert!(output.next_write(&engine).is_some_and(|at| at > start));
+        drop(held);
+        assert!(wants.answer(&mut engine, &mut output, Instant::now()));
+        wants.push_started();
+        wants.push_ended(None);
+        assert_eq!(
+            answer.try_recv().expect("answered"),
+            ["ok a.example 10.0.0.1"]
+        );
     }
 
     #[test]

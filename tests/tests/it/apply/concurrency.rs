@@ -138,3 +138,48 @@ fn the_document_outlasts_a_lock_wait_and_a_whole_apply() {
         "a wait ({wait} s) and a whole apply ({apply} s) exceed timeoutSeconds {timeout}"
     );
 }
+
+/// An apply that never gets the lock reports nothing: the fleet record, local and in S3, is
+/// the lock holder's to write, and a busy run's failure must not overwrite it.
+#[test]
+fn a_busy_apply_leaves_the_holders_fleet_record() {
+    let f = Fixture::new(&["a"]);
+    f.install_first(&f.config(1, &[("g1.test", "a")]));
+    let (run, before) = f.apply_and_record(&f.upload(&f.config(2, &[("g1.test", "a")])));
+    assert!(run.success(), "{run}");
+    let local = f.haproxy.dir().join("autoproxy/last-apply.json");
+    let local_before = std::fs::read(&local).unwrap();
+
+    // The holder: the lock taken here, as a running apply holds it.
+    let lock = PathBuf::from(format!("{}.lock", f.haproxy.config_path().display()));
+    let held = std::fs::File::open(&lock).unwrap();
+    held.try_lock().unwrap();
+    let version = f.upload(&f.config(3, &[("g3.test", "a")]));
+    let env = [(
+        "AUTOPROXY_AGENT_LOCK_WAIT_SECONDS".to_owned(),
+        "1".to_owned(),
+    )];
+    let busy = f
+        .try_run(&f.document, &[("ConfigVersion", &version)], &env)
+        .unwrap();
+    drop(held);
+    assert!(!busy.success(), "{busy}");
+    assert!(
+        busy.stderr.contains("another apply held"),
+        "not a busy run:\n{busy}"
+    );
+    assert_eq!(
+        std::fs::read(&local).unwrap(),
+        local_before,
+        "the busy run rewrote {}:\n{busy}",
+        local.display()
+    );
+    let s3 = aws_sdk_s3::Client::new(&f.sdk);
+    let object =
+        f.rt.block_on(s3.get_object().bucket(BUCKET).key(RECORD).send())
+            .unwrap();
+    let bytes = f.rt.block_on(object.body.collect()).unwrap().to_vec();
+    let after: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(after["apply_id"], before["apply_id"], "{after}\n{busy}");
+    assert_eq!(f.haproxy.running_generation(), Some(2));
+}

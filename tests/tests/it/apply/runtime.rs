@@ -189,6 +189,50 @@ fn a_new_route_host_has_its_address_in_the_running_worker_before_its_route() {
     );
 }
 
+/// A busy address service (its control socket listens but takes no connection) is alive: it
+/// stays the one writer of the worker's address map, and the apply must not push the file's
+/// addresses itself, as it does when no service listens.
+#[test]
+fn a_busy_address_service_is_not_taken_for_an_absent_one() {
+    let f = Fixture::new(&["a"]);
+    let SocketAddr::V4(a) = f.backends.get("a").addr else {
+        unreachable!("IPv4 backends")
+    };
+    let config = |generation: u64, named: bool| {
+        let mut routes = vec![proxy::api_route("g1.test", f.backends.get("a"))];
+        if named {
+            let mut route = proxy::api_route("named.test", f.backends.get("a"));
+            route.backend = HostName::parse("api.named.test").unwrap();
+            routes.push(route);
+        }
+        proxy::render(generation, &routes, &short_stop(&f))
+    };
+    f.install_first(&config(1, false));
+    // The file holds the host (the service wrote it), the worker not yet (the service has
+    // not pushed it): what the apply would push by itself.
+    let addresses = f.haproxy.dir().join(MapFiles::stable().addresses);
+    let mut file = std::fs::read_to_string(&addresses).unwrap_or_default();
+    file.push_str(&format!("api.named.test {}\n", a.ip()));
+    std::fs::write(&addresses, file).unwrap();
+    // A listener with a backlog of 0 and one connection queued: a connect finds it full.
+    let socket = f.haproxy.dir().join("autoproxy/resolver.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    nix::sys::socket::listen(&listener, nix::sys::socket::Backlog::new(0).unwrap()).unwrap();
+    let _queued = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+
+    let run = f.apply(&f.upload(&config(2, true)));
+    assert_applied_without_reload(&run, 2);
+    assert!(
+        !run.stdout.contains("gave the running HAProxy"),
+        "the apply wrote the worker's address map beside a busy service:\n{run}"
+    );
+    let held = held_map(&f, &MapFiles::stable().addresses);
+    assert!(
+        !held.contains(&format!("api.named.test {}", a.ip())),
+        "{held:?}"
+    );
+}
+
 #[test]
 fn a_structural_change_still_reloads() {
     let f = Fixture::new(&["a"]);
