@@ -202,7 +202,7 @@ fn a_busy_address_service_is_not_taken_for_an_absent_one() {
         let mut routes = vec![proxy::api_route("g1.test", f.backends.get("a"))];
         if named {
             let mut route = proxy::api_route("named.test", f.backends.get("a"));
-            route.backend = HostName::parse("api.named.test").unwrap();
+            route.back = HostName::parse("api.named.test").unwrap();
             routes.push(route);
         }
         proxy::render(generation, &routes, &short_stop(&f))
