@@ -22,6 +22,7 @@ use autoproxy_tests::moto::{Moto, OWN_ACCOUNT, free_port};
 use autoproxy_tests::root;
 use aws_config::SdkConfig;
 use aws_config::sts::AssumeRoleProvider;
+use aws_sdk_route53::types::{HostedZoneConfig, Vpc, VpcRegion};
 use aws_sdk_s3::operation::list_object_versions::ListObjectVersionsOutput;
 use serde_json::{Value, json};
 
@@ -81,6 +82,30 @@ impl Estate {
             .await
             .unwrap();
         (estate, seeded)
+    }
+
+    /// A private zone `name` in the own account on `vpc` (us-east-1) holding the API pair: its
+    /// bare id. `ZoneSpec` seeds zones on the default VPC; these tests need others.
+    pub(super) async fn own_api_zone_on_vpc(&self, name: &str, vpc: &str) -> String {
+        let zone = self
+            .own
+            .route53()
+            .create_hosted_zone()
+            .name(name)
+            .caller_reference(format!("{name}-{vpc}"))
+            .vpc(
+                Vpc::builder()
+                    .vpc_id(vpc)
+                    .vpc_region(VpcRegion::UsEast1)
+                    .build(),
+            )
+            .hosted_zone_config(HostedZoneConfig::builder().private_zone(true).build())
+            .send()
+            .await
+            .unwrap();
+        let id = autoproxy::route53::bare_zone_id(zone.hosted_zone().unwrap().id()).to_owned();
+        self.own.upsert(&id, &api_pair(name, PROXY)).await.unwrap();
+        id
     }
 
     pub(super) async fn deps(&self, extra: &[(&str, &str)]) -> Deps {

@@ -4,7 +4,6 @@
 //! `main` builds it and every published config passes `haproxy -c`.
 
 use autoproxy_tests::estate::{Record, ZoneSpec, api_pair};
-use aws_sdk_route53::types::{HostedZoneConfig, Vpc, VpcRegion};
 use serde_json::json;
 
 mod tenants;
@@ -121,28 +120,7 @@ async fn with_proxy_vpcs_a_zone_not_associated_with_them_gets_no_route() {
     let on_vpc = "onvpc.example.internal";
     let elsewhere = "elsewhere.example.internal";
     for (name, vpc) in [(on_vpc, PROXY_VPC), (elsewhere, "vpc-0bbbbbbbbbbbbbbbb")] {
-        let zone = estate
-            .own
-            .route53()
-            .create_hosted_zone()
-            .name(name)
-            .caller_reference(format!("ownership-{name}"))
-            .vpc(
-                Vpc::builder()
-                    .vpc_id(vpc)
-                    .vpc_region(VpcRegion::UsEast1)
-                    .build(),
-            )
-            .hosted_zone_config(HostedZoneConfig::builder().private_zone(true).build())
-            .send()
-            .await
-            .unwrap();
-        let id = autoproxy::route53::bare_zone_id(zone.hosted_zone().unwrap().id()).to_owned();
-        estate
-            .own
-            .upsert(&id, &api_pair(name, PROXY))
-            .await
-            .unwrap();
+        estate.own_api_zone_on_vpc(name, vpc).await;
     }
     // A member account's zone: Route53 lists it for the VPC's owner only when associated with
     // the VPC (moto lists only the caller's own zones, which is that answer for this one).

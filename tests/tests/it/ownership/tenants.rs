@@ -5,7 +5,6 @@
 
 use autoproxy_tests::estate::{Record, ZoneSpec, api_pair};
 use autoproxy_tests::moto::OWN_ACCOUNT;
-use aws_sdk_route53::types::{HostedZoneConfig, Vpc, VpcRegion};
 use serde_json::json;
 
 use super::super::generate::{
@@ -249,29 +248,7 @@ async fn a_name_that_zones_of_two_proxy_vpcs_hold_routes_from_neither() {
     let zone = "twice.example.internal";
     let mut ids = Vec::new();
     for vpc in VPCS {
-        let created = estate
-            .own
-            .route53()
-            .create_hosted_zone()
-            .name(zone)
-            .caller_reference(format!("tenants-{vpc}"))
-            .vpc(
-                Vpc::builder()
-                    .vpc_id(vpc)
-                    .vpc_region(VpcRegion::UsEast1)
-                    .build(),
-            )
-            .hosted_zone_config(HostedZoneConfig::builder().private_zone(true).build())
-            .send()
-            .await
-            .unwrap();
-        let id = autoproxy::route53::bare_zone_id(created.hosted_zone().unwrap().id()).to_owned();
-        estate
-            .own
-            .upsert(&id, &api_pair(zone, PROXY))
-            .await
-            .unwrap();
-        ids.push(id);
+        ids.push(estate.own_api_zone_on_vpc(zone, vpc).await);
     }
     let vpcs = VPCS.map(|vpc| format!("us-east-1:{vpc}")).join(",");
     let summary = run(&estate.deps(&[("PROXY_VPCS", &vpcs)]).await, &json!({}), AT).await;

@@ -66,9 +66,9 @@ fn blocks(text: &str) -> Vec<Block> {
     blocks
 }
 
-/// A block's shell commands as words: continuations joined, comments dropped, quotes removed,
-/// split at `&&`, `;` and `|`.
-fn commands(block: &Block) -> Vec<Vec<String>> {
+/// A block's commands as written: continuation lines joined, blank lines dropped, nothing
+/// else changed.
+fn raw_commands(block: &Block) -> Vec<String> {
     let mut joined = Vec::new();
     let mut current = String::new();
     for line in &block.lines {
@@ -84,6 +84,14 @@ fn commands(block: &Block) -> Vec<Vec<String>> {
         }
     }
     joined.push(current);
+    joined.retain(|line| !line.trim().is_empty());
+    joined
+}
+
+/// A block's shell commands as words: continuations joined, comments dropped, quotes removed,
+/// split at `&&`, `;` and `|`.
+fn commands(block: &Block) -> Vec<Vec<String>> {
+    let joined = raw_commands(block);
     let mut commands = Vec::new();
     for line in joined {
         let mut words: Vec<String> = Vec::new();

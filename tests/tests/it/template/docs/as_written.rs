@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use autoproxy_tests::root;
 use serde_json::{Value as Json, json};
 
-use super::{Block, DOCS, blocks, commands, parameters, shell_words};
+use super::{Block, DOCS, blocks, commands, parameters, raw_commands, shell_words};
 
 /// The rules file the docs tell the operator to keep: JSON over several lines, with spaces.
 const RULES: &str = r#"[
@@ -50,27 +50,6 @@ EOF
 }
 kubectl() { [ "$1" = config ] || return 0; command kubectl "$@"; }
 "#;
-
-/// A block's commands as written: continuation lines joined, nothing else changed.
-fn raw_commands(block: &Block) -> Vec<String> {
-    let mut joined = Vec::new();
-    let mut current = String::new();
-    for line in &block.lines {
-        match line.trim_end().strip_suffix('\\') {
-            Some(head) => {
-                current.push_str(head);
-                current.push(' ');
-            }
-            None => {
-                current.push_str(line);
-                joined.push(std::mem::take(&mut current));
-            }
-        }
-    }
-    joined.push(current);
-    joined.retain(|line| !line.trim().is_empty());
-    joined
-}
 
 /// `line` with each `<placeholder>` (a `<` followed by a letter) made one word, as an operator
 /// fills it in.
