@@ -15,13 +15,14 @@ export CARGO_TERM_COLOR ?= never
 
 ## Everything CI runs: lint, every test (unit, golden, moto, real HAProxy), template checks,
 ## on the distribution's HAProxy (2.6 on Debian 12); then the tests that drive a real HAProxy
-## again on 3.0. The release bundle's test is `make test-dist`, not yet part of it: its
-## `make dist` builds the release binaries again rather than reusing the template checks' build.
+## again on 3.0; last the release bundle's test, whose `make dist` finds the template checks'
+## `sam build` done (it runs after them).
 test: tools lint
 	@haproxy -v | head -n 1
 	cargo test --workspace -- --skip release_bundle::
 	bash .ci/check-templates.sh
 	@$(MAKE) --no-print-directory test-haproxy30
+	@$(MAKE) --no-print-directory test-dist
 
 ## The release bundle's test (it::release_bundle): make dist, unpacked elsewhere without a Rust
 ## toolchain, packaged with the SAM CLI and the AWS CLI against moto's S3.
@@ -83,9 +84,9 @@ bench: core-tools
 	$(AGENT_BUILD)
 	cargo build --profile bench-run -p autoproxy-tests --bin bench --bin bench_sweep --bin bench_dataplane
 	target/bench-run/bench $(BENCH_ARGS)
-	AUTOPROXY_AGENT_BINARY=target/lambda/autoproxy-agent/bootstrap target/bench-run/bench_dataplane $(DATAPLANE_ARGS)
+	AUTOPROXY_AGENT_BINARY="$(AGENT_BINARY)" target/bench-run/bench_dataplane $(DATAPLANE_ARGS)
 	PATH="$(HAPROXY30):$$PATH" AUTOPROXY_EXPECT_HAPROXY=3.0 \
-	  AUTOPROXY_AGENT_BINARY=target/lambda/autoproxy-agent/bootstrap \
+	  AUTOPROXY_AGENT_BINARY="$(AGENT_BINARY)" \
 	  target/bench-run/bench_dataplane --haproxy-section $(DATAPLANE_ARGS)
 
 ## The whole pipeline on this machine, narrated: moto as AWS (two accounts), both
@@ -128,7 +129,7 @@ build-AgentLayer:
 	@[ -n "$(ARTIFACTS_DIR)" ] || { echo "ARTIFACTS_DIR: not set (sam build sets it)" >&2; exit 2; }
 	cd "$(WORKSPACE)" && $(AGENT_BUILD)
 	mkdir -p "$(ARTIFACTS_DIR)"
-	cp "$(WORKSPACE)/target/lambda/autoproxy-agent/bootstrap" "$(ARTIFACTS_DIR)/autoproxy-agent"
+	cp "$(AGENT_BINARY)" "$(ARTIFACTS_DIR)/autoproxy-agent"
 	chmod 0755 "$(ARTIFACTS_DIR)/autoproxy-agent"
 
 ## How autoproxy-agent is built, for the layer and for `make bench` alike (the benchmark measures
@@ -141,8 +142,15 @@ AGENT_TARGET_x86_64 := x86_64-unknown-linux-gnu
 AGENT_TARGET_arm64 := aarch64-unknown-linux-gnu
 AGENT_CPU_x86_64 := x86-64
 AGENT_CPU_arm64 := generic
-AGENT_BUILD = . .ci/zig.sh && RUSTFLAGS="-C target-cpu=$(AGENT_CPU_$(AGENT_ARCH))" cargo lambda build --release -p autoproxy-agent --target $(AGENT_TARGET_$(AGENT_ARCH))
+## Its own target directory: the functions' builds (cargo lambda's flags, through SAM) and this
+## one configure the host's build scripts and proc macros differently ("the config settings
+## changed"), so in one target directory each build made the other's stale, and every
+## `sam build` compiled everything twice, a second `sam build` (make dist) included.
 WORKSPACE := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
+AGENT_TARGET_DIR := $(WORKSPACE)/target/agent
+AGENT_BINARY := $(AGENT_TARGET_DIR)/lambda/autoproxy-agent/bootstrap
+AGENT_BUILD = . .ci/zig.sh && CARGO_TARGET_DIR="$(AGENT_TARGET_DIR)" RUSTFLAGS="-C target-cpu=$(AGENT_CPU_$(AGENT_ARCH))" \
+  cargo lambda build --release -p autoproxy-agent --target $(AGENT_TARGET_$(AGENT_ARCH))
 
 tools:
 	bash .ci/tools.sh all >/dev/null

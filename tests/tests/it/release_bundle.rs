@@ -4,8 +4,8 @@
 //! layer's to (moto's) S3; each uploaded zip holds a binary for the bundled template's
 //! architecture; cfn-lint passes on the bundled templates.
 //!
-//! The bundle is built once for the group. `make test-dist` runs the group (`make test` skips
-//! it): its `make dist` builds the release binaries again.
+//! The bundle is built once for the group. `make test-dist` runs the group, last in `make test`:
+//! its `make dist` then finds the template checks' `sam build` done.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -210,10 +210,10 @@ fn uploads(packaged: &Value, bundled: &Value) -> Vec<(String, String, &'static s
     found
 }
 
-/// Packages the unpacked bundle with `program args…` against a fresh moto, then checks every
-/// upload: an S3 URI in the artifacts bucket, a zip holding the executable for its
-/// architecture.
-async fn packaged_uploads_hold_the_binaries(program: &str, args: &[&str]) {
+/// Packages the unpacked bundle with `program command…` (template.yaml into packaged.yaml, the
+/// artifacts bucket named) against a fresh moto, then checks every upload: an S3 URI in the
+/// artifacts bucket, a zip holding the executable for its architecture.
+async fn packaged_uploads_hold_the_binaries(program: &str, command: &[&str]) {
     let unpacked = Unpacked::new();
     let moto = Moto::start();
     let sdk = moto.sdk_config().await;
@@ -223,7 +223,15 @@ async fn packaged_uploads_hold_the_binaries(program: &str, args: &[&str]) {
         .send()
         .await
         .unwrap();
-    let out = unpacked.run(program, args, &moto.env());
+    let files = [
+        "--template-file",
+        "template.yaml",
+        "--s3-bucket",
+        ARTIFACT_BUCKET,
+        "--output-template-file",
+        "packaged.yaml",
+    ];
+    let out = unpacked.run(program, &[command, &files].concat(), &moto.env());
     succeeded(program, &out);
     let uploads = uploads(
         &unpacked.yaml("packaged.yaml"),
@@ -278,37 +286,10 @@ fn built_in_repository() -> Vec<String> {
 
 #[tokio::test]
 async fn sam_package_uploads_every_zip_each_a_binary_for_the_templates_architecture() {
-    packaged_uploads_hold_the_binaries(
-        "sam",
-        &[
-            "package",
-            "--template-file",
-            "template.yaml",
-            "--s3-bucket",
-            ARTIFACT_BUCKET,
-            "--output-template-file",
-            "packaged.yaml",
-            "--region",
-            "us-east-1",
-        ],
-    )
-    .await;
+    packaged_uploads_hold_the_binaries("sam", &["package", "--region", "us-east-1"]).await;
 }
 
 #[tokio::test]
 async fn aws_cloudformation_package_uploads_them_as_well() {
-    packaged_uploads_hold_the_binaries(
-        "aws",
-        &[
-            "cloudformation",
-            "package",
-            "--template-file",
-            "template.yaml",
-            "--s3-bucket",
-            ARTIFACT_BUCKET,
-            "--output-template-file",
-            "packaged.yaml",
-        ],
-    )
-    .await;
+    packaged_uploads_hold_the_binaries("aws", &["cloudformation", "package"]).await;
 }
