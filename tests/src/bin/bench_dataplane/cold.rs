@@ -260,8 +260,7 @@ fn sample(env: &Env, routes: &[Route]) -> Vec<Target> {
 
 /// The hosts of `more` that `routes` do not have answer the first backend's address.
 fn answer_new_hosts(env: &Env, routes: &[Route], more: &[Route]) {
-    let known: std::collections::HashSet<&str> =
-        routes.iter().map(|r| r.back.as_str()).collect();
+    let known: std::collections::HashSet<&str> = routes.iter().map(|r| r.back.as_str()).collect();
     let SocketAddr::V4(first) = env.backends.list[0].addr else {
         unreachable!("IPv4 backends")
     };
