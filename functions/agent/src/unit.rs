@@ -342,21 +342,26 @@ pub fn ensure_lines(agent: &Path, config: &Path, deadline: Instant) -> Vec<Strin
 mod tests {
     use super::*;
 
+    /// A host under `dir` whose `systemctl` is a shell script running `body`.
+    fn stand_in_host(dir: &Path, body: &str) -> Host {
+        use std::os::unix::fs::PermissionsExt;
+        let systemctl = dir.join("systemctl");
+        std::fs::write(&systemctl, format!("#!/bin/sh\n{body}\n")).expect("stand-in");
+        std::fs::set_permissions(&systemctl, std::fs::Permissions::from_mode(0o755)).expect("mode");
+        Host {
+            unit_path: dir.join("autoproxy-resolver.service"),
+            systemd_marker: dir.to_path_buf(),
+            systemctl,
+            require_root: false,
+        }
+    }
+
     /// A `systemctl` that never answers: every call is killed at the deadline the apply
     /// gives, not at each call's own 60 s, and the install says which call it was.
     #[test]
     fn every_systemctl_call_ends_by_the_deadline() {
-        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().expect("temp dir");
-        let systemctl = dir.path().join("systemctl");
-        std::fs::write(&systemctl, "#!/bin/sh\nexec sleep 30\n").expect("stand-in");
-        std::fs::set_permissions(&systemctl, std::fs::Permissions::from_mode(0o755)).expect("mode");
-        let host = Host {
-            unit_path: dir.path().join("autoproxy-resolver.service"),
-            systemd_marker: dir.path().to_path_buf(),
-            systemctl,
-            require_root: false,
-        };
+        let host = stand_in_host(dir.path(), "exec sleep 30");
         let config = dir.path().join("haproxy.cfg");
         let agent = dir.path().join("autoproxy-agent");
         let started = Instant::now();
@@ -373,17 +378,8 @@ mod tests {
     /// than flip the service between the two at every apply; a config that is gone moves it.
     #[test]
     fn a_second_config_on_a_host_is_refused_and_a_moved_one_followed() {
-        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().expect("temp dir");
-        let systemctl = dir.path().join("systemctl");
-        std::fs::write(&systemctl, "#!/bin/sh\nexit 0\n").expect("stand-in");
-        std::fs::set_permissions(&systemctl, std::fs::Permissions::from_mode(0o755)).expect("mode");
-        let host = Host {
-            unit_path: dir.path().join("autoproxy-resolver.service"),
-            systemd_marker: dir.path().to_path_buf(),
-            systemctl,
-            require_root: false,
-        };
+        let host = stand_in_host(dir.path(), "exit 0");
         let agent = dir.path().join("autoproxy-agent");
         let (first, second) = (
             dir.path().join("a/haproxy.cfg"),

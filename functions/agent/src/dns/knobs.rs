@@ -46,35 +46,25 @@ impl Knobs {
     /// Reads the knobs through `get` (the environment in `main`).
     pub fn read(get: impl Fn(&str) -> Option<String>) -> Result<Knobs, KnobError> {
         let defaults = Knobs::default();
-        let seconds = |variable: &'static str, default: Duration| -> Result<Duration, KnobError> {
-            match get(variable) {
-                None => Ok(default),
-                Some(text) => text
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|v| *v > 0.0 && *v < 1e9)
-                    .map(Duration::from_secs_f64)
-                    .ok_or(KnobError {
+        // The variable as a number above 0, at least `min` and below `max`; `None` when unset.
+        let number =
+            |variable: &'static str, min: f64, max: f64| -> Result<Option<f64>, KnobError> {
+                let Some(text) = get(variable) else {
+                    return Ok(None);
+                };
+                match text.trim().parse::<f64>() {
+                    Ok(v) if v >= min && v < max && v > 0.0 => Ok(Some(v)),
+                    _ => Err(KnobError {
                         variable,
                         got: text,
                     }),
-            }
+                }
+            };
+        let seconds = |variable: &'static str, default: Duration| -> Result<Duration, KnobError> {
+            Ok(number(variable, f64::MIN_POSITIVE, 1e9)?.map_or(default, Duration::from_secs_f64))
         };
         let rate = |variable: &'static str, default: u32| -> Result<u32, KnobError> {
-            match get(variable) {
-                None => Ok(default),
-                Some(text) => text
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|v| *v >= 1.0 && *v < 1e6)
-                    .map(|v| v as u32)
-                    .ok_or(KnobError {
-                        variable,
-                        got: text,
-                    }),
-            }
+            Ok(number(variable, 1.0, 1e6)?.map_or(default, |v| v as u32))
         };
         let max_qps = rate("AUTOPROXY_MAX_QPS", defaults.max_qps)?;
         Ok(Knobs {
