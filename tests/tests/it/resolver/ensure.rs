@@ -9,11 +9,20 @@ use autoproxy_tests::resolver::Knobs;
 
 use super::fixture::{Fixture, QUICK, host, unused_address};
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
+/// `addresses::ensure` as the apply calls it, for the fixture's config and DNS server.
+fn ensure(f: &Fixture, names: &[String], budget: Duration) -> autoproxy_agent::addresses::Ensured {
+    let config_dir = f.haproxy.config_path().parent().unwrap().to_owned();
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .unwrap()
+        .unwrap();
+    runtime.block_on(autoproxy_agent::addresses::ensure(
+        &config_dir,
+        names,
+        &[f.dns.addr()],
+        &autoproxy_agent::own::Own::default(),
+        budget,
+    ))
 }
 
 /// `addresses::ensure`, which the apply calls before its swap (that the apply does, through
@@ -23,7 +32,7 @@ fn runtime() -> tokio::runtime::Runtime {
 /// into the same file.
 #[test]
 fn ensure_gets_new_names_from_the_running_service_or_resolves_them_itself() {
-    use autoproxy_agent::addresses::{self, By};
+    use autoproxy_agent::addresses::By;
     let knobs = QUICK;
     let f = Fixture::start(2, &["first", "second"]);
     let (first, second) = (f.backend_ip("first"), f.backend_ip("second"));
@@ -31,7 +40,6 @@ fn ensure_gets_new_names_from_the_running_service_or_resolves_them_itself() {
     f.dns.set(&host(1), &[first]);
     f.dns.set("new-a.test.internal", &[second]);
     f.dns.set("new-b.test.internal", &[unused_address(7)]);
-    let config_dir = f.haproxy.config_path().parent().unwrap().to_owned();
     let resolver = f.resolver(knobs);
     assert!(
         f.wait_until(Duration::from_secs(10), |f| f.file_map().len() == 2),
@@ -45,13 +53,7 @@ fn ensure_gets_new_names_from_the_running_service_or_resolves_them_itself() {
         "nowhere.test.internal".to_owned(),
     ];
     let started = Instant::now();
-    let ensured = runtime().block_on(addresses::ensure(
-        &config_dir,
-        &names,
-        &[f.dns.addr()],
-        &autoproxy_agent::own::Own::default(),
-        Duration::from_secs(10),
-    ));
+    let ensured = ensure(&f, &names, Duration::from_secs(10));
     println!(
         "ensure through the resolver: {ensured:?} in {:?}",
         started.elapsed()
@@ -81,13 +83,11 @@ fn ensure_gets_new_names_from_the_running_service_or_resolves_them_itself() {
 
     // No resolver: ensure resolves by itself and merges into the file.
     f.dns.set("new-c.test.internal", &[unused_address(8)]);
-    let ensured = runtime().block_on(addresses::ensure(
-        &config_dir,
+    let ensured = ensure(
+        &f,
         &["new-c.test.internal".to_owned()],
-        &[f.dns.addr()],
-        &autoproxy_agent::own::Own::default(),
         Duration::from_secs(10),
-    ));
+    );
     assert_eq!(ensured.by, By::Itself, "{ensured:?}");
     assert_eq!(ensured.resolved, 1, "{ensured:?}");
     let file = f.file_map();
@@ -104,7 +104,7 @@ fn ensure_gets_new_names_from_the_running_service_or_resolves_them_itself() {
 /// puts them in as they resolve).
 #[test]
 fn an_apply_during_a_fill_waits_only_for_the_hosts_new_to_its_generation() {
-    use autoproxy_agent::addresses::{self, By};
+    use autoproxy_agent::addresses::By;
     const NAMES: usize = 2_000;
     // A fill of 5 s: the apply comes in its first second.
     let knobs = Knobs {
@@ -117,7 +117,6 @@ fn an_apply_during_a_fill_waits_only_for_the_hosts_new_to_its_generation() {
         f.dns.set(&host(i), &[unused_address(i)]);
     }
     f.dns.set("new-a.test.internal", &[f.backend_ip("first")]);
-    let config_dir = f.haproxy.config_path().parent().unwrap().to_owned();
     let resolver = f.resolver(knobs);
     assert!(
         f.wait_until(Duration::from_secs(10), |f| f.file_map().len() >= 20),
@@ -127,13 +126,7 @@ fn an_apply_during_a_fill_waits_only_for_the_hosts_new_to_its_generation() {
     let mut names: Vec<String> = (0..NAMES).map(host).collect();
     names.push("new-a.test.internal".to_owned());
     let started = Instant::now();
-    let ensured = runtime().block_on(addresses::ensure(
-        &config_dir,
-        &names,
-        &[f.dns.addr()],
-        &autoproxy_agent::own::Own::default(),
-        Duration::from_secs(2),
-    ));
+    let ensured = ensure(&f, &names, Duration::from_secs(2));
     let took = started.elapsed();
     println!(
         "ensure during a fill: {} resolved, {} missing, in {took:?}",
