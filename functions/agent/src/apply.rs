@@ -154,7 +154,8 @@ struct Run {
     /// How this instance says whether HAProxy runs.
     service: Service,
     s3: Option<aws_sdk_s3::Client>,
-    _lock: Option<std::fs::File>,
+    /// The apply's lock while held: a run that never held it writes no fleet record.
+    lock: Option<std::fs::File>,
     started: Instant,
     step: &'static str,
     state: State,
@@ -270,7 +271,7 @@ impl Run {
             },
             params,
             s3: None,
-            _lock: None,
+            lock: None,
             started: Instant::now(),
             step: "start",
             state: State {
@@ -429,7 +430,7 @@ impl Run {
         let waited = Instant::now();
         let wait = hooks::lock_wait();
         match files::lock(&lock_path, wait).await {
-            Ok(file) => self._lock = Some(file),
+            Ok(file) => self.lock = Some(file),
             Err(files::LockError::Busy) => {
                 return fail(format!(
                     "another apply held {} for more than {} s",

@@ -38,7 +38,7 @@ impl Run {
             }
         };
         self.pause("record").await;
-        if self._lock.is_none() {
+        if self.lock.is_none() {
             // Never held the lock (busy, or stopped before it): the run that holds it, or the
             // last one that did, reports what runs; a record from here would overwrite that.
             log(
@@ -59,7 +59,7 @@ impl Run {
         }
         // The service's install may wait on systemctl: not under the lock, which another
         // apply is waiting for.
-        self._lock = None;
+        self.lock = None;
         if code == 0 {
             self.ensure_resolver(deadline).await;
         }
