@@ -11,18 +11,27 @@ HAPROXY30_VERSION := $(shell sed -n 's/^HAPROXY30_VERSION=//p' $(dir $(lastword 
 HAPROXY30 := $(CACHE)/haproxy-$(HAPROXY30_VERSION)/bin
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test test-dist test-haproxy30 lint unit templates tools core-tools bench demo local dist build-AgentLayer
+.PHONY: test test-dist test-haproxy30 lint unit templates tools core-tools bench demo local dist sam-build build-AgentLayer
 
 ## Everything CI runs: lint, every test (unit, golden, moto, real HAProxy), template checks,
 ## on the distribution's HAProxy (2.6 on Debian 12); then the tests that drive a real HAProxy
 ## again on 3.0; last the release bundle's test, whose `make dist` finds the template checks'
-## `sam build` done (it runs after them).
+## `sam build` done (it runs after them, with the same SUITE_RELEASE profile).
 test: tools lint
 	@haproxy -v | head -n 1
 	cargo test --workspace -- --skip release_bundle::
-	bash .ci/check-templates.sh
+	$(SUITE_RELEASE) bash .ci/check-templates.sh
 	@$(MAKE) --no-print-directory test-haproxy30
-	@$(MAKE) --no-print-directory test-dist
+	@$(SUITE_RELEASE) $(MAKE) --no-print-directory test-dist
+
+## The suite's release build (the template checks' `sam build`, which the release bundle's test
+## packages): the release profile without link-time optimisation, in 16 codegen units. What
+## the suite checks of it (the template builds; each binary exists, for its architecture,
+## against an old enough glibc; the bundle packages and deploys without a toolchain) does not
+## depend on LTO, which only makes the binaries smaller and faster, and whose single-threaded
+## links took 7 of the build's 13 minutes on 2 cores. `make templates`, `make dist`, `sam build`
+## and `make bench` (which measures the binaries' sizes) keep the full profile.
+SUITE_RELEASE := CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
 
 ## The release bundle's test (it::release_bundle): make dist, unpacked elsewhere without a Rust
 ## toolchain, packaged with the SAM CLI and the AWS CLI against moto's S3.
@@ -109,14 +118,23 @@ local: core-tools
 ## docs/member-account.yaml, docs/central-forwarding.yaml and a short README. It deploys with
 ## the SAM CLI or the AWS CLI alone (docs/DEPLOY.md, "Deploying a release without a Rust
 ## toolchain"). Built for this machine's architecture, functions and agent alike (x86_64 here:
-## no aarch64 target), by exactly the `sam build` of .ci/check-templates.sh: after it (as in
-## `make test`) cargo finds everything built. tests/src/dist.rs says how the copy is made. The
+## no aarch64 target), by `make sam-build`, the build .ci/check-templates.sh checks: after it (as
+## in `make test`) cargo finds everything built. tests/src/dist.rs says how the copy is made. The
 ## writer is built with --workspace, as `cargo test --workspace` builds (with -p cargo resolves
 ## the dependencies' features for one package and builds them all again).
-dist: tools
-	. .ci/zig.sh && SAM_CLI_TELEMETRY=0 AGENT_ARCH=$(HOST_ARCH) sam build --template template.yaml \
-	  --build-dir .aws-sam/build --cache-dir .aws-sam/cache --parameter-overrides "Architecture=$(HOST_ARCH)"
+dist: tools sam-build
 	cargo build -q --workspace --bin dist && "$${CARGO_TARGET_DIR:-target}/debug/dist"
+
+## `sam build` of template.yaml for this machine's architecture (the Architecture parameter and
+## the agent's alike) into .aws-sam/build: the three functions (cargo lambda, through SAM) and
+## the AgentLayer (build-AgentLayer below). Every binary at the architecture's baseline CPU
+## (RUSTFLAGS; cargo lambda would tune the functions for Lambda's hosts, and they wait on AWS
+## APIs, not on the CPU): with one set of flags the functions and the agent share one target
+## directory, and each dependency is compiled once, not once for each.
+sam-build:
+	. .ci/zig.sh && SAM_CLI_TELEMETRY=0 AGENT_ARCH=$(HOST_ARCH) RUSTFLAGS="-C target-cpu=$(AGENT_CPU_$(HOST_ARCH))" \
+	  sam build --template template.yaml --build-dir .aws-sam/build --cache-dir .aws-sam/cache \
+	  --parameter-overrides "Architecture=$(HOST_ARCH)"
 HOST_ARCH := $(patsubst aarch64,arm64,$(shell uname -m))
 
 ## The AgentLayer layer, for `sam build` (template.yaml, BuildMethod: makefile): the
@@ -142,15 +160,23 @@ AGENT_TARGET_x86_64 := x86_64-unknown-linux-gnu
 AGENT_TARGET_arm64 := aarch64-unknown-linux-gnu
 AGENT_CPU_x86_64 := x86-64
 AGENT_CPU_arm64 := generic
-## Its own target directory: the functions' builds (cargo lambda's flags, through SAM) and this
-## one configure the host's build scripts and proc macros differently ("the config settings
-## changed"), so in one target directory each build made the other's stale, and every
-## `sam build` compiled everything twice, a second `sam build` (make dist) included.
+## The agent's flags, and its target directory. Under `make sam-build` every release binary is
+## built with these flags and the agent shares the functions' target directory. Under any other
+## build (a plain `sam build`, `make bench`) the functions have cargo lambda's flags, which
+## configure the host's build scripts and proc macros differently ("the config settings
+## changed"): in one directory each build would make the other's stale, so the agent keeps its
+## own. `--bin`, not `-p`: cargo then resolves features over the default members, as for the
+## functions' `--bin` builds, and builds each dependency once for all of them.
+AGENT_RUSTFLAGS := -C target-cpu=$(AGENT_CPU_$(AGENT_ARCH))
 WORKSPACE := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
+ifeq ($(strip $(RUSTFLAGS)),$(AGENT_RUSTFLAGS))
+AGENT_TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(WORKSPACE)/target)
+else
 AGENT_TARGET_DIR := $(WORKSPACE)/target/agent
+endif
 AGENT_BINARY := $(AGENT_TARGET_DIR)/lambda/autoproxy-agent/bootstrap
-AGENT_BUILD = . .ci/zig.sh && CARGO_TARGET_DIR="$(AGENT_TARGET_DIR)" RUSTFLAGS="-C target-cpu=$(AGENT_CPU_$(AGENT_ARCH))" \
-  cargo lambda build --release -p autoproxy-agent --target $(AGENT_TARGET_$(AGENT_ARCH))
+AGENT_BUILD = . .ci/zig.sh && CARGO_TARGET_DIR="$(AGENT_TARGET_DIR)" RUSTFLAGS="$(AGENT_RUSTFLAGS)" \
+  cargo lambda build --release --bin autoproxy-agent --target $(AGENT_TARGET_$(AGENT_ARCH))
 
 tools:
 	bash .ci/tools.sh all >/dev/null

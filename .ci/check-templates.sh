@@ -73,11 +73,10 @@ case "$(uname -m)" in
   aarch64 | arm64) arch=arm64 machine="b7 00" ;;
   *) fail "unsupported host architecture $(uname -m)" ;;
 esac
-# The layer's agent is for the proxy instances, a make variable (the Makefile's build-AgentLayer):
-# the host's architecture here too.
-export AGENT_ARCH=$arch
-sam build --template template.yaml --build-dir .aws-sam/build --cache-dir .aws-sam/cache \
-  --parameter-overrides "Architecture=$arch"
+# The Makefile's sam-build: the host's architecture for the functions and the layer's agent
+# alike, every binary at the baseline CPU, so the agent shares the functions' target directory.
+# make dist packages exactly this build.
+make --no-print-directory sam-build
 for fn in GenerateFunction ConfigureFunction AgentPublisherFunction; do
   bin=.aws-sam/build/$fn/bootstrap
   [ -f "$bin" ] && [ -x "$bin" ] || fail "$bin is missing or not executable"

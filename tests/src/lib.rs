@@ -133,17 +133,18 @@ pub fn use_stripped_agent(dir: &Path) -> Result<PathBuf, String> {
 fn build_agent() -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let status = std::process::Command::new(cargo)
-        // `--workspace`, as `cargo test --workspace` builds: with `-p` cargo resolves
-        // the dependencies' features for the agent alone and builds them all again.
-        // With the apply's test hooks (the fault tests pause it), which only this build has.
+        // `--workspace`, as `cargo test --workspace` builds: the test crate's dependencies
+        // (tests/Cargo.toml) give it the apply's test hooks (the fault tests pause it) and the
+        // very features `cargo test` built everything with, so only the binary is linked. With
+        // `-p`, or with `--features` here, cargo would resolve other features and build the
+        // dependencies all again (5 minutes on 2 cores, while every test that needs the agent
+        // waits).
         .args([
             "build",
             "--quiet",
             "--workspace",
             "--bin",
             "autoproxy-agent",
-            "--features",
-            "autoproxy-agent/test-hooks",
         ])
         .current_dir(root())
         .status()
