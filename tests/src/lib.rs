@@ -95,35 +95,49 @@ pub fn wait_listening(
 /// The agent binary every harness piece runs, chosen once: see [`agent_binary`].
 static AGENT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
-/// The `autoproxy-agent` binary of this workspace (debug), built on first use: what the
-/// apply document runs on an instance. `cargo test` builds only the test binaries, so the
-/// harness asks cargo for it (a no-op when it is up to date). `AUTOPROXY_AGENT_BINARY` names
-/// another build instead (the benchmark's: the release binary the stack ships).
+/// The `autoproxy-agent` binary of this workspace (debug), built on first use and stripped
+/// (see [`strip_agent`]): what the apply document runs on an instance. `cargo test` builds only
+/// the test binaries, so the harness asks cargo for it (a no-op when it is up to date).
+/// `AUTOPROXY_AGENT_BINARY` names another build instead (the benchmark's: the release binary
+/// the stack ships).
 pub fn agent_binary() -> PathBuf {
     AGENT
         .get_or_init(|| match std::env::var_os("AUTOPROXY_AGENT_BINARY") {
             Some(path) => PathBuf::from(path),
-            None => build_agent(),
+            None => {
+                let built = build_agent();
+                let stripped = built.with_file_name("autoproxy-agent.stripped");
+                strip_agent(&built, &stripped).unwrap_or_else(|err| panic!("{err}"));
+                stripped
+            }
         })
         .clone()
 }
 
-/// For the demo: the workspace's agent without its symbols and debug info (`strip`), copied
-/// into `dir`, becomes [`agent_binary`]. Every apply downloads the agent and hashes it, as an
-/// instance does the stripped release binary the stack ships: 30 MB of that cost a second a
-/// rollout less than the 80 MB debug build. Call it before anything uses the agent.
-pub fn use_stripped_agent(dir: &Path) -> Result<PathBuf, String> {
-    let stripped = dir.join("autoproxy-agent");
-    let built = build_agent();
+/// The agent without its symbols and debug info (`strip`), at `to` (written beside it, then
+/// renamed: two test processes may strip at once). Every apply uploads, downloads and hashes
+/// the agent, as an instance does the stripped release binary the stack ships: 30 MB of that
+/// against the 80 MB debug build saves about a second a rollout in the demo, and the same
+/// hashing and moto traffic in every apply of the suite.
+fn strip_agent(built: &Path, to: &Path) -> Result<(), String> {
+    let partial = to.with_extension(format!("partial.{}", std::process::id()));
     let status = std::process::Command::new("strip")
         .arg("-o")
-        .arg(&stripped)
-        .arg(&built)
+        .arg(&partial)
+        .arg(built)
         .status()
         .map_err(|e| format!("strip {}: {e}", built.display()))?;
     if !status.success() {
         return Err(format!("strip {}: {status}", built.display()));
     }
+    std::fs::rename(&partial, to).map_err(|e| format!("rename to {}: {e}", to.display()))
+}
+
+/// For the demo: the stripped agent ([`strip_agent`]), copied into `dir`, becomes
+/// [`agent_binary`]. Call it before anything uses the agent.
+pub fn use_stripped_agent(dir: &Path) -> Result<PathBuf, String> {
+    let stripped = dir.join("autoproxy-agent");
+    strip_agent(&build_agent(), &stripped)?;
     AGENT
         .set(stripped.clone())
         .map_err(|used| format!("the agent is in use already: {}", used.display()))?;
