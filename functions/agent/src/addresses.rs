@@ -50,22 +50,43 @@ pub async fn ensure(
     own: &Own,
     budget: Duration,
 ) -> Ensured {
+    ensure_new(config_dir, names, &[], nameservers, own, budget).await
+}
+
+/// [`ensure`] for an apply: the service is asked only for `new` (the hosts new to the
+/// apply's generation), as it resolves `installed` (the installed config's hosts, which it
+/// reads from that file) at its own pace; with `new` empty it is asked for `installed`. When no
+/// service answers, nobody else resolves `installed`: they are resolved with `new`, in one
+/// pass within `budget`.
+pub async fn ensure_new(
+    config_dir: &Path,
+    new: &[String],
+    installed: &[String],
+    nameservers: &[SocketAddr],
+    own: &Own,
+    budget: Duration,
+) -> Ensured {
     let deadline = Instant::now() + budget;
     let mut ensured = Ensured::default();
-    let mut wanted = Vec::new();
-    for name in names {
+    let (mut asked, mut alone) = (Vec::new(), Vec::new());
+    let names = new.iter().map(|n| (n, true));
+    for (name, is_new) in names.chain(installed.iter().map(|n| (n, false))) {
         match autoproxy::names::HostName::parse(name) {
-            Ok(host) => wanted.push(host.as_str().to_owned()),
-            Err(err) => ensured.missing.push((name.clone(), err.to_string())),
+            Ok(host) if is_new || new.is_empty() => asked.push(host.as_str().to_owned()),
+            Ok(host) => alone.push(host.as_str().to_owned()),
+            Err(err) if is_new || new.is_empty() => {
+                ensured.missing.push((name.clone(), err.to_string()));
+            }
+            Err(_) => {}
         }
     }
-    wanted.sort();
-    wanted.dedup();
-    if wanted.is_empty() {
+    asked.sort();
+    asked.dedup();
+    if asked.is_empty() {
         return ensured;
     }
     let socket = config_dir.join(SOCKET);
-    match control::ask(&socket, &wanted, deadline).await {
+    match control::ask(&socket, &asked, deadline).await {
         Ok(answers) => {
             ensured.by = By::Resolver;
             for (name, answer) in answers {
@@ -77,6 +98,10 @@ pub async fn ensure(
         }
         Err(Asked::NoResolver) => {
             ensured.by = By::Itself;
+            let mut wanted = asked;
+            wanted.extend(alone);
+            wanted.sort();
+            wanted.dedup();
             let results = resolve_unlooped(&wanted, nameservers, own, deadline).await;
             let map = MapFile::in_dir(config_dir);
             let found: Vec<(String, IpAddr)> = results
@@ -113,7 +138,7 @@ pub async fn ensure(
             ensured.by = By::Resolver;
             ensured
                 .missing
-                .extend(wanted.into_iter().map(|name| (name, why.clone())));
+                .extend(asked.into_iter().map(|name| (name, why.clone())));
         }
     }
     ensured

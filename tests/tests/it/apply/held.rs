@@ -113,6 +113,59 @@ fn a_route_to_a_name_that_does_not_resolve_is_held_then_put_in_by_the_resolver()
     assert_maps_equal_files(&f);
 }
 
+/// An apply on a running instance asks the address service only for the hosts new to its
+/// generation. The installed config's hosts that have no address are the service's own: it
+/// reads them from that config and retries them at its pace. Asking for them again cost a new
+/// instance's second apply, during the fill, 0.57 s at 10,000 routes.
+#[test]
+fn an_apply_asks_the_address_service_only_for_the_hosts_new_to_its_generation() {
+    let f = Fixture::new(&["a", "b"]);
+    let dns = DnsServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
+    // Generation 1: `named.test` to a host nobody answers (NXDOMAIN): held, no address.
+    let run = f.apply(&f.upload(&config(&f, &dns, 1, "api.never.test")));
+    assert!(run.success(), "{run}");
+    let resolver = Resolver::start(&f.haproxy.config_path(), QUICK);
+    let socket = f.haproxy.dir().join(autoproxy_agent::control::SOCKET);
+    assert!(
+        wait_until(Duration::from_secs(10), || socket.exists()),
+        "the service listens: {}",
+        resolver.output()
+    );
+
+    // Generation 2: the same, and `fresh.test` to a host that resolves.
+    dns.set("api.fresh.test", &[ip(&f, "b")]);
+    let mut fresh = proxy::api_route("fresh.test", f.backends.get("a"));
+    fresh.back = HostName::parse("api.fresh.test").unwrap();
+    let mut named = proxy::api_route("named.test", f.backends.get("a"));
+    named.back = HostName::parse("api.never.test").unwrap();
+    let routes = [
+        proxy::api_route("g1.test", f.backends.get("a")),
+        named,
+        fresh,
+    ];
+    let second = proxy::render_with(
+        2,
+        &routes,
+        &f.haproxy.options(f.backends.port),
+        &[dns.addr()],
+    );
+    let run = f.apply(&f.upload(&second));
+    assert!(run.success(), "{run}");
+    // Before: "2 new host(s): 1 resolved, 1 without an address yet (first: api.never.test…".
+    assert!(
+        run.stdout
+            .contains("addresses: 1 new host(s): 1 resolved, 0 without an address yet"),
+        "asked for more than its new host:\n{run}"
+    );
+    assert_eq!(
+        f.haproxy.probe("proxy.api.fresh.test").unwrap(),
+        f.backends.get("b").banner(),
+        "{}",
+        resolver.output()
+    );
+    assert!(f.haproxy.probe("proxy.api.named.test").is_err(), "held");
+}
+
 /// `count` routes `n<i>.test` to hosts `h<i>.named.test`, all by name.
 fn named_config(f: &Fixture, dns: &DnsServer, generation: u64, count: usize) -> String {
     let routes: Vec<_> = (0..count)
