@@ -53,31 +53,25 @@ pub async fn ensure(
     ensure_new(config_dir, names, &[], nameservers, own, budget).await
 }
 
-/// [`ensure`] for an apply: the service is asked only for `new` (the hosts new to the
-/// apply's generation), as it resolves `installed` (the installed config's hosts, which it
-/// reads from that file) at its own pace; with `new` empty it is asked for `installed`. When no
-/// service answers, nobody else resolves `installed`: they are resolved with `new`, in one
-/// pass within `budget`.
+/// [`ensure`] for an apply: the service is asked only for `names` (the hosts new to the
+/// apply's generation), as it resolves `theirs` (the installed config's hosts, which it reads
+/// from that file) at its own pace. When no service answers, nobody else resolves `theirs`:
+/// they are resolved with `names`, in one pass within `budget`.
 pub async fn ensure_new(
     config_dir: &Path,
-    new: &[String],
-    installed: &[String],
+    names: &[String],
+    theirs: &[String],
     nameservers: &[SocketAddr],
     own: &Own,
     budget: Duration,
 ) -> Ensured {
     let deadline = Instant::now() + budget;
     let mut ensured = Ensured::default();
-    let (mut asked, mut alone) = (Vec::new(), Vec::new());
-    let names = new.iter().map(|n| (n, true));
-    for (name, is_new) in names.chain(installed.iter().map(|n| (n, false))) {
+    let mut asked = Vec::new();
+    for name in names {
         match autoproxy::names::HostName::parse(name) {
-            Ok(host) if is_new || new.is_empty() => asked.push(host.as_str().to_owned()),
-            Ok(host) => alone.push(host.as_str().to_owned()),
-            Err(err) if is_new || new.is_empty() => {
-                ensured.missing.push((name.clone(), err.to_string()));
-            }
-            Err(_) => {}
+            Ok(host) => asked.push(host.as_str().to_owned()),
+            Err(err) => ensured.missing.push((name.clone(), err.to_string())),
         }
     }
     asked.sort();
@@ -99,7 +93,10 @@ pub async fn ensure_new(
         Err(Asked::NoResolver) => {
             ensured.by = By::Itself;
             let mut wanted = asked;
-            wanted.extend(alone);
+            let theirs = theirs
+                .iter()
+                .filter_map(|n| autoproxy::names::HostName::parse(n).ok());
+            wanted.extend(theirs.map(|host| host.as_str().to_owned()));
             wanted.sort();
             wanted.dedup();
             let results = resolve_unlooped(&wanted, nameservers, own, deadline).await;

@@ -171,10 +171,16 @@ impl Run {
         // second apply, during the fill, asked for the 9,300 names the fill had not reached,
         // and took 0.57 s for answers that could only be "still resolving". With no service
         // running, nobody else resolves the installed ones: the apply does, as before.
+        // With no new host, the installed ones are asked for: the service answers for them.
+        let (asked, theirs) = if new.is_empty() {
+            (installed, Vec::new())
+        } else {
+            (new, installed)
+        };
         let ensured = crate::addresses::ensure_new(
             &self.paths.dir,
-            &new,
-            &installed,
+            &asked,
+            &theirs,
             &nameservers,
             &own,
             ADDRESS_BUDGET,
