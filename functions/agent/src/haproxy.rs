@@ -20,6 +20,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
 mod declared;
+#[cfg(test)]
+pub(crate) mod fake;
 mod map;
 
 pub use map::{MapChange, MapVersion};

@@ -65,6 +65,16 @@ pub async fn release(
     addresses: &Arc<BTreeMap<Arc<str>, IpAddr>>,
     api: Option<&RuntimeApi>,
 ) -> Result<usize, String> {
+    release_within(config, addresses, api, RELEASE_BUDGET).await
+}
+
+/// [`release`], giving each table's entries to the worker within `budget`.
+async fn release_within(
+    config: &Path,
+    addresses: &Arc<BTreeMap<Arc<str>, IpAddr>>,
+    api: Option<&RuntimeApi>,
+    budget: Duration,
+) -> Result<usize, String> {
     let addresses: BTreeMap<String, IpAddr> = addresses
         .iter()
         .map(|(name, address)| (name.to_string(), *address))
@@ -85,13 +95,13 @@ pub async fn release(
     let mut released = 0;
     for (path, table, changed) in releasable(config, &addresses) {
         if let Some(api) = api {
-            tokio::time::timeout(RELEASE_BUDGET, set_entries(api, &path, &changed))
+            tokio::time::timeout(budget, set_entries(api, &path, &changed))
                 .await
                 .map_err(|_| {
                     format!(
                         "{path}: the worker did not take {} entries within {} s",
                         changed.len(),
-                        RELEASE_BUDGET.as_secs()
+                        budget.as_secs_f64()
                     )
                 })?
                 .map_err(|err| format!("{path}: {err}"))?;
@@ -130,4 +140,84 @@ async fn set_entries(api: &RuntimeApi, map: &str, entries: &Released) -> Result<
         session.change(change).await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::haproxy::fake::slow_worker;
+
+    /// A config of 40 routes whose file map still holds each at its old host, every host
+    /// with an address: the release moves all 40.
+    fn held_estate(dir: &Path) -> (PathBuf, Arc<BTreeMap<Arc<str>, IpAddr>>) {
+        let config = dir.join("haproxy.cfg");
+        let (mut text, mut table) = ("# generation: 3\nglobal\n".to_owned(), String::new());
+        let mut addresses = BTreeMap::new();
+        for i in 0..40u8 {
+            text.push_str(&format!(
+                "#@route k{i}.example new{i}.example:443 api 1 Z1\n"
+            ));
+            table.push_str(&format!("k{i}.example old{i}.example:443\n"));
+            addresses.insert(
+                Arc::from(format!("new{i}.example")),
+                IpAddr::from([10, 0, 1, i]),
+            );
+            addresses.insert(
+                Arc::from(format!("old{i}.example")),
+                IpAddr::from([10, 0, 2, i]),
+            );
+        }
+        std::fs::write(&config, text).expect("writes the config");
+        std::fs::write(dir.join("haproxy.cfg.lock"), "").expect("writes the lock");
+        std::fs::create_dir(dir.join("autoproxy")).expect("creates the maps directory");
+        std::fs::write(dir.join("autoproxy/routes.map"), table).expect("writes the map");
+        (config, Arc::new(addresses))
+    }
+
+    /// A worker that takes each of 40 entries in 400 ms (under the 5 s time-out of each)
+    /// would hold the apply's lock for 16 s: the release ends at its budget, writes no file
+    /// (the next push tries again) and lets the lock go; a worker that keeps up gets them all.
+    #[tokio::test]
+    async fn a_release_gives_the_worker_a_table_within_its_budget_whatever_each_entry_takes() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (config, addresses) = held_estate(dir.path());
+        let map = dir.path().join("autoproxy/routes.map");
+        let before = std::fs::read_to_string(&map).expect("reads the map");
+        let socket = dir.path().join("stats.sock");
+        let worker = slow_worker(&socket, Duration::from_millis(400));
+        let api = RuntimeApi::new(&socket, Duration::from_secs(5));
+
+        let started = std::time::Instant::now();
+        let released =
+            release_within(&config, &addresses, Some(&api), Duration::from_secs(1)).await;
+        let took = started.elapsed();
+        worker.abort();
+        let Err(why) = released else {
+            panic!("{released:?} after {took:?}")
+        };
+        assert!(why.contains("did not take 40 entries within 1 s"), "{why}");
+        // At its budget, far from the 16 s its commands would take (a loaded machine aside).
+        assert!(took < Duration::from_secs(8), "the release took {took:?}");
+        assert_eq!(
+            std::fs::read_to_string(&map).expect("reads the map"),
+            before
+        );
+        let lock = std::fs::File::open(dir.path().join("haproxy.cfg.lock")).expect("opens");
+        assert!(lock.try_lock().is_ok(), "the release let the lock go");
+        drop(lock);
+
+        let socket = dir.path().join("quick.sock");
+        let worker = slow_worker(&socket, Duration::ZERO);
+        let api = RuntimeApi::new(&socket, Duration::from_secs(5));
+        let released =
+            release_within(&config, &addresses, Some(&api), Duration::from_secs(1)).await;
+        worker.abort();
+        assert_eq!(released, Ok(40));
+        let after = std::fs::read_to_string(&map).expect("reads the map");
+        assert!(
+            after.starts_with("k0.example new0.example:443\n"),
+            "{after}"
+        );
+        assert_eq!(after.lines().count(), 40, "{after}");
+    }
 }

@@ -220,38 +220,8 @@ impl Pusher {
 
 #[cfg(test)]
 mod tests {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-    use tokio::net::UnixListener;
-
     use super::*;
-
-    /// A stats socket in `prompt` mode whose worker holds an empty map and takes each change
-    /// `slow` after it was sent: just within the per-command time-out.
-    fn slow_worker(path: &std::path::Path, slow: Duration) -> tokio::task::JoinHandle<()> {
-        let listener = UnixListener::bind(path).expect("binds");
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let (read, mut write) = stream.into_split();
-                    let mut lines = BufReader::new(read).lines();
-                    while let Ok(Some(line)) = lines.next_line().await {
-                        let answer = if line == "show info" {
-                            "Pid: 7\n"
-                        } else {
-                            if !line.starts_with("prompt") && !line.starts_with("show map") {
-                                tokio::time::sleep(slow).await;
-                            }
-                            ""
-                        };
-                        let sent = write.write_all(format!("{answer}\n> ").as_bytes()).await;
-                        if sent.is_err() {
-                            return;
-                        }
-                    }
-                });
-            }
-        })
-    }
+    use crate::haproxy::fake::slow_worker;
 
     /// A worker that takes each of 40 changes in 400 ms (under the 5 s time-out of each)
     /// would hold a push for 16 s: the push ends at its budget, failed, and the next one reads
