@@ -63,6 +63,12 @@ fn started(log: &UdpSocket) -> (Haproxy, Backends) {
 
 /// The `stot` (cumulative sessions) of each BACKEND row of `show stat`.
 pub(crate) fn backend_sessions(haproxy: &Haproxy) -> BTreeMap<String, u64> {
+    sessions(haproxy, "BACKEND")
+}
+
+/// The `stot` (cumulative sessions) of each `show stat` row of `kind` (`FRONTEND`,
+/// `BACKEND`), by proxy name.
+pub(crate) fn sessions(haproxy: &Haproxy, kind: &str) -> BTreeMap<String, u64> {
     let csv = haproxy.stats_command("show stat").unwrap();
     let mut lines = csv.lines();
     let header: Vec<&str> = lines
@@ -74,7 +80,7 @@ pub(crate) fn backend_sessions(haproxy: &Haproxy) -> BTreeMap<String, u64> {
     let stot = header.iter().position(|h| *h == "stot").unwrap();
     lines
         .map(|line| line.split(',').collect::<Vec<_>>())
-        .filter(|fields| fields.get(1) == Some(&"BACKEND"))
+        .filter(|fields| fields.get(1) == Some(&kind))
         .map(|fields| (fields[0].to_owned(), fields[stot].parse().unwrap()))
         .collect()
 }

@@ -460,20 +460,7 @@ fn a_resolver_that_answers_nothing_makes_the_proxy_unready() {
 
 /// The `stot` of frontend `tls_passthrough`: every connection it accepted.
 fn frontend_sessions(f: &Fixture) -> u64 {
-    let csv = f.haproxy.stats_command("show stat").unwrap();
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines
-        .next()
-        .unwrap()
-        .trim_start_matches("# ")
-        .split(',')
-        .collect();
-    let stot = header.iter().position(|h| *h == "stot").unwrap();
-    lines
-        .map(|line| line.split(',').collect::<Vec<_>>())
-        .find(|fields| fields[0] == "tls_passthrough" && fields[1] == "FRONTEND")
-        .map(|fields| fields[stot].parse().unwrap())
-        .unwrap()
+    crate::metrics::sessions(&f.haproxy, "FRONTEND")["tls_passthrough"]
 }
 
 /// A config routing `good.test` to backend `a`, and `self.test` and `nlb.test` to hosts that

@@ -27,6 +27,29 @@ fn short_stop(f: &Fixture) -> autoproxy::render::RenderOptions {
     options
 }
 
+/// A host only DNS turns into an address (backend a's, where a test's server answers).
+const NAMED: &str = "api.named.test";
+
+/// Backend a's address.
+fn a_ip(f: &Fixture) -> Ipv4Addr {
+    let SocketAddr::V4(a) = f.backends.get("a").addr else {
+        unreachable!("IPv4 backends")
+    };
+    *a.ip()
+}
+
+/// A config of `generation`: `proxy.api.g1.test` → backend a by address and, when `named`,
+/// `proxy.api.named.test` → [`NAMED`] on backend a's port, with these nameservers.
+fn named_config(f: &Fixture, generation: u64, named: bool, nameservers: &[SocketAddr]) -> String {
+    let mut routes = vec![proxy::api_route("g1.test", f.backends.get("a"))];
+    if named {
+        let mut route = proxy::api_route("named.test", f.backends.get("a"));
+        route.back = HostName::parse(NAMED).unwrap();
+        routes.push(route);
+    }
+    proxy::render_with(generation, &routes, &short_stop(f), nameservers)
+}
+
 /// A config of `generation` with the held route and `proxy.api.gN.test` → backend a for
 /// every N in `zones`.
 fn config(f: &Fixture, generation: u64, zones: &[u64]) -> String {
@@ -128,25 +151,16 @@ fn route_changes_keep_the_worker_and_a_held_connection() {
 fn a_first_install_does_not_spend_its_address_budget() {
     let f = Fixture::new(&["a"]);
     let dns = DnsServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
-    let SocketAddr::V4(a) = f.backends.get("a").addr else {
-        unreachable!("IPv4 backends")
-    };
-    dns.set("api.named.test", &[*a.ip()]);
-    dns.drop_queries("api.named.test", true);
-    let mut route = proxy::api_route("named.test", f.backends.get("a"));
-    route.back = HostName::parse("api.named.test").unwrap();
-    let text = proxy::render_with(1, &[route], &short_stop(&f), &[dns.addr()]);
+    dns.set(NAMED, &[a_ip(&f)]);
+    dns.drop_queries(NAMED, true);
+    let text = named_config(&f, 1, true, &[dns.addr()]);
     let run = f.apply(&f.upload(&text));
     assert!(run.success(), "{run}");
     assert!(
         run.step("addresses")[0].contains("1 new host(s), none waited for"),
         "{run}"
     );
-    let asked = dns
-        .queries()
-        .iter()
-        .filter(|q| q.name == "api.named.test")
-        .count();
+    let asked = dns.queries().iter().filter(|q| q.name == NAMED).count();
     assert_eq!(asked, 0, "the apply asked DNS itself:\n{run}");
 }
 
@@ -156,19 +170,8 @@ fn a_new_route_host_has_its_address_in_the_running_worker_before_its_route() {
     // worker must get that address from the apply, or the route would not serve.
     let f = Fixture::new(&["a"]);
     let dns = DnsServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
-    let SocketAddr::V4(a) = f.backends.get("a").addr else {
-        unreachable!("IPv4 backends")
-    };
-    dns.set("api.named.test", &[*a.ip()]);
-    let config = |generation: u64, named: bool| {
-        let mut routes = vec![proxy::api_route("g1.test", f.backends.get("a"))];
-        if named {
-            let mut route = proxy::api_route("named.test", f.backends.get("a"));
-            route.back = HostName::parse("api.named.test").unwrap();
-            routes.push(route);
-        }
-        proxy::render_with(generation, &routes, &short_stop(&f), &[dns.addr()])
-    };
+    dns.set(NAMED, &[a_ip(&f)]);
+    let config = |generation: u64, named: bool| named_config(&f, generation, named, &[dns.addr()]);
     f.install_first(&config(1, false));
 
     let run = f.apply(&f.upload(&config(2, true)));
@@ -183,10 +186,7 @@ fn a_new_route_host_has_its_address_in_the_running_worker_before_its_route() {
     );
     f.assert_routes("named.test", "a");
     let held = held_map(&f, &MapFiles::stable().addresses);
-    assert!(
-        held.contains(&format!("api.named.test {}", a.ip())),
-        "{held:?}"
-    );
+    assert!(held.contains(&format!("{NAMED} {}", a_ip(&f))), "{held:?}");
 }
 
 /// A busy address service (its control socket listens but takes no connection) is alive: it
@@ -195,24 +195,14 @@ fn a_new_route_host_has_its_address_in_the_running_worker_before_its_route() {
 #[test]
 fn a_busy_address_service_is_not_taken_for_an_absent_one() {
     let f = Fixture::new(&["a"]);
-    let SocketAddr::V4(a) = f.backends.get("a").addr else {
-        unreachable!("IPv4 backends")
-    };
-    let config = |generation: u64, named: bool| {
-        let mut routes = vec![proxy::api_route("g1.test", f.backends.get("a"))];
-        if named {
-            let mut route = proxy::api_route("named.test", f.backends.get("a"));
-            route.back = HostName::parse("api.named.test").unwrap();
-            routes.push(route);
-        }
-        proxy::render(generation, &routes, &short_stop(&f))
-    };
+    let no_dns = [SocketAddr::from((Ipv4Addr::LOCALHOST, 53))];
+    let config = |generation: u64, named: bool| named_config(&f, generation, named, &no_dns);
     f.install_first(&config(1, false));
     // The file holds the host (the service wrote it), the worker not yet (the service has
     // not pushed it): what the apply would push by itself.
     let addresses = f.haproxy.dir().join(MapFiles::stable().addresses);
     let mut file = std::fs::read_to_string(&addresses).unwrap_or_default();
-    file.push_str(&format!("api.named.test {}\n", a.ip()));
+    file.push_str(&format!("{NAMED} {}\n", a_ip(&f)));
     std::fs::write(&addresses, file).unwrap();
     // A listener with a backlog of 0 and one connection queued: a connect finds it full.
     let socket = f.haproxy.dir().join("autoproxy/resolver.sock");
@@ -227,10 +217,7 @@ fn a_busy_address_service_is_not_taken_for_an_absent_one() {
         "the apply wrote the worker's address map beside a busy service:\n{run}"
     );
     let held = held_map(&f, &MapFiles::stable().addresses);
-    assert!(
-        !held.contains(&format!("api.named.test {}", a.ip())),
-        "{held:?}"
-    );
+    assert!(!held.contains(&format!("{NAMED} {}", a_ip(&f))), "{held:?}");
 }
 
 #[test]
