@@ -54,9 +54,10 @@ pub async fn ensure(
 }
 
 /// [`ensure`] for an apply: the service is asked only for `names` (the hosts new to the
-/// apply's generation), as it resolves `theirs` (the installed config's hosts, which it reads
-/// from that file) at its own pace. When no service answers, nobody else resolves `theirs`:
-/// they are resolved with `names`, in one pass within `budget`.
+/// apply's generation), never for `theirs` (the installed config's hosts, which it reads from
+/// that file and resolves at its own pace), even when `names` is empty. When no service
+/// listens, nobody else resolves `theirs`: they are resolved with `names`, in one pass within
+/// `budget`.
 pub async fn ensure_new(
     config_dir: &Path,
     names: &[String],
@@ -76,11 +77,23 @@ pub async fn ensure_new(
     }
     asked.sort();
     asked.dedup();
-    if asked.is_empty() {
-        return ensured;
-    }
     let socket = config_dir.join(SOCKET);
-    match control::ask(&socket, &asked, deadline).await {
+    let answered = if !asked.is_empty() {
+        control::ask(&socket, &asked, deadline).await
+    } else if theirs.is_empty() {
+        return ensured;
+    } else {
+        // Nothing new to ask: a service that listens resolves `theirs` at its pace (asking it
+        // would only hear "still resolving" during a fill); without one, they are resolved here.
+        match control::connect(&socket).await {
+            Err(Asked::NoResolver) => Err(Asked::NoResolver),
+            Ok(_) | Err(Asked::Busy(_) | Asked::Failed(_)) => {
+                ensured.by = By::Resolver;
+                return ensured;
+            }
+        }
+    };
+    match answered {
         Ok(answers) => {
             ensured.by = By::Resolver;
             for (name, answer) in answers {

@@ -167,20 +167,14 @@ impl Run {
         let own = crate::own::Own::of(text);
         // The installed config's hosts are the address service's: it reads them from that
         // file, fills or retries them at its own pace, and puts their held routes in as they
-        // resolve. So it is asked only for the hosts new to this generation. A new instance's
-        // second apply, during the fill, asked for the 9,300 names the fill had not reached,
-        // and took 0.57 s for answers that could only be "still resolving". With no service
-        // running, nobody else resolves the installed ones: the apply does, as before.
-        // With no new host, the installed ones are asked for: the service answers for them.
-        let (asked, theirs) = if new.is_empty() {
-            (installed, Vec::new())
-        } else {
-            (new, installed)
-        };
+        // resolve. So it is asked only for the hosts new to this generation, if any. A new
+        // instance's second apply, during the fill, asked for the 9,300 names the fill had not
+        // reached, and took 0.57 s for answers that could only be "still resolving". With no
+        // service running, nobody else resolves the installed ones: the apply does, as before.
         let ensured = crate::addresses::ensure_new(
             &self.paths.dir,
-            &asked,
-            &theirs,
+            &new,
+            &installed,
             &nameservers,
             &own,
             ADDRESS_BUDGET,
@@ -192,6 +186,16 @@ impl Run {
             self.state.unpushed = ensured.missing.iter().map(|(n, _)| n.clone()).collect();
         }
         let n = ensured.resolved + ensured.missing.len();
+        if n == 0 {
+            log(
+                "addresses",
+                &format!(
+                    "no new host; {} of the installed config's without an address are the address service's",
+                    installed.len()
+                ),
+            );
+            return;
+        }
         log(
             "addresses",
             &format!(

@@ -114,7 +114,7 @@ fn a_route_to_a_name_that_does_not_resolve_is_held_then_put_in_by_the_resolver()
 }
 
 /// An apply on a running instance asks the address service only for the hosts new to its
-/// generation. The installed config's hosts that have no address are the service's own: it
+/// generation, and for none when it has none. The installed config's hosts that have no address are the service's own: it
 /// reads them from that config and retries them at its pace. Asking for them again cost a new
 /// instance's second apply, during the fill, 0.57 s at 10,000 routes.
 #[test]
@@ -163,6 +163,25 @@ fn an_apply_asks_the_address_service_only_for_the_hosts_new_to_its_generation() 
         "{}",
         resolver.output()
     );
+    assert!(f.haproxy.probe("proxy.api.named.test").is_err(), "held");
+
+    // Generation 3: `g1.test` gone, no new host. The held one is still the service's.
+    let third = proxy::render_with(
+        3,
+        &routes[1..],
+        &f.haproxy.options(f.backends.port),
+        &[dns.addr()],
+    );
+    let run = f.apply(&f.upload(&third));
+    assert!(run.success(), "{run}");
+    // Before: "1 new host(s): 0 resolved, 1 without an address yet (first: api.never.test…".
+    assert!(
+        run.stdout.contains(
+            "addresses: no new host; 1 of the installed config's without an address are the address service's"
+        ),
+        "asked for the installed config's host:\n{run}"
+    );
+    assert!(f.haproxy.probe("proxy.api.g1.test").is_err(), "removed");
     assert!(f.haproxy.probe("proxy.api.named.test").is_err(), "held");
 }
 
