@@ -17,13 +17,20 @@
 //! (docs/ARCHITECTURE.md, "Who may route a name outside every zone"): the zone that held it in
 //! the last manifest keeps it and a newcomer is refused; two newcomers in one run are both
 //! refused; and a name inside another zone is that zone's, never claimed from outside it.
+//!
+//! Nesting counts only what shadows: in [`Mode::Vpc`] only a zone associated with a proxy VPC
+//! is "another zone" for a name inside it; in [`Mode::FirstHolder`] a zone that appears inside
+//! a routed zone does not take a name its holder routed first (see [`nested`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 
 use crate::manifest::{Manifest, ZoneEntry};
 use crate::model::{Route, ZoneKey};
 use crate::names::{HostName, normalize};
+
+mod nested;
+mod refusal;
+pub use refusal::Refusal;
 
 /// How ownership is decided.
 #[derive(Debug, Clone, Copy)]
@@ -32,165 +39,6 @@ pub enum Mode<'a> {
     Vpc(&'a BTreeSet<ZoneKey>),
     /// The first holder of a name, as remembered.
     FirstHolder,
-}
-
-/// A zone that opted in and gets no route, and why. Each names both sides.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
-    /// The zone is not associated with any proxy VPC: the proxy never resolves it.
-    NotInVpc { name: String, zone: ZoneKey },
-    /// Another zone held the name first; its routes (if any) stand.
-    HeldByAnother {
-        name: String,
-        zone: ZoneKey,
-        holder: ZoneKey,
-    },
-    /// Several zones hold the name, not all opted in, and none is known to have held it first:
-    /// nobody can tell which one the proxy resolves.
-    Unsettled {
-        name: String,
-        zone: ZoneKey,
-        others: Vec<ZoneKey>,
-    },
-    /// An SNI outside the claiming zone lies inside another zone: that zone's to route.
-    InAnotherZone {
-        sni: String,
-        zone: ZoneKey,
-        zone_name: String,
-    },
-    /// An SNI outside every zone, held by another zone since an earlier run.
-    OutsideHeld {
-        sni: String,
-        zone: ZoneKey,
-        holder: ZoneKey,
-    },
-    /// An SNI outside every zone whose holder's record disappeared less than the grace
-    /// period ago (`OWNERSHIP_GRACE_HOURS`): it is still the holder's.
-    OutsideInGrace {
-        sni: String,
-        zone: ZoneKey,
-        holder: ZoneKey,
-        /// Unix seconds when the grace ends.
-        until: u64,
-    },
-    /// A zone name held by zones associated with more than one of the proxy VPCs: proxies in
-    /// different VPCs would resolve different zones.
-    SeveralVpcs {
-        name: String,
-        zone: ZoneKey,
-        others: Vec<ZoneKey>,
-    },
-    /// An SNI outside every zone that several zones claim for the first time in one run.
-    OutsideUnsettled {
-        sni: String,
-        zone: ZoneKey,
-        others: Vec<ZoneKey>,
-    },
-}
-
-impl Refusal {
-    /// The zone refused.
-    pub fn zone(&self) -> &ZoneKey {
-        match self {
-            Refusal::NotInVpc { zone, .. }
-            | Refusal::HeldByAnother { zone, .. }
-            | Refusal::Unsettled { zone, .. }
-            | Refusal::InAnotherZone { zone, .. }
-            | Refusal::OutsideHeld { zone, .. }
-            | Refusal::OutsideInGrace { zone, .. }
-            | Refusal::SeveralVpcs { zone, .. }
-            | Refusal::OutsideUnsettled { zone, .. } => zone,
-        }
-    }
-
-    /// The name refused: a zone's name, or an SNI outside the zone.
-    pub fn name(&self) -> &str {
-        match self {
-            Refusal::NotInVpc { name, .. }
-            | Refusal::HeldByAnother { name, .. }
-            | Refusal::Unsettled { name, .. }
-            | Refusal::SeveralVpcs { name, .. } => name,
-            Refusal::InAnotherZone { sni, .. }
-            | Refusal::OutsideHeld { sni, .. }
-            | Refusal::OutsideInGrace { sni, .. }
-            | Refusal::OutsideUnsettled { sni, .. } => sni,
-        }
-    }
-}
-
-fn joined(zones: &[ZoneKey]) -> String {
-    zones
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-impl fmt::Display for Refusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Refusal::NotInVpc { name, zone } => write!(
-                f,
-                "zone {name} ({zone}) opted in but is not associated with the proxy VPC(s) \
-                 (PROXY_VPCS): the proxy would resolve another zone's names, so no route"
-            ),
-            Refusal::HeldByAnother { name, zone, holder } => write!(
-                f,
-                "zone {name} ({zone}) opted in, but account {} held the name first ({holder}): \
-                 no route from account {}. If the newcomer is the rightful owner, drop the \
-                 other zone or ignore it (IGNORE_ZONES={}:{name})",
-                holder.account, zone.account, holder.account
-            ),
-            Refusal::Unsettled { name, zone, others } => write!(
-                f,
-                "zone {name} ({zone}) opted in, but the name is also held by {}, not all of \
-                 which opted in, and none is known to have held it first: no route until one \
-                 zone remains or all opt in (or IGNORE_ZONES=<account>:{name} drops one)",
-                joined(others)
-            ),
-            Refusal::InAnotherZone {
-                sni,
-                zone,
-                zone_name,
-            } => write!(
-                f,
-                "zone {zone} claims SNI {sni} (its back record's CNAME target), which lies in \
-                 zone {zone_name}: only that zone's own rules route it, so no route"
-            ),
-            Refusal::OutsideHeld { sni, zone, holder } => write!(
-                f,
-                "SNI {sni} (outside every zone) is held by zone {holder}, which claimed it \
-                 first; zone {zone} claims it too and gets no route. If the newcomer is the \
-                 rightful owner, remove the other zone's record or ignore that zone \
-                 (IGNORE_ZONES=<account>:<zone>)"
-            ),
-            Refusal::OutsideInGrace {
-                sni,
-                zone,
-                holder,
-                until,
-            } => write!(
-                f,
-                "SNI {sni} (outside every zone) is held by zone {holder}, whose record for it \
-                 disappeared; it keeps the name until {} (OWNERSHIP_GRACE_HOURS), so zone {zone} \
-                 gets no route before then, and none at all if the holder's record returns",
-                crate::accounts::rfc3339(*until)
-            ),
-            Refusal::SeveralVpcs { name, zone, others } => write!(
-                f,
-                "zone {name} ({zone}) opted in, but zones of the same name are associated with \
-                 other proxy VPCs too ({}): proxies in different VPCs would resolve different \
-                 zones, so none routes it (associate one zone of the name only)",
-                joined(others)
-            ),
-            Refusal::OutsideUnsettled { sni, zone, others } => write!(
-                f,
-                "SNI {sni} (outside every zone) is claimed for the first time by zone {zone} \
-                 and by {} in the same run: none routes it until only one claims it",
-                joined(others)
-            ),
-        }
-    }
 }
 
 /// Who holds which name: the manifest's memory, from one run to the next.
@@ -259,14 +107,27 @@ pub fn owned_routes(
     mode: Mode<'_>,
     grace: Grace,
 ) -> Owned {
+    owned_routes_beside(zones, &[], previous, mode, grace)
+}
+
+/// [`owned_routes`] beside `unread`, the zones listed but never read: they have no routes, but
+/// their names count, so nothing inside them goes to anybody new.
+pub fn owned_routes_beside(
+    zones: &BTreeMap<String, ZoneEntry>,
+    unread: &[ZoneEntry],
+    previous: &Holders,
+    mode: Mode<'_>,
+    grace: Grace,
+) -> Owned {
     let mut by_name: BTreeMap<HostName, Vec<&ZoneEntry>> = BTreeMap::new();
-    for entry in zones.values() {
+    for entry in zones.values().chain(unread) {
         // A name that is not a host name gave no routes; it holds nothing.
         if let Ok(name) = normalize(&entry.name).to_host() {
             by_name.entry(name).or_default().push(entry);
         }
     }
-    let zone_names: BTreeSet<String> = by_name.keys().map(|n| n.as_str().to_owned()).collect();
+    let unread: BTreeSet<ZoneKey> = unread.iter().map(key).collect();
+    let known = nested::Known::of(&by_name, mode);
     let mut owned = Owned::default();
     for (name, mut group) in by_name {
         group.sort_by_key(|entry| key(entry));
@@ -275,37 +136,52 @@ pub fn owned_routes(
         if let Some(holder) = &holder {
             owned.holders.zones.insert(name.clone(), holder.clone());
         }
-        for entry in group.iter().filter(|entry| !entry.routes.is_empty()) {
-            match zone_refusal(&name, &group, key(entry), holder.as_ref(), mode) {
+        let group = Group {
+            name: &name,
+            zones: &group,
+            unread: &unread,
+        };
+        for entry in group.zones.iter().filter(|entry| !entry.routes.is_empty()) {
+            match zone_refusal(&group, key(entry), holder.as_ref(), mode) {
                 None => owned.candidates.extend(entry.routes.iter().cloned()),
                 Some(refusal) => owned.refusals.push(refusal),
             }
         }
     }
-    outside_names(&mut owned, previous, &zone_names, grace);
+    outside_names(&mut owned, previous, &known, grace);
     owned
 }
 
-/// Why `zone`, one of `group` (the zones named `name`), may not route its name, if it may not.
-fn zone_refusal(
-    name: &str,
-    group: &[&ZoneEntry],
-    zone: ZoneKey,
-    holder: Option<&ZoneKey>,
-    mode: Mode<'_>,
-) -> Option<Refusal> {
-    let others = |zone: &ZoneKey, keep: &dyn Fn(&ZoneKey) -> bool| -> Vec<ZoneKey> {
-        group
+/// The zones of one name, and which zones of the estate are not read yet.
+struct Group<'a> {
+    name: &'a str,
+    zones: &'a [&'a ZoneEntry],
+    unread: &'a BTreeSet<ZoneKey>,
+}
+
+impl Group<'_> {
+    /// The other zones of the name that `keep` keeps.
+    fn others(&self, zone: &ZoneKey, keep: &dyn Fn(&ZoneKey) -> bool) -> Vec<ZoneKey> {
+        self.zones
             .iter()
             .map(|other| key(other))
             .filter(|other| other != zone && keep(other))
             .collect()
-    };
-    let name = name.to_owned();
+    }
+}
+
+/// Why `zone`, one of `group`, may not route its name, if it may not.
+fn zone_refusal(
+    group: &Group<'_>,
+    zone: ZoneKey,
+    holder: Option<&ZoneKey>,
+    mode: Mode<'_>,
+) -> Option<Refusal> {
+    let name = group.name.to_owned();
     match mode {
         // Route53 refuses two zones of one name on one VPC: two associated ones are on two.
         Mode::Vpc(associated) if associated.contains(&zone) => {
-            let others = others(&zone, &|other| associated.contains(other));
+            let others = group.others(&zone, &|other| associated.contains(other));
             (!others.is_empty()).then_some(Refusal::SeveralVpcs { name, zone, others })
         }
         Mode::Vpc(_) => Some(Refusal::NotInVpc { name, zone }),
@@ -316,40 +192,39 @@ fn zone_refusal(
                 zone,
                 holder: holder.clone(),
             }),
-            None => Some(Refusal::Unsettled {
-                name,
-                others: others(&zone, &|_| true),
-                zone,
-            }),
+            // A zone not read yet may be the one that held the name: nothing new routes it.
+            None => match group.others(&zone, &|other| group.unread.contains(other)) {
+                unread if !unread.is_empty() => Some(Refusal::Unread { name, zone, unread }),
+                _ => Some(Refusal::Unsettled {
+                    name,
+                    others: group.others(&zone, &|_| true),
+                    zone,
+                }),
+            },
         },
     }
 }
 
 /// Settles the SNIs that lie outside their own zone (docs/ARCHITECTURE.md, "Who may route a
-/// name outside every zone"), among the routes the zone names let through. Any route whose SNI
-/// lies inside a deeper zone than its own (a child zone, another account's) is that zone's.
-fn outside_names(
-    owned: &mut Owned,
-    previous: &Holders,
-    zone_names: &BTreeSet<String>,
-    grace: Grace,
-) {
+/// name outside every zone"), among the routes the zone names let through. A route whose SNI
+/// lies inside a deeper zone than its own (a child zone, another account's) is that zone's,
+/// unless [`nested::first_holds`] says the claiming zone held it first.
+fn outside_names(owned: &mut Owned, previous: &Holders, known: &nested::Known, grace: Grace) {
     let mut claims: BTreeMap<String, BTreeSet<ZoneKey>> = BTreeMap::new();
     let mut refused: BTreeMap<(String, ZoneKey), Refusal> = BTreeMap::new();
+    let mut own_names = Vec::new();
     for route in &owned.candidates {
         let zone = route.zone_key();
-        match inside_zone(route, zone_names) {
-            Some(inside) if inside != route.zone_name.as_str() => {
-                refused.insert(
-                    (route.sni.clone(), zone.clone()),
-                    Refusal::InAnotherZone {
-                        sni: route.sni.clone(),
-                        zone,
-                        zone_name: inside.to_owned(),
-                    },
-                );
+        match known.inside(route) {
+            Some(inside) if inside.name != route.zone_name.as_str() => {
+                if known.first_holds(route, inside.name, previous) {
+                    claims.entry(route.sni.clone()).or_default().insert(zone);
+                } else {
+                    let refusal = inside.refusal(route);
+                    refused.insert((route.sni.clone(), zone), refusal);
+                }
             }
-            Some(_) => {}
+            Some(_) => own_names.push(route),
             None => {
                 claims.entry(route.sni.clone()).or_default().insert(zone);
             }
@@ -370,6 +245,10 @@ fn outside_names(
         if let Some(since) = held.absent_since {
             owned.holders.outside_absent.insert(sni, since);
         }
+    }
+    // A zone's claim to a name inside itself that another zone held first.
+    for refusal in nested::held_inside(&own_names, &owned.holders.outside) {
+        refused.insert((refusal.name().to_owned(), refusal.zone().clone()), refusal);
     }
     owned
         .candidates
@@ -455,14 +334,6 @@ fn sni_name(route: &Route) -> Option<HostName> {
 /// A route whose SNI is not its own zone's name nor under it (a `back-target` rule's).
 pub fn is_outside(route: &Route) -> bool {
     sni_name(route).is_none_or(|sni| !sni.is_within(&route.zone_name))
-}
-
-/// The deepest zone name (of those known) that the route's SNI equals or lies under, if any.
-fn inside_zone<'a>(route: &Route, zone_names: &'a BTreeSet<String>) -> Option<&'a str> {
-    let sni = sni_name(route)?;
-    sni.ancestors()
-        .find_map(|name| zone_names.get(name))
-        .map(String::as_str)
 }
 
 /// The zone that holds a name: the only one; else the one remembered, if still there; else,
