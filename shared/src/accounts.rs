@@ -19,6 +19,9 @@ pub enum State {
     NotOnboarded,
     /// The mass-deletion guard holds its changes (see `publish::holds`).
     Held,
+    /// Some of its zones were never read yet: its routes stay as last published until they
+    /// are (the reason says how many).
+    Pending,
 }
 
 impl State {
@@ -29,6 +32,7 @@ impl State {
             State::Failing => "failing",
             State::NotOnboarded => "not_onboarded",
             State::Held => "held",
+            State::Pending => "pending",
         }
     }
 }
@@ -62,6 +66,7 @@ pub struct Counts {
     pub failing: usize,
     pub not_onboarded: usize,
     pub held: usize,
+    pub pending: usize,
 }
 
 /// How long a reason may be in the manifest: an SDK error can be long.
@@ -91,50 +96,74 @@ pub fn never_assumed(previous: &[AccountState], account: &str) -> bool {
         .is_none_or(|state| state.state == State::NotOnboarded)
 }
 
-/// This run's states: from each account's outcome, the guard's holds (account → reason), and
-/// the last states. Accounts with neither outcome nor hold keep their last state when `carry`
-/// (a run that read one zone); otherwise they are gone from the list.
-pub fn next(
-    previous: &[AccountState],
-    outcomes: &BTreeMap<String, Outcome>,
-    holds: &BTreeMap<String, String>,
-    now: &str,
-    carry: bool,
-) -> Vec<AccountState> {
+/// What one run knows of the accounts.
+#[derive(Debug, Clone, Copy)]
+pub struct Run<'a> {
+    /// How reading each account ended (a full sweep).
+    pub outcomes: &'a BTreeMap<String, Outcome>,
+    /// The guard's holds: account → reason.
+    pub holds: &'a BTreeMap<String, String>,
+    /// Accounts with zones never read: account → how many.
+    pub unread: &'a BTreeMap<String, usize>,
+    /// The run's time, RFC 3339.
+    pub now: &'a str,
+    /// Whether accounts without an outcome keep their last state (a run that read a zone).
+    pub carry: bool,
+}
+
+/// This run's states: from each account's outcome, its zones never read, the guard's holds,
+/// and the last states. Accounts with neither outcome nor hold keep their last state when
+/// `carry` (a run that read one zone; a `pending` one turns `ok` once it has no zone left
+/// unread); otherwise they are gone from the list. A failure outranks zones never read, and a
+/// hold outranks both.
+pub fn next(previous: &[AccountState], run: &Run<'_>) -> Vec<AccountState> {
     let last: BTreeMap<&str, &AccountState> = previous
         .iter()
         .map(|state| (state.account.as_str(), state))
         .collect();
     let mut states: BTreeMap<String, AccountState> = BTreeMap::new();
-    if carry {
+    if run.carry {
         for state in previous {
             states.insert(state.account.clone(), state.clone());
         }
     }
-    for (account, outcome) in outcomes {
-        let (state, reason) = match outcome {
-            Outcome::Read => (State::Ok, ""),
+    let mut set = |account: &str, state: State, reason: &str| {
+        let state = entered(last.get(account), account, state, reason, run.now);
+        states.insert(account.to_owned(), state);
+    };
+    for state in previous
+        .iter()
+        .filter(|s| run.carry && s.state == State::Pending)
+    {
+        set(&state.account, State::Ok, "");
+    }
+    for (account, count) in run.unread {
+        set(account, State::Pending, &unread_reason(*count));
+    }
+    for (account, outcome) in run.outcomes {
+        match outcome {
+            Outcome::Read if run.unread.contains_key(account) => {}
+            Outcome::Read => set(account, State::Ok, ""),
             Outcome::AssumeDenied(reason) if never_assumed(previous, account) => {
-                (State::NotOnboarded, reason.as_str())
+                set(account, State::NotOnboarded, reason);
             }
             Outcome::AssumeDenied(reason) | Outcome::Failed(reason) => {
-                (State::Failing, reason.as_str())
+                set(account, State::Failing, reason);
             }
-        };
-        let state = entered(last.get(account.as_str()), account, state, reason, now);
-        states.insert(account.clone(), state);
+        }
     }
-    for (account, reason) in holds {
-        let state = entered(
-            last.get(account.as_str()),
-            account,
-            State::Held,
-            reason,
-            now,
-        );
-        states.insert(account.clone(), state);
+    for (account, reason) in run.holds {
+        set(account, State::Held, reason);
     }
     states.into_values().collect()
+}
+
+/// Why an account is `pending`.
+fn unread_reason(count: usize) -> String {
+    format!(
+        "{count} zone(s) never read yet: its routes stay as last published (none for an \
+         account new here) until they are, and nothing inside them goes to anybody new"
+    )
 }
 
 /// The state, since now unless the account was already in it.
@@ -165,6 +194,7 @@ pub fn counts(states: &[AccountState]) -> Counts {
             State::Failing => counts.failing += 1,
             State::NotOnboarded => counts.not_onboarded += 1,
             State::Held => counts.held += 1,
+            State::Pending => counts.pending += 1,
         }
     }
     counts
@@ -216,6 +246,64 @@ mod tests {
         }
     }
 
+    /// [`next`] at `T1`.
+    fn run(
+        previous: &[AccountState],
+        outcomes: &BTreeMap<String, Outcome>,
+        holds: &BTreeMap<String, String>,
+        unread: &BTreeMap<String, usize>,
+        carry: bool,
+    ) -> Vec<AccountState> {
+        let run = Run {
+            outcomes,
+            holds,
+            unread,
+            now: T1,
+            carry,
+        };
+        next(previous, &run)
+    }
+
+    #[test]
+    fn an_account_with_zones_never_read_is_pending_and_says_how_many() {
+        use State::*;
+        let read = || Some(Outcome::Read);
+        let failed = || Some(Outcome::Failed("Throttling".into()));
+        // last state, outcome, zones never read, carried (an event run), expected, since
+        #[rustfmt::skip]
+        let cases = [
+            (None, read(), 3, false, Pending, T1),
+            (Some(Ok), read(), 3, false, Pending, T1),
+            (Some(Pending), read(), 3, false, Pending, T0),
+            (Some(Pending), read(), 0, false, Ok, T1),
+            (Some(Pending), failed(), 3, false, Failing, T1),
+            (Some(Pending), None, 3, true, Pending, T0),
+            (Some(Pending), None, 0, true, Ok, T1),
+        ];
+        for (last, outcome, never_read, carry, expected, since) in cases {
+            let what = format!("{last:?} {outcome:?} never_read={never_read} carry={carry}");
+            let previous: Vec<AccountState> = last.map(|s| state(s, T0)).into_iter().collect();
+            let outcomes = outcome.map(|o| (A.to_owned(), o)).into_iter().collect();
+            let unread = (never_read > 0)
+                .then(|| (A.to_owned(), never_read))
+                .into_iter()
+                .collect();
+            let next = run(&previous, &outcomes, &BTreeMap::new(), &unread, carry);
+            assert_eq!(next.len(), 1, "{what}");
+            assert_eq!(
+                (next[0].state, next[0].since.as_str()),
+                (expected, since),
+                "{what}"
+            );
+            if expected == Pending {
+                assert!(
+                    next[0].reason.starts_with("3 zone(s) never read"),
+                    "{what}: {next:?}"
+                );
+            }
+        }
+    }
+
     /// The state and since after one run from `last`, with `outcome` (or a hold).
     fn check(last: Option<State>, outcome: Option<Outcome>, held: bool) -> (State, String) {
         let previous: Vec<AccountState> = last.map(|s| state(s, T0)).into_iter().collect();
@@ -225,7 +313,7 @@ mod tests {
             .then(|| (A.to_owned(), "drop".to_owned()))
             .into_iter()
             .collect();
-        let next = next(&previous, &outcomes, &holds, T1, false);
+        let next = run(&previous, &outcomes, &holds, &BTreeMap::new(), false);
         assert_eq!(next.len(), 1);
         (next[0].state, next[0].since.clone())
     }
@@ -268,8 +356,9 @@ mod tests {
     fn accounts_without_an_outcome_are_carried_or_dropped() {
         let previous = [state(State::Failing, T0)];
         let (outcomes, holds) = (BTreeMap::new(), BTreeMap::new());
-        assert_eq!(next(&previous, &outcomes, &holds, T1, true), previous);
-        assert!(next(&previous, &outcomes, &holds, T1, false).is_empty());
+        let none = BTreeMap::new();
+        assert_eq!(run(&previous, &outcomes, &holds, &none, true), previous);
+        assert!(run(&previous, &outcomes, &holds, &none, false).is_empty());
     }
 
     #[test]
@@ -296,7 +385,7 @@ mod tests {
         let expected = format!("{MANAGEMENT_ACCOUNT}; AccessDenied: sts:AssumeRole");
         assert_eq!(outcomes[A], Outcome::AssumeDenied(expected));
         assert_eq!(outcomes["222222222222"], denied());
-        let states = next(&[], &outcomes, &BTreeMap::new(), T1, false);
+        let states = run(&[], &outcomes, &BTreeMap::new(), &BTreeMap::new(), false);
         assert_eq!(states[0].state, State::NotOnboarded);
         assert!(
             states[0].reason.starts_with(MANAGEMENT_ACCOUNT),
@@ -313,11 +402,18 @@ mod tests {
             state(State::Failing, T1),
             state(State::NotOnboarded, T0),
             state(State::Held, T0),
+            state(State::Pending, T0),
         ];
         let counts = counts(&states);
         assert_eq!(
-            (counts.ok, counts.failing, counts.not_onboarded, counts.held),
-            (1, 2, 1, 1)
+            (
+                counts.ok,
+                counts.failing,
+                counts.not_onboarded,
+                counts.held,
+                counts.pending
+            ),
+            (1, 2, 1, 1, 1)
         );
         let now = unix_seconds(T1).unwrap() + 90;
         assert_eq!(longest_failing_minutes(&states, now), 61);

@@ -93,7 +93,9 @@ pub async fn sweep(
     deadline: Option<Instant>,
 ) -> Result<Swept, SweepError> {
     let empty = Manifest::default();
-    let base = previous.unwrap_or(&empty);
+    // Zones read while their account had zones never read count as read.
+    let merged = previous.map(Manifest::with_progress);
+    let base = merged.as_deref().unwrap_or(&empty);
     let mut swept = Swept {
         manifest: Manifest {
             generation: base.generation,
@@ -120,6 +122,7 @@ pub async fn sweep(
         Scope::Zones(keys) => {
             swept.manifest.zones = base.zones.clone();
             swept.manifest.pending = base.pending.clone();
+            swept.manifest.unread = base.unread.clone();
             for key in keys {
                 let Some(account) = accounts.iter().find(|a| a.account == key.account) else {
                     swept.warnings.push(format!(
@@ -275,6 +278,14 @@ fn keep_account(swept: &mut Swept, base: &Manifest, account: &str, err: &ScanErr
         .filter(|key| key.starts_with(&format!("{account}/")))
         .cloned();
     swept.manifest.pending.extend(still_pending);
+    let still_unread = base
+        .unread
+        .iter()
+        .filter(|(key, _)| key.starts_with(&format!("{account}/")));
+    swept
+        .manifest
+        .unread
+        .extend(still_unread.map(|(key, name)| (key.clone(), name.clone())));
     warn!(account, error = %err, kept = kept.len(), "account scan failed");
     swept.failures.push(format!(
         "{err}; keeping its {} zone(s) from the last manifest",
@@ -301,6 +312,8 @@ fn merge_zone(swept: &mut Swept, base: &Manifest, zone: &Zone, read: ZoneRead) {
         ZoneRead::Unread => {
             if let Some(entry) = base.zones.get(&key) {
                 swept.manifest.zones.insert(key.clone(), entry.clone());
+            } else {
+                swept.manifest.unread.insert(key.clone(), zone.name.clone());
             }
             swept.manifest.pending.insert(key);
         }
@@ -353,10 +366,12 @@ async fn read_one_zone(
         Ok(Some(entry)) => {
             swept.zones_scanned += 1;
             swept.manifest.pending.remove(&manifest_key);
+            swept.manifest.unread.remove(&manifest_key);
             swept.manifest.zones.insert(manifest_key, entry);
         }
         Ok(None) => {
             swept.manifest.pending.remove(&manifest_key);
+            swept.manifest.unread.remove(&manifest_key);
             if swept.manifest.zones.remove(&manifest_key).is_some() {
                 info!(zone = %key, "zone is gone, not private or ignored: its routes drop out");
             }

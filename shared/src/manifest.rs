@@ -25,6 +25,15 @@ pub struct Manifest {
     /// last sweep finished.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub pending: BTreeSet<String>,
+    /// Zones of `pending` never read yet: key → zone name as Route53 spells it. What lies
+    /// inside them goes to nobody new until they are read.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unread: BTreeMap<String, String>,
+    /// Zones read while their account still had zones never read, keyed as `zones`: saved so
+    /// they count as read, not in the config until the account's last zone is read (`zones`
+    /// keeps that account's published entries meanwhile).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub progress: BTreeMap<String, ZoneEntry>,
     /// Normalised zone name → the zone that held it first (see [`crate::ownership`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub holders: BTreeMap<String, ZoneKey>,
@@ -66,6 +75,8 @@ impl Default for Manifest {
             generation: 0,
             zones: BTreeMap::new(),
             pending: BTreeSet::new(),
+            unread: BTreeMap::new(),
+            progress: BTreeMap::new(),
             holders: BTreeMap::new(),
             outside_holders: BTreeMap::new(),
             outside_absent_since: BTreeMap::new(),
@@ -104,11 +115,43 @@ impl Manifest {
     pub fn same_content(&self, other: &Manifest) -> bool {
         self.zones == other.zones
             && self.pending == other.pending
+            && self.unread == other.unread
+            && self.progress == other.progress
             && self.holders == other.holders
             && self.outside_holders == other.outside_holders
             && self.outside_absent_since == other.outside_absent_since
             && self.accounts == other.accounts
             && self.format == other.format
+    }
+
+    /// The zones never read (`unread`), as entries without routes: their names count for who
+    /// may route what (`crate::ownership`).
+    pub fn unread_entries(&self) -> Vec<ZoneEntry> {
+        self.unread
+            .iter()
+            .filter_map(|(key, name)| {
+                let (account, id) = key.split_once('/')?;
+                Some(ZoneEntry {
+                    account: account.to_owned(),
+                    id: id.to_owned(),
+                    name: name.clone(),
+                    routes: Vec::new(),
+                    warnings: Vec::new(),
+                })
+            })
+            .collect()
+    }
+
+    /// The zones as a sweep starts from: `zones` with the entries of `progress` over them
+    /// (they were read, and are newer).
+    pub fn with_progress(&self) -> std::borrow::Cow<'_, Manifest> {
+        if self.progress.is_empty() {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        let mut merged = self.clone();
+        merged.zones.extend(self.progress.clone());
+        merged.progress.clear();
+        std::borrow::Cow::Owned(merged)
     }
 
     /// Reads a stored manifest; `None` when it is of another format (or not a manifest).
@@ -141,7 +184,7 @@ impl Manifest {
 
     /// Keeps only the routes `rules` make of their zones, counting the others.
     fn drop_stale_routes(&mut self, rules: &[Rule]) {
-        for entry in self.zones.values_mut() {
+        for entry in self.zones.values_mut().chain(self.progress.values_mut()) {
             let mut routes = std::mem::take(&mut entry.routes);
             let before = routes.len();
             routes.retain(|route| is_what_its_rule_makes(route, entry, rules));
@@ -151,7 +194,7 @@ impl Manifest {
     }
 
     fn validate(&self) -> Result<(), String> {
-        for (key, entry) in &self.zones {
+        for (key, entry) in self.zones.iter().chain(&self.progress) {
             let zone = ZoneKey {
                 account: entry.account.clone(),
                 id: entry.id.clone(),
@@ -164,7 +207,7 @@ impl Manifest {
                 ));
             }
         }
-        for key in &self.pending {
+        for key in self.pending.iter().chain(self.unread.keys()) {
             let well_formed = key.split_once('/').is_some_and(|(account, id)| {
                 crate::model::is_account_id(account) && crate::model::is_zone_id(id)
             });

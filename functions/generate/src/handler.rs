@@ -1,7 +1,7 @@
 //! autoproxy-generate: Route53 of every configured account → haproxy.cfg in S3, written only
 //! when it changed.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use autoproxy::accounts::{self, Counts};
@@ -86,6 +86,10 @@ pub struct Summary {
     pub warnings: Vec<String>,
     /// Accounts by state; the manifest names them.
     pub accounts: Counts,
+    /// Accounts with zones never read yet, and how many: they keep their published routes
+    /// while every other account publishes. Absent when none.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub unread_zones: BTreeMap<String, usize>,
     /// The EMF metric documents the run wrote to its log (not part of the JSON answer).
     #[serde(skip)]
     pub metrics: Vec<Value>,
@@ -222,6 +226,7 @@ pub async fn handle_until(
         diff: plan.diff,
         warnings: plan.warnings,
         accounts: accounts::counts(&plan.manifest.accounts),
+        unread_zones: plan.unread,
         metrics,
     })
 }

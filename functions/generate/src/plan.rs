@@ -2,7 +2,7 @@
 //! trigger, the config and manifest in S3, the sweep, the zones of the proxy VPCs) to what it
 //! writes and what it reports. The handler reads, calls [`plan`], then writes what it says.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use autoproxy::discovery::{Scope, Swept};
 use autoproxy::manifest::Manifest;
@@ -16,6 +16,7 @@ use autoproxy::s3::CurrentConfig;
 use crate::trigger::Trigger;
 
 mod accounts;
+mod unread;
 use accounts::{AccountGuard, guard_accounts};
 
 /// An event names one zone: with a manifest to merge into, only that zone is read again. A
@@ -75,6 +76,8 @@ pub struct Plan {
     pub diff: String,
     /// The accounts the per-account guard holds.
     pub holds: Vec<Hold>,
+    /// Accounts with zones never read yet, and how many: held at their published routes.
+    pub unread: BTreeMap<String, usize>,
 }
 
 impl Plan {
@@ -93,7 +96,7 @@ impl Plan {
 pub type Render<'a> = dyn Fn(&[Route], u64) -> Result<Rendered, RenderError> + 'a;
 
 /// Decides what the run writes: the routes each zone may give, the generation, whether the
-/// config changed, the mass-deletion guard, and the hold of an unfinished first sweep.
+/// config changed, the mass-deletion guard, and the hold of accounts with zones never read.
 pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError> {
     let Inputs {
         trigger,
@@ -110,16 +113,19 @@ pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError
     let mut warnings = swept.failures.clone();
     warnings.extend(stale_routes(previous));
     warnings.extend(swept.warnings.iter().cloned());
-    let (hold, unfinished) = unfinished(&swept.manifest);
-    warnings.extend(unfinished);
     let mut manifest = swept.manifest;
+    let unread = unread::never_read(&manifest);
+    warnings.extend(unread::warning(&manifest, &unread));
+    unread::hold(&mut manifest, previous, &unread);
     let guard = AccountGuard::of(trigger, previous, max_rule_drop_percent, now);
-    let holds = guard_accounts(&mut manifest, previous, &swept.outcomes, &guard);
+    let holds = guard_accounts(&mut manifest, previous, &swept.outcomes, &unread, &guard);
     warnings.extend(holds.iter().map(ToString::to_string));
     let remembered = previous.map(Holders::of).unwrap_or_default();
     let mode = associated.map_or(Mode::FirstHolder, Mode::Vpc);
     let grace = Grace::hours(now_unix, grace_hours);
-    let owned = ownership::owned_routes(&manifest.zones, &remembered, mode, grace);
+    let unread_zones = manifest.unread_entries();
+    let owned =
+        ownership::owned_routes_beside(&manifest.zones, &unread_zones, &remembered, mode, grace);
     owned.holders.store(&mut manifest);
     warnings.extend(owned.refusals.iter().map(ToString::to_string));
     let (routes, conflicts) = merge_claims(owned.candidates);
@@ -132,13 +138,7 @@ pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError
     let recorded = current_generation.max(previous.map_or(0, |m| m.generation));
     // Rendered with the current generation, an unchanged state gives the current body.
     let same_generation = render(&routes, current_generation)?;
-    let decision = decision(
-        current,
-        &same_generation,
-        routes.len(),
-        guard.estate(),
-        hold,
-    );
+    let decision = decision(current, &same_generation, routes.len(), guard.estate());
     let changed = decision != Decision::Unchanged;
     let rendered = if changed {
         render(&routes, publish::next_generation(recorded, now_unix))?
@@ -147,8 +147,8 @@ pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError
     };
     let diff = diff(current, &rendered, changed, config_location);
     let manifest_changed = previous.is_none_or(|p| !p.same_content(&manifest));
-    let write = choose_write(&decision, hold, trigger.dry_run(), manifest_changed);
-    if let (Decision::Blocked(reason), false) = (&decision, hold) {
+    let write = choose_write(&decision, trigger.dry_run(), manifest_changed);
+    if let Decision::Blocked(reason) = &decision {
         warnings.push(reason.clone());
     }
     manifest.generation = match write {
@@ -165,27 +165,23 @@ pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError
         warnings,
         diff,
         holds,
+        unread,
     })
 }
 
 /// Whether to publish `candidate` (rendered with the current generation) over `current`:
-/// the estate's mass-deletion guard, and nothing while zones were never read (`hold`).
+/// the estate's mass-deletion guard.
 fn decision(
     current: Option<&CurrentConfig>,
     candidate: &Rendered,
     routes: usize,
     guard: publish::Guard,
-    hold: bool,
 ) -> Decision {
     let current_header = current.and_then(|c| c.header.as_ref()).map(|h| Current {
         sha256: &h.sha256,
         rules: h.rules,
     });
-    let decision = publish::decide(current_header, &candidate.header.sha256, routes, guard);
-    if hold && decision != Decision::Unchanged {
-        return Decision::Blocked("zones never read yet: nothing published until they are".into());
-    }
-    decision
+    publish::decide(current_header, &candidate.header.sha256, routes, guard)
 }
 
 /// The warning that the last manifest's routes were not all what the rule table makes now.
@@ -208,43 +204,11 @@ fn diff(current: Option<&CurrentConfig>, rendered: &Rendered, changed: bool, at:
     }
 }
 
-/// Whether an unfinished sweep holds publishing back, and the warning about it. Zones listed
-/// but never read yet (a first sweep that ran out of time, or new zones behind it) have no
-/// routes to keep: publishing would silently drop them, so progress is saved and nothing is
-/// published until each has been read once.
-fn unfinished(manifest: &Manifest) -> (bool, Option<String>) {
-    let pending = manifest.pending.len();
-    let never_read = manifest
-        .pending
-        .iter()
-        .filter(|key| !manifest.zones.contains_key(*key))
-        .count();
-    let hold = never_read > 0;
-    let warning = (pending > 0).then(|| {
-        format!(
-            "sweep unfinished: {pending} zone(s) not read before the time budget ran out; {}",
-            if hold {
-                format!(
-                    "{never_read} of them were never read, so progress is saved in the manifest \
-                     and nothing is published until the next run reads them (they go first)"
-                )
-            } else {
-                "they keep their last known routes and are read first by the next run".to_owned()
-            }
-        )
-    });
-    (hold, warning)
-}
-
-/// The writes for a decision. A dry run writes nothing; a held sweep saves its progress; an
-/// unchanged config still saves a manifest whose content moved (a zone without routes, a
-/// holder).
-fn choose_write(decision: &Decision, hold: bool, dry_run: bool, manifest_changed: bool) -> Write {
+/// The writes for a decision. A dry run writes nothing; an unchanged config still saves a
+/// manifest whose content moved (a zone without routes, a holder, the progress of a sweep).
+fn choose_write(decision: &Decision, dry_run: bool, manifest_changed: bool) -> Write {
     match decision {
         _ if dry_run => Write::Nothing("dry run: nothing written"),
-        Decision::Blocked(_) if hold => {
-            Write::Manifest("zones never read yet: progress saved, config not written")
-        }
         Decision::Blocked(_) => Write::Nothing("mass-deletion guard: nothing written"),
         Decision::Unchanged if manifest_changed => {
             Write::Manifest("config unchanged; manifest updated")
@@ -263,39 +227,23 @@ mod tests {
     fn every_decision_writes_what_it_should() {
         let blocked = Decision::Blocked("guard".into());
         let nothing = |why: &'static str| Write::Nothing(why);
-        for (decision, hold, dry_run, manifest_changed, expected) in [
-            (&Decision::Publish, false, false, false, Write::Publish),
+        for (decision, dry_run, manifest_changed, expected) in [
+            (&Decision::Publish, false, false, Write::Publish),
             (
                 &Decision::Publish,
-                false,
                 true,
                 true,
                 nothing("dry run: nothing written"),
             ),
             (
                 &blocked,
-                false,
                 false,
                 true,
                 nothing("mass-deletion guard: nothing written"),
             ),
-            (
-                &blocked,
-                true,
-                false,
-                false,
-                Write::Manifest("zones never read yet: progress saved, config not written"),
-            ),
-            (
-                &blocked,
-                true,
-                true,
-                true,
-                nothing("dry run: nothing written"),
-            ),
+            (&blocked, true, true, nothing("dry run: nothing written")),
             (
                 &Decision::Unchanged,
-                false,
                 false,
                 true,
                 Write::Manifest("config unchanged; manifest updated"),
@@ -304,26 +252,15 @@ mod tests {
                 &Decision::Unchanged,
                 false,
                 false,
-                false,
                 nothing("config unchanged: nothing written"),
             ),
         ] {
             assert_eq!(
-                choose_write(decision, hold, dry_run, manifest_changed),
+                choose_write(decision, dry_run, manifest_changed),
                 expected,
-                "{decision:?} hold={hold} dry_run={dry_run} manifest_changed={manifest_changed}"
+                "{decision:?} dry_run={dry_run} manifest_changed={manifest_changed}"
             );
         }
-    }
-
-    #[test]
-    fn an_unread_pending_zone_holds_publishing_and_says_why() {
-        let mut manifest = Manifest::default();
-        assert_eq!(unfinished(&manifest), (false, None));
-        manifest.pending.insert("111111111111/Z1".into());
-        let (hold, warning) = unfinished(&manifest);
-        assert!(hold);
-        assert!(warning.unwrap().contains("1 of them were never read"));
     }
 
     use autoproxy::manifest::{ZoneEntry, zone_key};
@@ -333,7 +270,7 @@ mod tests {
     use autoproxy::rules::{DEFAULT_RULES, zone_routes};
 
     const PROXY: &str = "peering-proxy.tools.example.com";
-    const NOW: u64 = 1_795_403_642;
+    pub(super) const NOW: u64 = 1_795_403_642;
 
     /// A sweep that found these zones (by name), each with the api pair, in one account.
     fn swept(names: &[&str]) -> Swept {
@@ -364,12 +301,12 @@ mod tests {
             zones_scanned: names.len(),
             failures: Vec::new(),
             warnings: Vec::new(),
-            outcomes: std::collections::BTreeMap::new(),
+            outcomes: BTreeMap::new(),
         }
     }
 
     /// Plans one run with the embedded template; `current` as the previous run left it.
-    fn run(
+    pub(super) fn run(
         trigger: &Trigger,
         swept: Swept,
         previous: Option<&Manifest>,
@@ -406,7 +343,7 @@ mod tests {
     }
 
     /// The config in S3 after `plan` was published.
-    fn published(plan: &Plan) -> CurrentConfig {
+    pub(super) fn published(plan: &Plan) -> CurrentConfig {
         CurrentConfig {
             text: plan.rendered.text.clone(),
             header: Some(plan.rendered.header.clone()),
@@ -541,23 +478,6 @@ mod tests {
             NOW,
         );
         assert_eq!((still.routes, still.holds.len()), (2, 1));
-    }
-
-    #[test]
-    fn an_unfinished_first_sweep_saves_progress_and_publishes_nothing() {
-        let mut partial = swept(&["a.internal"]);
-        partial
-            .manifest
-            .pending
-            .insert("111111111111/ZNEVER".into());
-        let plan = run(&Trigger::Schedule, partial, None, None, NOW);
-        assert_eq!(
-            plan.write,
-            Write::Manifest("zones never read yet: progress saved, config not written")
-        );
-        assert!(matches!(plan.decision, Decision::Blocked(_)));
-        assert_eq!(plan.manifest.generation, 0);
-        assert!(plan.manifest.pending.contains("111111111111/ZNEVER"));
     }
 
     #[test]

@@ -74,6 +74,7 @@ pub fn report_run(
         accounts_failing = counts.failing,
         accounts_not_onboarded = counts.not_onboarded,
         accounts_held = counts.held,
+        accounts_pending = counts.pending,
         duration_ms = u64::try_from(elapsed_ms).unwrap_or(u64::MAX),
         "run finished"
     );
@@ -94,6 +95,7 @@ pub fn report_run(
         .count("AccountsFailing", counts.failing as u64)
         .count("AccountsNotOnboarded", counts.not_onboarded as u64)
         .count("AccountsHeld", counts.held as u64)
+        .count("AccountsPending", counts.pending as u64)
         .count(
             "LongestFailingMinutes",
             accounts::longest_failing_minutes(states, now_unix),

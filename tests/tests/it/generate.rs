@@ -26,6 +26,7 @@ use aws_sdk_route53::types::{HostedZoneConfig, Vpc, VpcRegion};
 use aws_sdk_s3::operation::list_object_versions::ListObjectVersionsOutput;
 use serde_json::{Value, json};
 
+mod backlog;
 mod costs;
 mod explain;
 mod generations;

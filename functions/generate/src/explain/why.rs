@@ -99,7 +99,13 @@ pub fn explain(facts: &Facts<'_>) -> Explanation {
         return out;
     };
     let mode = facts.associated.map_or(Mode::FirstHolder, Mode::Vpc);
-    let owned = ownership::owned_routes(&manifest.zones, &Holders::of(manifest), mode, facts.grace);
+    let owned = ownership::owned_routes_beside(
+        &manifest.zones,
+        &manifest.unread_entries(),
+        &Holders::of(manifest),
+        mode,
+        facts.grace,
+    );
     let findings: Vec<Finding> = zones
         .iter()
         .map(|entry| zone_finding(facts, manifest, &owned, entry))

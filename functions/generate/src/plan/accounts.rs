@@ -48,13 +48,15 @@ impl<'a> AccountGuard<'a> {
     }
 }
 
-/// The per-account mass-deletion guard, then every account's state. A held account's zones
-/// (and pending zones) go back to what the last manifest had, so it publishes nothing new and
-/// the next run compares against the same routes again.
+/// The per-account mass-deletion guard, then every account's state (`unread`: the accounts
+/// with zones never read, and how many). A held account's zones (and pending zones, and their
+/// progress) go back to what the last manifest had, so it publishes nothing new and the next
+/// run compares against the same routes again.
 pub fn guard_accounts(
     manifest: &mut Manifest,
     previous: Option<&Manifest>,
     outcomes: &BTreeMap<String, Outcome>,
+    unread: &BTreeMap<String, usize>,
     guard: &AccountGuard<'_>,
 ) -> Vec<Hold> {
     let last_states = previous.map_or(&[][..], |m| m.accounts.as_slice());
@@ -77,7 +79,14 @@ pub fn guard_accounts(
         .iter()
         .map(|hold| (hold.account.clone(), hold.to_string()))
         .collect();
-    manifest.accounts = accounts::next(last_states, outcomes, &held, guard.now, guard.carry);
+    let run = accounts::Run {
+        outcomes,
+        holds: &held,
+        unread,
+        now: guard.now,
+        carry: guard.carry,
+    };
+    manifest.accounts = accounts::next(last_states, &run);
     holds
 }
 
@@ -90,16 +99,26 @@ fn route_counts(manifest: &Manifest) -> BTreeMap<String, usize> {
     counts
 }
 
-/// The account's zones and pending zones as `previous` had them.
+/// The account's zones, pending zones, zones never read and progress as `previous` had them.
 fn restore_account(manifest: &mut Manifest, previous: &Manifest, account: &str) {
     let prefix = format!("{account}/");
-    manifest.zones.retain(|key, _| !key.starts_with(&prefix));
-    manifest.pending.retain(|key| !key.starts_with(&prefix));
-    for (key, entry) in &previous.zones {
-        if key.starts_with(&prefix) {
-            manifest.zones.insert(key.clone(), entry.clone());
-        }
-    }
+    let theirs = |key: &String| key.starts_with(&prefix);
+    manifest.zones.retain(|key, _| !theirs(key));
+    manifest.progress.retain(|key, _| !theirs(key));
+    manifest.unread.retain(|key, _| !theirs(key));
+    manifest.pending.retain(|key| !theirs(key));
+    let entries = previous.zones.iter().filter(|(key, _)| theirs(key));
+    manifest
+        .zones
+        .extend(entries.map(|(k, e)| (k.clone(), e.clone())));
+    let entries = previous.progress.iter().filter(|(key, _)| theirs(key));
+    manifest
+        .progress
+        .extend(entries.map(|(k, e)| (k.clone(), e.clone())));
+    let names = previous.unread.iter().filter(|(key, _)| theirs(key));
+    manifest
+        .unread
+        .extend(names.map(|(k, n)| (k.clone(), n.clone())));
     manifest.pending.extend(
         previous
             .pending
