@@ -92,6 +92,22 @@ pub fn zone_key(key: &ZoneKey) -> String {
 }
 
 impl ZoneEntry {
+    /// What `rules` make of a zone's records, as a sweep stores it.
+    pub fn matched(
+        zone: &Zone,
+        records: Vec<crate::model::RecordSet>,
+        rules: &[Rule],
+        proxies: &[HostName],
+    ) -> Self {
+        let zone_records = crate::model::ZoneRecords {
+            zone: zone.clone(),
+            records,
+        };
+        let outcome = crate::rules::zone_routes(rules, &zone_records, proxies);
+        let warnings = outcome.warnings.iter().map(ToString::to_string).collect();
+        ZoneEntry::new(zone, outcome.routes, warnings)
+    }
+
     pub fn new(zone: &Zone, routes: Vec<Route>, warnings: Vec<String>) -> Self {
         ZoneEntry {
             account: zone.account.clone(),

@@ -269,7 +269,7 @@ mod tests {
     use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, RenderOptions, Renderer};
     use autoproxy::rules::{DEFAULT_RULES, zone_routes};
 
-    const PROXY: &str = "peering-proxy.tools.example.com";
+    pub(super) const PROXY: &str = "peering-proxy.tools.example.com";
     pub(super) const NOW: u64 = 1_795_403_642;
 
     /// A sweep that found these zones (by name), each with the api pair, in one account.

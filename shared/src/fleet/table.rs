@@ -64,11 +64,14 @@ impl FleetReport {
             return;
         }
         let counts = crate::accounts::counts(&self.accounts);
-        let _ = writeln!(
+        let _ = write!(
             out,
             "member accounts: {} ok, {} failing, {} not onboarded, {} held",
             counts.ok, counts.failing, counts.not_onboarded, counts.held
         );
+        // Zones never read yet: said only when some account has them.
+        let pending = (counts.pending > 0).then(|| format!(", {} pending", counts.pending));
+        let _ = writeln!(out, "{}", pending.unwrap_or_default());
         for account in self
             .accounts
             .iter()

@@ -86,28 +86,68 @@ impl Refusal {
             | Refusal::HeldByAnother { zone, .. }
             | Refusal::Unsettled { zone, .. }
             | Refusal::InAnotherZone { zone, .. }
-            | Refusal::NestedHeld { zone, .. }
-            | Refusal::Unread { zone, .. }
             | Refusal::OutsideHeld { zone, .. }
             | Refusal::OutsideInGrace { zone, .. }
             | Refusal::SeveralVpcs { zone, .. }
-            | Refusal::OutsideUnsettled { zone, .. } => zone,
+            | Refusal::OutsideUnsettled { zone, .. }
+            | Refusal::NestedHeld { zone, .. }
+            | Refusal::Unread { zone, .. } => zone,
         }
     }
 
     /// The name refused: a zone's name, or an SNI outside the zone.
     pub fn name(&self) -> &str {
         match self {
+            // Nesting: an SNI inside a zone.
+            Refusal::InAnotherZone { sni, .. } | Refusal::NestedHeld { sni, .. } => sni,
             Refusal::NotInVpc { name, .. }
             | Refusal::HeldByAnother { name, .. }
             | Refusal::Unsettled { name, .. }
             | Refusal::SeveralVpcs { name, .. }
             | Refusal::Unread { name, .. } => name,
-            Refusal::InAnotherZone { sni, .. }
-            | Refusal::NestedHeld { sni, .. }
-            | Refusal::OutsideHeld { sni, .. }
+            Refusal::OutsideHeld { sni, .. }
             | Refusal::OutsideInGrace { sni, .. }
             | Refusal::OutsideUnsettled { sni, .. } => sni,
+        }
+    }
+}
+
+impl Refusal {
+    /// The refusals for a name inside a zone, or of a zone not read yet.
+    fn fmt_nesting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::InAnotherZone {
+                sni,
+                what,
+                zone,
+                zone_name,
+                inside,
+            } => write!(
+                f,
+                "zone {zone} claims SNI {sni} ({what}), which lies in zone {zone_name} ({}): \
+                 only that zone's own rules route it, so no route",
+                joined(inside)
+            ),
+            Refusal::NestedHeld {
+                sni,
+                zone,
+                zone_name,
+                holder,
+            } => write!(
+                f,
+                "zone {zone_name} ({zone}) claims SNI {sni} inside itself, but zone {holder} \
+                 routed that name first and keeps it (first holder, through \
+                 OWNERSHIP_GRACE_HOURS once its record goes): no route from account {}",
+                zone.account
+            ),
+            Refusal::Unread { name, zone, unread } => write!(
+                f,
+                "zone {name} ({zone}) opted in, but the name is also held by {}, not read yet, \
+                 and no zone is known to have held it first: nothing new routes it until that \
+                 zone is read",
+                joined(unread)
+            ),
+            _ => Ok(()),
         }
     }
 }
@@ -142,37 +182,9 @@ impl fmt::Display for Refusal {
                  zone remains or all opt in (or IGNORE_ZONES=<account>:{name} drops one)",
                 joined(others)
             ),
-            Refusal::InAnotherZone {
-                sni,
-                what,
-                zone,
-                zone_name,
-                inside,
-            } => write!(
-                f,
-                "zone {zone} claims SNI {sni} ({what}), which lies in zone {zone_name} ({}): \
-                 only that zone's own rules route it, so no route",
-                joined(inside)
-            ),
-            Refusal::NestedHeld {
-                sni,
-                zone,
-                zone_name,
-                holder,
-            } => write!(
-                f,
-                "zone {zone_name} ({zone}) claims SNI {sni} inside itself, but zone {holder} \
-                 routed that name first and keeps it (first holder, through \
-                 OWNERSHIP_GRACE_HOURS once its record goes): no route from account {}",
-                zone.account
-            ),
-            Refusal::Unread { name, zone, unread } => write!(
-                f,
-                "zone {name} ({zone}) opted in, but the name is also held by {}, not read yet, \
-                 and no zone is known to have held it first: nothing new routes it until that \
-                 zone is read",
-                joined(unread)
-            ),
+            Refusal::InAnotherZone { .. } | Refusal::NestedHeld { .. } | Refusal::Unread { .. } => {
+                self.fmt_nesting(f)
+            }
             Refusal::OutsideHeld { sni, zone, holder } => write!(
                 f,
                 "SNI {sni} (outside every zone) is held by zone {holder}, which claimed it \

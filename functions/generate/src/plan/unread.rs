@@ -86,17 +86,13 @@ mod tests {
     use autoproxy::accounts::{Outcome, State};
     use autoproxy::discovery::Swept;
     use autoproxy::manifest::{Manifest, ZoneEntry, zone_key};
-    use autoproxy::model::{RecordSet, Zone, ZoneRecords};
+    use autoproxy::model::{RecordSet, Zone};
     use autoproxy::names::HostName;
-    use autoproxy::rules::{DEFAULT_RULES, zone_routes};
+    use autoproxy::rules::DEFAULT_RULES;
 
-    use super::super::Write;
-    use super::super::tests::{NOW, published, run};
+    use super::super::tests::{NOW, PROXY, published, run};
+    use super::super::{Plan, Write};
     use crate::trigger::Trigger;
-
-    const PROXY: &str = "peering-proxy.tools.example.com";
-    const A: &str = "111111111111";
-    const B: &str = "222222222222";
 
     /// A zone of `account` named `name`, with the api pair when `routed`.
     fn entry(account: &str, id: &str, name: &str, routed: bool) -> ZoneEntry {
@@ -115,16 +111,12 @@ mod tests {
             ));
         }
         let proxies = [HostName::parse(PROXY).unwrap()];
-        let routes = zone_routes(
-            &DEFAULT_RULES,
-            &ZoneRecords {
-                zone: zone.clone(),
-                records,
-            },
-            &proxies,
-        );
-        ZoneEntry::new(&zone, routes.routes, vec![])
+        ZoneEntry::matched(&zone, records, &DEFAULT_RULES, &proxies)
     }
+
+    /// The account with zones never read, and the other.
+    const A: &str = "111111111111";
+    const B: &str = "222222222222";
 
     /// A full sweep that read `read` and listed `never` without reading them.
     fn swept(read: Vec<ZoneEntry>, never: &[(&str, &str, &str)]) -> Swept {
@@ -154,7 +146,7 @@ mod tests {
     }
 
     /// The config's route lines' SNIs.
-    fn snis(plan: &super::super::Plan) -> Vec<String> {
+    fn snis(plan: &Plan) -> Vec<String> {
         let lines = plan.rendered.text.lines();
         let routes = lines.filter_map(|line| line.strip_prefix("#@route "));
         routes
@@ -163,110 +155,89 @@ mod tests {
             .collect()
     }
 
+    /// A's two zones never read.
+    const NEVER: [(&str, &str, &str); 2] = [(A, "ZU1", "u1.internal"), (A, "ZU2", "u2.internal")];
+
+    /// A's zone and B's, both routed.
+    fn both() -> Vec<ZoneEntry> {
+        vec![
+            entry(A, "ZA", "a.internal", true),
+            entry(B, "ZB", "b.internal", true),
+        ]
+    }
+
+    /// A new install's run: A read one zone and not two others; B read its zone.
+    fn new_install() -> Plan {
+        run(&Trigger::Schedule, swept(both(), &NEVER), None, None, NOW)
+    }
+
     #[test]
-    fn zones_never_read_hold_their_own_account_and_the_names_inside_them_only() {
-        let schedule = Trigger::Schedule;
-        let never = [(A, "ZU1", "u1.internal"), (A, "ZU2", "u2.internal")];
-        // A new install: A read one zone and not two others; B read its zone.
-        let first = swept(
-            vec![
-                entry(A, "ZA", "a.internal", true),
-                entry(B, "ZB", "b.internal", true),
-            ],
-            &never,
-        );
-        let first = run(&schedule, first, None, None, NOW);
+    fn a_new_install_publishes_the_accounts_it_finished_and_names_the_others() {
+        let first = new_install();
         assert_eq!(first.write, Write::Publish);
         assert_eq!(snis(&first), ["proxy.api.b.internal"]);
         assert_eq!(first.unread, BTreeMap::from([(A.to_owned(), 2)]));
         assert!(first.manifest.progress.contains_key(&format!("{A}/ZA")));
-        let a = first
-            .manifest
-            .accounts
-            .iter()
-            .find(|s| s.account == A)
-            .unwrap();
+        let states = &first.manifest.accounts;
+        let a = states.iter().find(|s| s.account == A).unwrap();
         assert_eq!(a.state, State::Pending);
-        let warning = first
-            .warnings
-            .iter()
-            .find(|w| w.contains("never read"))
-            .unwrap();
+        let warning = first.warnings.iter().find(|w| w.contains("never read"));
+        let warning = warning.unwrap();
         assert!(warning.contains(&format!("account {A}: 2")), "{warning}");
-
         // A finishes: its routes publish.
         let current = published(&first);
-        let done = swept(
-            vec![
-                entry(A, "ZA", "a.internal", true),
-                entry(B, "ZB", "b.internal", true),
-            ],
-            &[],
-        );
         let done = run(
-            &schedule,
-            done,
+            &Trigger::Schedule,
+            swept(both(), &[]),
             Some(&first.manifest),
             Some(&current),
             NOW + 60,
         );
-        assert_eq!(
-            snis(&done),
-            ["proxy.api.a.internal", "proxy.api.b.internal"]
-        );
+        let snis_done = snis(&done);
+        assert_eq!(snis_done, ["proxy.api.a.internal", "proxy.api.b.internal"]);
         assert!(done.manifest.progress.is_empty() && done.unread.is_empty());
-        let current = published(&done);
+    }
 
+    #[test]
+    fn zones_never_read_hold_their_own_account_and_the_names_inside_them_only() {
+        let done = run(&Trigger::Schedule, swept(both(), &[]), None, None, NOW);
+        let current = published(&done);
         // A has new zones never read, and its published zone lost its route; B adds a zone,
-        // and another B zone has the name of one of A's unread zones (an event run: the
-        // pending set is inherited).
+        // and another whose name is one of A's unread zones'.
         let mut quiet = entry(A, "ZA", "a.internal", false);
         quiet.routes.clear();
-        let b_zones = vec![
+        let zones = vec![
             quiet,
             entry(B, "ZB", "b.internal", true),
             entry(B, "ZC", "c.internal", true),
             entry(B, "ZD", "u1.internal", true),
         ];
-        let event = Trigger::Route53 {
-            event_name: "ChangeResourceRecordSets".into(),
-            zone: autoproxy::model::ZoneKey {
-                account: B.into(),
-                id: "ZC".into(),
-            },
+        // An event run inherits the pending set: not held either.
+        let zone = autoproxy::model::ZoneKey {
+            account: B.into(),
+            id: "ZC".into(),
         };
-        for trigger in [&schedule, &event] {
-            let held = run(
-                trigger,
-                swept(b_zones.clone(), &never),
-                Some(&done.manifest),
-                Some(&current),
-                NOW + 120,
-            );
+        let event_name = "ChangeResourceRecordSets".into();
+        let event = Trigger::Route53 { event_name, zone };
+        for trigger in [&Trigger::Schedule, &event] {
+            let previous = Some(&done.manifest);
+            let swept = swept(zones.clone(), &NEVER);
+            let held = run(trigger, swept, previous, Some(&current), NOW + 120);
             assert_eq!(held.write, Write::Publish, "{trigger:?}");
             // A keeps its published route; B's new zone publishes; the name of A's unread
             // zone goes to nobody new.
-            assert_eq!(
-                snis(&held),
-                [
-                    "proxy.api.a.internal",
-                    "proxy.api.b.internal",
-                    "proxy.api.c.internal"
-                ],
-                "{trigger:?} {:?}",
-                held.warnings
-            );
+            let expected = [
+                "proxy.api.a.internal",
+                "proxy.api.b.internal",
+                "proxy.api.c.internal",
+            ];
+            assert_eq!(snis(&held), expected, "{trigger:?} {:?}", held.warnings);
             assert!(held.holds.is_empty(), "{:?}", held.holds);
-            assert!(
-                held.warnings
-                    .iter()
-                    .any(|w| w.contains("not read yet") && w.contains("ZU1"))
-            );
-            assert_eq!(
-                held.manifest.zones[&format!("{A}/ZA")],
-                done.manifest.zones[&format!("{A}/ZA")]
-            );
-            assert!(held.manifest.progress[&format!("{A}/ZA")].routes.is_empty());
+            let warned = |w: &String| w.contains("not read yet") && w.contains("ZU1");
+            assert!(held.warnings.iter().any(warned), "{:?}", held.warnings);
+            let key = format!("{A}/ZA");
+            assert_eq!(held.manifest.zones[&key], done.manifest.zones[&key]);
+            assert!(held.manifest.progress[&key].routes.is_empty());
         }
     }
 }

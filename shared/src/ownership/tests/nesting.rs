@@ -17,16 +17,7 @@ fn zone(account: &str, id: &str, name: &str, records: &[(&str, &str, &str)]) -> 
         .map(|(name, kind, value)| RecordSet::new(name, kind, &[value]))
         .collect();
     let proxies = [HostName::parse(PROXY_NAME).unwrap()];
-    let routes = zone_routes(
-        &DEFAULT_RULES,
-        &ZoneRecords {
-            zone: zone.clone(),
-            records,
-        },
-        &proxies,
-    )
-    .routes;
-    ZoneEntry::new(&zone, routes, vec![])
+    ZoneEntry::matched(&zone, records, &DEFAULT_RULES, &proxies)
 }
 
 /// B's routed zone `v.internal` (SNI `proxy.api.v.internal`, an A back).
@@ -39,30 +30,26 @@ fn empty_inside() -> ZoneEntry {
     zone(C, "ZN", "api.v.internal.", &[])
 }
 
-/// B's zone `w.internal` routing `proxy.api.k8s.w.internal` (the api-k8s rule).
-fn k8s_victim() -> ZoneEntry {
+/// A zone whose `api.k8s.w.internal` A and `proxy.api.k8s.w.internal` CNAME route that SNI:
+/// by the api-k8s rule in `w.internal`, by the api rule in `k8s.w.internal`.
+fn k8s(account: &str, id: &str, name: &str) -> ZoneEntry {
+    let front = ("proxy.api.k8s.w.internal.", "CNAME", PROXY_NAME);
     zone(
-        B,
-        "ZW",
-        "w.internal.",
-        &[
-            ("api.k8s.w.internal.", "A", "10.0.0.1"),
-            ("proxy.api.k8s.w.internal.", "CNAME", PROXY_NAME),
-        ],
+        account,
+        id,
+        name,
+        &[("api.k8s.w.internal.", "A", "10.0.0.1"), front],
     )
 }
 
-/// C's zone `k8s.w.internal` claiming the same SNI inside itself (the api rule).
+/// B's zone `w.internal` routing `proxy.api.k8s.w.internal`.
+fn k8s_victim() -> ZoneEntry {
+    k8s(B, "ZW", "w.internal.")
+}
+
+/// C's zone `k8s.w.internal` claiming the same SNI inside itself.
 fn k8s_inside() -> ZoneEntry {
-    zone(
-        C,
-        "ZK",
-        "k8s.w.internal.",
-        &[
-            ("api.k8s.w.internal.", "A", "10.0.0.2"),
-            ("proxy.api.k8s.w.internal.", "CNAME", PROXY_NAME),
-        ],
-    )
+    k8s(C, "ZK", "k8s.w.internal.")
 }
 
 /// Zone ids routed, and every refusal's text, for zones, the associated ids (`None`:

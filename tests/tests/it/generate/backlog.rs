@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use autoproxy_generate::handler::handle_until;
-use autoproxy_tests::estate::{DEFAULT_PARALLELISM, ZoneSpec, api_pair, filler};
+use autoproxy_tests::estate::{Account, DEFAULT_PARALLELISM, Seeded, ZoneSpec, api_pair, filler};
 use serde_json::json;
 
 use super::{AT, Estate, LATER, MEMBER_A, MEMBER_B, PROXY, api_sni, event, run, snis};
@@ -15,15 +15,17 @@ const BUDGET: Duration = Duration::from_secs(20);
 /// New zones in one account: at 5 calls a second they take longer than the budget to read.
 const ZONES: usize = 150;
 
+/// A zone of `account` with the api pair.
+async fn api_zone(account: &Account, name: &str) -> Seeded {
+    let spec = ZoneSpec::private(name, api_pair(name, PROXY));
+    account.seed_zone(spec).await.unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_account_with_zones_never_read_holds_only_its_own_routes() {
     let estate = Estate::start().await;
     let published = "published.example.internal";
-    estate
-        .b
-        .seed_zone(ZoneSpec::private(published, api_pair(published, PROXY)))
-        .await
-        .unwrap();
+    api_zone(&estate.b, published).await;
     let deps = estate.deps(&[("ROUTE53_REQUESTS_PER_SECOND", "5")]).await;
     run(&deps, &json!({}), AT).await;
 
@@ -40,11 +42,7 @@ async fn an_account_with_zones_never_read_holds_only_its_own_routes() {
     estate.a.seed(zones, DEFAULT_PARALLELISM).await.unwrap();
     println!("{ZONES} zones created in {:?}", started.elapsed());
     let added = "added.example.internal";
-    estate
-        .b
-        .seed_zone(ZoneSpec::private(added, api_pair(added, PROXY)))
-        .await
-        .unwrap();
+    api_zone(&estate.b, added).await;
 
     let deadline = tokio::time::Instant::now() + BUDGET;
     let summary = handle_until(&deps, &json!({}), LATER, Some(deadline))
@@ -73,11 +71,7 @@ async fn an_account_with_zones_never_read_holds_only_its_own_routes() {
 
     // An event run inherits the pending set, and is not held either.
     let evented = "evented.example.internal";
-    let seeded = estate
-        .b
-        .seed_zone(ZoneSpec::private(evented, api_pair(evented, PROXY)))
-        .await
-        .unwrap();
+    let seeded = api_zone(&estate.b, evented).await;
     let payload = event("create-hosted-zone.json", MEMBER_B, &seeded.id);
     let summary = run(&deps, &payload, "2026-11-23T03:30:00Z").await;
     assert_eq!(
