@@ -60,6 +60,9 @@ use stages::NewConfig;
 
 // Every step that holds the lock is bounded; a child past its limit is killed at once.
 pub const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(60);
+/// The largest config the apply downloads: a bound on its memory, not a guess at real sizes
+/// (10,000 routes render to about 3 MB). A larger object fails the download; nothing changes.
+pub const MAX_CONFIG_BYTES: usize = 64 * 1024 * 1024;
 /// How long the routes' new hosts may take to get their addresses before the swap: briefly,
 /// so a new cluster serves as soon as its apply returns; a route whose host has none by then
 /// is held ([`crate::routes`]) and the address service puts it in at its own pace.

@@ -6,8 +6,8 @@ use std::time::Duration;
 use autoproxy::artifact::{self, MapFiles};
 
 use super::{
-    ADDRESS_BUDGET, Before, CHECK_TIMEOUT, DOWNLOAD_TIMEOUT, Failure, NewConfig, RELOAD_TIMEOUT,
-    Run, Stage, child, config, fail, files, log, oneline,
+    ADDRESS_BUDGET, Before, CHECK_TIMEOUT, DOWNLOAD_TIMEOUT, Failure, MAX_CONFIG_BYTES, NewConfig,
+    RELOAD_TIMEOUT, Run, Stage, child, config, fail, files, log, oneline,
 };
 use crate::haproxy::{self, DeclaredSocket};
 
@@ -47,7 +47,7 @@ impl Run {
         let version = Some(params.version.as_str()).filter(|v| !v.is_empty());
         let fetched = tokio::time::timeout(
             DOWNLOAD_TIMEOUT,
-            autoproxy::s3::get_bytes(&s3, &params.bucket, &params.key, version),
+            autoproxy::s3::get_bytes(&s3, &params.bucket, &params.key, version, MAX_CONFIG_BYTES),
         )
         .await;
         let (bytes, version) = match fetched {
