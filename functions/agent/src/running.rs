@@ -165,8 +165,10 @@ impl Service {
         match self {
             Service::Systemd { systemctl, unit } => {
                 let args = vec!["is-active".to_owned(), unit.clone()];
+                // Not `/`: a caller that is not root may write in the temp directory only.
+                let scratch = std::env::temp_dir();
                 let finished =
-                    crate::child::run(Path::new(systemctl), &args, Path::new("/"), SERVICE_TIMEOUT)
+                    crate::child::run(Path::new(systemctl), &args, &scratch, SERVICE_TIMEOUT)
                         .await
                         .map_err(|err| format!("cannot run {systemctl} is-active {unit}: {err}"))?;
                 if finished.timed_out {

@@ -434,9 +434,10 @@ impl Run {
     }
 
     /// Staging a killed run left behind (under the lock, no other run is staging): its
-    /// `autoproxy/.stage.*` directories, the maps' files set aside by `files::replace`, and
-    /// `.autoproxy-*` files beside the config; and the files set aside by writers that do not
-    /// hold this lock (the address service's map, a busy apply's record) once their writer
+    /// `autoproxy/.stage.*` directories, the files it set aside through `files::replace` (the
+    /// maps, the fleet record), and `.autoproxy-*` files beside the config (an older agent's
+    /// child output files among them: today's have no name); and the address map's files set
+    /// aside by the address service, which writes under a lock of its own, once that writer
     /// is gone ([`leftover`]).
     pub(super) fn remove_leftovers(&self) {
         for (dir, prefixes) in [
@@ -474,10 +475,9 @@ impl Run {
     }
 }
 
-/// What a killed run leaves in the maps directory: its staging, the route maps set aside
-/// under the apply's lock, and the files other writers set aside (`files::temp_path` names:
-/// `.<file>.<pid>.<nanos>`): the address map, which the service writes under its own lock,
-/// and the fleet record, which a busy apply writes without the apply's lock.
+/// What a killed run leaves in the maps directory: its staging, the route maps and the fleet
+/// record set aside under the apply's lock (`files::temp_path` names: `.<file>.<pid>.<nanos>`),
+/// and the address map set aside by the address service, under its own lock.
 const MAPS_LEFTOVERS: &[&str] = &[
     ".stage.",
     ".routes.map.",
@@ -489,7 +489,7 @@ const MAPS_LEFTOVERS: &[&str] = &[
 
 /// The prefixes in [`MAPS_LEFTOVERS`] whose writer may still be writing: their files are
 /// leftovers only once the process that named them has ended.
-const OTHERS_TEMPS: &[&str] = &[".addresses.map.", ".last-apply.json."];
+const OTHERS_TEMPS: &[&str] = &[".addresses.map."];
 
 /// Whether the file `name` is a leftover of one of `prefixes`; a file another writer sets
 /// aside only when its pid (the name's second to last part) names no live process.
@@ -529,7 +529,9 @@ mod tests {
     use super::*;
 
     /// The temp files `files::replace` writes for the address map and the fleet record are
-    /// found; one whose writer still runs (the address service under its lock) is kept.
+    /// found; one whose writer still runs (the address service under its lock) is kept. The
+    /// fleet record is written only under the apply's lock, which this run holds: its temp
+    /// is a leftover whoever named it.
     #[test]
     fn leftovers_are_the_temps_actually_written_and_only_a_gone_writers() {
         let dir = Path::new("/autoproxy");
@@ -557,6 +559,8 @@ mod tests {
             assert!(!leftover(kept, MAPS_LEFTOVERS), "{kept}");
         }
         assert!(leftover(".routes.map.1.2", MAPS_LEFTOVERS));
+        let record = name(files::temp_path(dir, ".last-apply.json"));
+        assert!(leftover(&record, MAPS_LEFTOVERS), "{record} is a leftover");
     }
 
     fn words(text: &str) -> Vec<String> {
