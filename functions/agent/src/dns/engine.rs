@@ -178,9 +178,16 @@ impl Engine {
         self.pacer.cap()
     }
 
-    /// Judges the fill's last second at `now` and sets the cap that applies.
+    /// Judges the last second at `now` and sets the cap that applies. Only a fill's seconds
+    /// can back the fill's pace off: time-outs in steady state are no sign that the fill's
+    /// pace is too fast, and counting them would slow the next fill for an outage.
     fn set_pace(&mut self, now: Instant) {
-        match self.fill.judge(now, self.knobs.timeout) {
+        let change = if self.filling() {
+            self.fill.judge(now, self.knobs.timeout)
+        } else {
+            self.fill.judge_steady(now)
+        };
+        match change {
             Some(PaceChange::BackedOff {
                 from,
                 to,
