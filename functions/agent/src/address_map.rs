@@ -15,7 +15,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The map's path relative to the config's directory, and its name in HAProxy.
-pub const MAP: &str = "autoproxy/addresses.map";
+pub use autoproxy::artifact::ADDRESS_MAP as MAP;
+
+/// The directory of the maps, their locks and the control socket, for the config at `config`.
+pub fn maps_dir(config: &Path) -> PathBuf {
+    config
+        .parent()
+        .unwrap_or(Path::new("/"))
+        .join(autoproxy::artifact::MAPS_DIR)
+}
 
 /// How long an apply waits for the map's lock: the service holds it only to read and rewrite
 /// the file (milliseconds at 10,000 names), so a longer wait means a stuck holder.

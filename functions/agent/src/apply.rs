@@ -269,7 +269,7 @@ impl Run {
             service,
             paths: Paths {
                 last_good: PathBuf::from(format!("{}.last-good", params.config.display())),
-                maps_dir: dir.join("autoproxy"),
+                maps_dir: crate::address_map::maps_dir(&params.config),
                 dir,
             },
             params,

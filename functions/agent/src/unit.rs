@@ -1,4 +1,4 @@
-//! The address service as a systemd unit (the host floor: the apply installs it, the service
+//! The address service as a systemd unit (the ground floor: the apply installs it, the service
 //! runs under it): its text, and keeping it installed and running.
 //!
 //! The apply calls [`ensure`] after every successful apply or skip. The unit names the agent
@@ -124,7 +124,7 @@ pub fn unit_with(
 ) -> Result<String, ServiceError> {
     let agent_text = safe(agent, "the agent path")?;
     let config_text = safe(config, "the config path")?;
-    let maps = maps_dir(config);
+    let maps = crate::address_map::maps_dir(config);
     let mut writable = format!("ReadWritePaths=-{}", safe(&maps, "the maps directory")?);
     if let Some(dir) = socket_dir {
         writable.push_str(&format!(
@@ -176,17 +176,6 @@ WantedBy=multi-user.target
     ))
 }
 
-/// The directory of the address map, the lock and the control socket.
-pub fn maps_dir(config: &Path) -> PathBuf {
-    config
-        .parent()
-        .unwrap_or(Path::new("/"))
-        .join(crate::address_map::MAP)
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
-}
-
 /// A path goes into the unit as it is: absolute, no whitespace (systemd splits on it), no
 /// `%` (a specifier), no quotes or backslashes.
 fn safe<'a>(path: &'a Path, what: &'static str) -> Result<&'a str, ServiceError> {
@@ -217,7 +206,7 @@ pub fn ensure(
     }
     let socket_dir = socket_dir(config);
     let text = unit_with(agent, config, socket_dir.as_deref())?;
-    let maps = maps_dir(config);
+    let maps = crate::address_map::maps_dir(config);
     std::fs::create_dir_all(&maps).map_err(|source| ServiceError::MapsDir {
         path: maps.clone(),
         source,

@@ -214,7 +214,7 @@ impl Run {
     /// The route hosts of `text` without an address in the address map (IPv4 literals need
     /// none): those new to this generation, and those the installed config routes already.
     fn unknown_hosts(&self, text: &str) -> (Vec<String>, Vec<String>) {
-        let known = std::fs::read_to_string(self.paths.dir.join("autoproxy/addresses.map"))
+        let known = std::fs::read_to_string(self.paths.dir.join(crate::address_map::MAP))
             .unwrap_or_default();
         let known: std::collections::BTreeSet<&str> = known
             .lines()
