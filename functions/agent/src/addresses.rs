@@ -123,7 +123,7 @@ pub async fn ensure_new(
             let merging = map.clone();
             let wait = deadline
                 .saturating_duration_since(Instant::now())
-                .min(crate::address_map::LOCK_WAIT);
+                .min(crate::address_map::MAP_LOCK_WAIT);
             let merged = tokio::task::spawn_blocking(move || merging.merge(&found, wait))
                 .await
                 .unwrap_or_else(|err| Err(std::io::Error::other(err.to_string())));

@@ -51,7 +51,7 @@ use std::time::{Duration, Instant};
 use crate::haproxy::RuntimeApi;
 pub use crate::record::Outcome;
 use crate::running::{Answer, Before, Running, Service};
-pub use crate::running::{SILENT_BUDGET, SOCKET_TIMEOUT, processes_reading};
+pub use crate::running::{QUESTION_TIMEOUT, SILENT_BUDGET, processes_reading};
 use crate::{child, files, record};
 use hooks::locked_budget;
 pub use params::Params;
@@ -73,7 +73,7 @@ pub const RELOAD_TIMEOUT: Duration = Duration::from_secs(60);
 pub const RUNNING_TIMEOUT: Duration = Duration::from_secs(15);
 pub use crate::record::RECORD_TIMEOUT;
 /// How long the runtime update of the route tables may take before the apply reloads instead
-/// (each command on the socket waits at most `SOCKET_TIMEOUT` more).
+/// (each command on the socket waits at most `QUESTION_TIMEOUT` more).
 pub const UPDATE_BUDGET: Duration = Duration::from_secs(10);
 /// How long the steps under the lock may take, all together, from the lock taken to the new
 /// generation running (download, state, addresses, check, update or reload, running check):
@@ -88,13 +88,13 @@ pub const FINISH_BUDGET: Duration = Duration::from_secs(120);
 pub const RECORD_BUDGET: Duration = Duration::from_secs(30);
 /// How long an apply waits for another one's lock: longer than that one can hold it (its two
 /// budgets), and short enough that a wait plus a whole apply fits the document's 600 s.
-pub const LOCK_WAIT: Duration = Duration::from_secs(300);
+pub const APPLY_LOCK_WAIT: Duration = Duration::from_secs(300);
 /// How long the apply's end waits for threads still blocked (a lock wait, a file write) once
 /// its run is done: each of those waits is bounded on its own, and a deadline that fired
 /// before one ended must not keep the process from exiting.
 pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(1);
 const _: () = assert!(
-    LOCKED_BUDGET.as_secs() + FINISH_BUDGET.as_secs() < LOCK_WAIT.as_secs()
+    LOCKED_BUDGET.as_secs() + FINISH_BUDGET.as_secs() < APPLY_LOCK_WAIT.as_secs()
         && RECORD_BUDGET.as_secs() > SILENT_BUDGET.as_secs() + RECORD_TIMEOUT.as_secs()
 );
 
@@ -354,7 +354,7 @@ impl Run {
 
     /// The stats socket of the installed config, if it declares a usable one.
     fn socket(&self) -> Option<RuntimeApi> {
-        crate::haproxy::socket_of(self.config()).map(|path| RuntimeApi::new(path, SOCKET_TIMEOUT))
+        crate::haproxy::socket_of(self.config()).map(|path| RuntimeApi::new(path, QUESTION_TIMEOUT))
     }
 
     /// What HAProxy answers on the installed config's socket now, asked again while it is
@@ -369,7 +369,7 @@ impl Run {
 
     /// Whether HAProxy runs now: its socket answers, or the service says so.
     async fn haproxy_runs(&mut self) -> bool {
-        match self.ask(SOCKET_TIMEOUT).await {
+        match self.ask(QUESTION_TIMEOUT).await {
             Answer::Runs(_) | Answer::Silent(_) => true,
             Answer::NoSocket | Answer::NothingListens => self.service.runs().await.unwrap_or(false),
         }

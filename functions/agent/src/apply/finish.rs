@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use super::kept;
 use super::{
-    Answer, Before, FINISH_BUDGET, Failure, Outcome, RECORD_BUDGET, RUNNING_TIMEOUT, Run, Running,
-    SILENT_BUDGET, SOCKET_TIMEOUT, Stage, config, failed, files, log, oneline, record,
+    Answer, Before, FINISH_BUDGET, Failure, Outcome, QUESTION_TIMEOUT, RECORD_BUDGET,
+    RUNNING_TIMEOUT, Run, Running, SILENT_BUDGET, Stage, config, failed, files, log, oneline,
+    record,
 };
 use crate::haproxy::RuntimeApi;
 
@@ -181,7 +182,7 @@ impl Run {
             tokio::time::sleep(settle).await;
         }
         let starting = !self.haproxy_runs().await;
-        let before = match self.ask(SOCKET_TIMEOUT).await {
+        let before = match self.ask(QUESTION_TIMEOUT).await {
             Answer::Runs(running) => Some(running.pid),
             _ => None,
         };
@@ -413,7 +414,7 @@ pub(super) async fn wait_generation(
     generation: u64,
     replaced: Option<u32>,
 ) -> Result<Running, String> {
-    let api = RuntimeApi::new(socket, SOCKET_TIMEOUT);
+    let api = RuntimeApi::new(socket, QUESTION_TIMEOUT);
     let deadline = Instant::now() + RUNNING_TIMEOUT;
     loop {
         let seen = match Running::read(&api).await {

@@ -110,7 +110,7 @@ impl Run {
         // at most its bound.
         let file = crate::address_map::MapFile::at(&addresses);
         let text = seeded.clone();
-        let wait = crate::address_map::LOCK_WAIT;
+        let wait = crate::address_map::MAP_LOCK_WAIT;
         let wrote = tokio::task::spawn_blocking(move || file.start_with(&text, wait))
             .await
             .map_err(std::io::Error::other)

@@ -16,10 +16,10 @@ use crate::haproxy::{MapChange, RuntimeApi, RuntimeError};
 use super::log;
 
 /// Every command on the stats socket waits at most this long.
-const SOCKET_TIMEOUT: Duration = Duration::from_secs(5);
+const PUSH_TIMEOUT: Duration = Duration::from_secs(5);
 /// A push as a whole (its connection, reading a new worker's map, every change) ends within
 /// this: a worker that answers each command just in time cannot stretch it to N commands ×
-/// [`SOCKET_TIMEOUT`]. Far above a full push measured (10,000 entries in about a second).
+/// [`PUSH_TIMEOUT`]. Far above a full push measured (10,000 entries in about a second).
 const PUSH_BUDGET: Duration = Duration::from_secs(15);
 
 /// The address map the worker should hold.
@@ -57,7 +57,7 @@ pub struct Pusher {
 impl Pusher {
     pub fn new(stats_socket: Option<PathBuf>, config: Option<PathBuf>) -> Pusher {
         Pusher {
-            api: stats_socket.map(|path| RuntimeApi::new(path, SOCKET_TIMEOUT)),
+            api: stats_socket.map(|path| RuntimeApi::new(path, PUSH_TIMEOUT)),
             pid: None,
             view: HashMap::new(),
             pushed: None,

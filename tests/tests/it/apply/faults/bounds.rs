@@ -7,7 +7,7 @@
 //! runs show how far below them the real worst cases stay, and that none waits out a bound it
 //! does not have to.
 
-use autoproxy_agent::apply::{SILENT_BUDGET, SOCKET_TIMEOUT};
+use autoproxy_agent::apply::{QUESTION_TIMEOUT, SILENT_BUDGET};
 use autoproxy_tests::freeze::Frozen;
 use autoproxy_tests::recording_proxy::RecordingProxy;
 
@@ -117,7 +117,7 @@ fn a_failing_reload_ends_the_apply_within_its_bound_with_a_true_record() {
     let f = Fixture::new(&["a", "b"]);
     let (first, version, flaky) = f.before_a_failing_reload();
     // One question's worth per step that asks HAProxy, and the rollback's 1-s settle.
-    let bound = SOCKET_TIMEOUT * 4 + Duration::from_secs(2);
+    let bound = QUESTION_TIMEOUT * 4 + Duration::from_secs(2);
     let always = f.haproxy.apply_document_reloading_with("false").unwrap();
     let cases = [
         ("once", flaky, 2, "rolled_back"),
