@@ -17,7 +17,8 @@
 //!
 //! A failure with only the route maps renamed writes the installed config's own maps back:
 //! nothing changed. Once HAProxy was asked to take the routes, or the config is renamed:
-//! restore last-known-good's config and its maps (written from its route lines), reload, and
+//! restore last-known-good's config and its maps (the bytes kept beside it, `apply/kept.rs`;
+//! written from its route lines only when none were kept), reload, and
 //! exit non-zero with the reason. Every run that took the lock ends with a fleet record (one
 //! that never got it leaves the holder's record alone) whose generation is
 //! what HAProxy reported at the end (or, when it stays silent, last during the run, marked
@@ -134,7 +135,7 @@ pub struct PathTaken {
     pub why: String,
 }
 
-/// Why a step failed, and whether HAProxy rejected the config (`check`).
+/// Why a step failed (whether HAProxy rejected the config is the verdict's `rejected`).
 #[derive(Debug)]
 struct Failure {
     reason: String,

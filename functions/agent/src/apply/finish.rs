@@ -126,8 +126,9 @@ impl Run {
         (2, Outcome::RolledBack, reason)
     }
 
-    /// Puts last-known-good (generation `lg_gen`) back in place: its maps first, from its own
-    /// route lines, so the restored config finds its routes when it is read; then the file.
+    /// Puts last-known-good (generation `lg_gen`) back in place: its maps first (the bytes
+    /// kept with it, `kept::put_back`; written from its own route lines only when none were
+    /// kept), so the restored config finds its routes when it is read; then the file.
     fn restore_last_good(&mut self, lg_gen: u64) -> Result<(), String> {
         let config = self.config().to_path_buf();
         let restored = std::fs::read_to_string(&self.paths.last_good).and_then(|text| {
