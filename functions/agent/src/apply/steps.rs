@@ -171,7 +171,7 @@ impl Run {
         // instance's second apply, during the fill, asked for the 9,300 names the fill had not
         // reached, and took 0.57 s for answers that could only be "still resolving". With no
         // service running, nobody else resolves the installed ones: the apply does, as before.
-        let ensured = crate::addresses::ensure_new(
+        let ensured = crate::addresses::ensure(
             &self.paths.dir,
             &new,
             &installed,
