@@ -36,14 +36,17 @@
 
 mod bounds;
 mod config;
+mod download;
 mod finish;
 mod hooks;
+mod hosts;
 mod kept;
 mod maps;
 mod params;
 mod signals;
 mod stages;
 mod steps;
+mod tidy;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
