@@ -128,6 +128,11 @@ pub struct MapFiles {
     pub generation: Option<String>,
 }
 
+/// The directory of every map file, relative to the config's directory.
+pub const MAPS_DIR: &str = "autoproxy";
+/// The address map, relative to the config's directory: one for every generation.
+pub const ADDRESS_MAP: &str = "autoproxy/addresses.map";
+
 /// The prefix of a route-table line in the body: exact routes, suffix routes, nameservers.
 pub const ROUTE_LINE: &str = "#@route ";
 pub const SUFFIX_LINE: &str = "#@suffix ";
@@ -141,7 +146,7 @@ impl MapFiles {
         MapFiles {
             routes: "autoproxy/routes.map".to_owned(),
             suffixes: "autoproxy/suffixes.map".to_owned(),
-            addresses: "autoproxy/addresses.map".to_owned(),
+            addresses: ADDRESS_MAP.to_owned(),
             generation: Some("autoproxy/generation.map".to_owned()),
         }
     }
@@ -153,7 +158,7 @@ impl MapFiles {
         MapFiles {
             routes: format!("autoproxy/gen-{generation}/routes.map"),
             suffixes: format!("autoproxy/gen-{generation}/suffixes.map"),
-            addresses: "autoproxy/addresses.map".to_owned(),
+            addresses: ADDRESS_MAP.to_owned(),
             generation: None,
         }
     }

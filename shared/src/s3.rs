@@ -266,14 +266,17 @@ impl ConfigStore {
 
 /// One object's bytes and its version id (`null` in a bucket without versioning), a failure
 /// as one line: the download the proxies' agent does (a version given: that one), and the
-/// SSM agent's own `aws:downloadContent`.
+/// SSM agent's own `aws:downloadContent`. An object larger than `limit` bytes is refused
+/// before its body is read when S3 says its length, and read no further than the limit when
+/// it does not (or says less than it sends): the reader's memory is bounded either way.
 pub async fn get_bytes(
     client: &Client,
     bucket: &str,
     key: &str,
     version: Option<&str>,
+    limit: usize,
 ) -> Result<(Vec<u8>, String), String> {
-    let object = client
+    let mut object = client
         .get_object()
         .bucket(bucket)
         .key(key)
@@ -281,14 +284,25 @@ pub async fn get_bytes(
         .send()
         .await
         .map_err(|err| crate::aws_error::reason(&err))?;
+    let too_large = |got: String| format!("expected an object of at most {limit} bytes, got {got}");
+    let said = object.content_length().unwrap_or(0);
+    if usize::try_from(said).map_or(true, |said| said > limit) {
+        return Err(too_large(format!("{said} bytes")));
+    }
     let version = object.version_id().unwrap_or("null").to_owned();
-    let bytes = object
+    let mut bytes = Vec::with_capacity(usize::try_from(said).unwrap_or(0));
+    while let Some(chunk) = object
         .body
-        .collect()
+        .try_next()
         .await
         .map_err(|err| err.to_string())?
-        .into_bytes();
-    Ok((bytes.to_vec(), version))
+    {
+        if bytes.len() + chunk.len() > limit {
+            return Err(too_large(format!("more than {limit} bytes in its body")));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok((bytes, version))
 }
 
 /// The header's values as S3 metadata.

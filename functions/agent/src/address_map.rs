@@ -15,11 +15,19 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The map's path relative to the config's directory, and its name in HAProxy.
-pub const MAP: &str = "autoproxy/addresses.map";
+pub use autoproxy::artifact::ADDRESS_MAP as MAP;
+
+/// The directory of the maps, their locks and the control socket, for the config at `config`.
+pub fn maps_dir(config: &Path) -> PathBuf {
+    config
+        .parent()
+        .unwrap_or(Path::new("/"))
+        .join(autoproxy::artifact::MAPS_DIR)
+}
 
 /// How long an apply waits for the map's lock: the service holds it only to read and rewrite
 /// the file (milliseconds at 10,000 names), so a longer wait means a stuck holder.
-pub const LOCK_WAIT: Duration = Duration::from_secs(5);
+pub const MAP_LOCK_WAIT: Duration = Duration::from_secs(5);
 
 /// How often a waiting writer tries the lock again.
 const LOCK_RETRY: Duration = Duration::from_millis(10);
@@ -243,7 +251,7 @@ mod tests {
     fn try_lock_gives_way_to_a_holder() {
         let dir = tempfile::tempdir().expect("temp dir");
         let map = MapFile::in_dir(dir.path());
-        let held = map.lock(LOCK_WAIT).expect("locks");
+        let held = map.lock(MAP_LOCK_WAIT).expect("locks");
         assert!(map.try_lock().expect("tries").is_none());
         drop(held);
         assert!(map.try_lock().expect("tries").is_some());
@@ -255,7 +263,7 @@ mod tests {
     fn a_held_lock_is_waited_for_only_so_long() {
         let dir = tempfile::tempdir().expect("temp dir");
         let map = MapFile::in_dir(dir.path());
-        let _held = map.lock(LOCK_WAIT).expect("locks");
+        let _held = map.lock(MAP_LOCK_WAIT).expect("locks");
         let wait = Duration::from_millis(300);
         let (sent, waited) = std::sync::mpsc::channel();
         let writer = map.clone();
@@ -284,11 +292,11 @@ mod tests {
         assert_eq!(map.read().expect("reads").addresses.len(), 0);
         assert_eq!(map.stamp(), None);
         let a: IpAddr = "10.0.0.1".parse().expect("ip");
-        map.merge(&[("a.example".to_owned(), a)], LOCK_WAIT)
+        map.merge(&[("a.example".to_owned(), a)], MAP_LOCK_WAIT)
             .expect("merges");
         let first = map.stamp().expect("exists");
         let b: IpAddr = "10.0.0.2".parse().expect("ip");
-        map.merge(&[("b.example".to_owned(), b)], LOCK_WAIT)
+        map.merge(&[("b.example".to_owned(), b)], MAP_LOCK_WAIT)
             .expect("merges");
         assert_ne!(map.stamp(), Some(first));
         let text = std::fs::read_to_string(map.path()).expect("reads");

@@ -40,25 +40,14 @@ pub enum By {
     Itself,
 }
 
-/// Makes sure each of `names` has an address in `<config dir>/autoproxy/addresses.map`
-/// before returning, within `budget` (see the module doc for how); a name that resolves to
-/// this proxy (`own`) gets none, whoever resolves it.
+/// Makes sure each of `names` (the hosts new to an apply's generation) has an address in
+/// `<config dir>/autoproxy/addresses.map` before returning, within `budget` (see the module
+/// doc for how); a name that resolves to this proxy (`own`) gets none, whoever resolves it.
+/// The service is asked only for `names`, never for `theirs` (the installed config's hosts,
+/// which it reads from that file and resolves at its own pace), even when `names` is empty.
+/// When no service listens, nobody else resolves `theirs`: they are resolved with `names`, in
+/// one pass within `budget`.
 pub async fn ensure(
-    config_dir: &Path,
-    names: &[String],
-    nameservers: &[SocketAddr],
-    own: &Own,
-    budget: Duration,
-) -> Ensured {
-    ensure_new(config_dir, names, &[], nameservers, own, budget).await
-}
-
-/// [`ensure`] for an apply: the service is asked only for `names` (the hosts new to the
-/// apply's generation), never for `theirs` (the installed config's hosts, which it reads from
-/// that file and resolves at its own pace), even when `names` is empty. When no service
-/// listens, nobody else resolves `theirs`: they are resolved with `names`, in one pass within
-/// `budget`.
-pub async fn ensure_new(
     config_dir: &Path,
     names: &[String],
     theirs: &[String],
@@ -104,45 +93,13 @@ pub async fn ensure_new(
             }
         }
         Err(Asked::NoResolver) => {
-            ensured.by = By::Itself;
-            let mut wanted = asked;
-            let theirs = theirs
-                .iter()
-                .filter_map(|n| autoproxy::names::HostName::parse(n).ok());
-            wanted.extend(theirs.map(|host| host.as_str().to_owned()));
-            wanted.sort();
-            wanted.dedup();
-            let results = resolve_unlooped(&wanted, nameservers, own, deadline).await;
-            let map = MapFile::in_dir(config_dir);
-            let found: Vec<(String, IpAddr)> = results
-                .iter()
-                .filter_map(|(name, result)| result.as_ref().ok().map(|a| (name.clone(), *a)))
-                .collect();
-            // The lock may be held by the service's write: waited for off the runtime thread,
-            // until the deadline at most (and the map's own bound).
-            let merging = map.clone();
-            let wait = deadline
-                .saturating_duration_since(Instant::now())
-                .min(crate::address_map::LOCK_WAIT);
-            let merged = tokio::task::spawn_blocking(move || merging.merge(&found, wait))
-                .await
-                .unwrap_or_else(|err| Err(std::io::Error::other(err.to_string())));
-            match merged {
-                Ok(()) => {
-                    for (name, result) in results {
-                        match result {
-                            Ok(_) => ensured.resolved += 1,
-                            Err(why) => ensured.missing.push((name, why)),
-                        }
-                    }
-                }
-                Err(err) => {
-                    let why = format!("cannot write {}: {err}", map.path().display());
-                    ensured
-                        .missing
-                        .extend(results.into_iter().map(|(name, _)| (name, why.clone())));
-                }
-            }
+            let here = Here {
+                config_dir,
+                nameservers,
+                own,
+                deadline,
+            };
+            here.resolve(asked, theirs, &mut ensured).await;
         }
         Err(Asked::Busy(why) | Asked::Failed(why)) => {
             ensured.by = By::Resolver;
@@ -152,6 +109,61 @@ pub async fn ensure_new(
         }
     }
     ensured
+}
+
+/// Where an apply resolves names itself, when no address service listens.
+struct Here<'a> {
+    config_dir: &'a Path,
+    nameservers: &'a [SocketAddr],
+    own: &'a Own,
+    deadline: Instant,
+}
+
+impl Here<'_> {
+    /// Resolves `asked` and `theirs` in one pass and merges what resolved into the address
+    /// map; each name counted in `ensured` as resolved or missing, and why.
+    async fn resolve(&self, asked: Vec<String>, theirs: &[String], ensured: &mut Ensured) {
+        ensured.by = By::Itself;
+        let mut wanted = asked;
+        let theirs = theirs
+            .iter()
+            .filter_map(|n| autoproxy::names::HostName::parse(n).ok());
+        wanted.extend(theirs.map(|host| host.as_str().to_owned()));
+        wanted.sort();
+        wanted.dedup();
+        let results = resolve_unlooped(&wanted, self.nameservers, self.own, self.deadline).await;
+        let map = MapFile::in_dir(self.config_dir);
+        let found: Vec<(String, IpAddr)> = results
+            .iter()
+            .filter_map(|(name, result)| result.as_ref().ok().map(|a| (name.clone(), *a)))
+            .collect();
+        // The lock may be held by the service's write: waited for off the runtime thread,
+        // until the deadline at most (and the map's own bound).
+        let merging = map.clone();
+        let wait = self
+            .deadline
+            .saturating_duration_since(Instant::now())
+            .min(crate::address_map::MAP_LOCK_WAIT);
+        let merged = tokio::task::spawn_blocking(move || merging.merge(&found, wait))
+            .await
+            .unwrap_or_else(|err| Err(std::io::Error::other(err.to_string())));
+        match merged {
+            Ok(()) => {
+                for (name, result) in results {
+                    match result {
+                        Ok(_) => ensured.resolved += 1,
+                        Err(why) => ensured.missing.push((name, why)),
+                    }
+                }
+            }
+            Err(err) => {
+                let why = format!("cannot write {}: {err}", map.path().display());
+                ensured
+                    .missing
+                    .extend(results.into_iter().map(|(name, _)| (name, why.clone())));
+            }
+        }
+    }
 }
 
 /// [`resolve_once`] of `wanted` and of the proxy's own names; a name that resolves to this
@@ -195,6 +207,7 @@ mod tests {
         let ensured = ensure(
             dir.path(),
             &["a.example".to_owned(), "bad name".to_owned()],
+            &[],
             &[closed],
             &Own::default(),
             Duration::from_secs(10),

@@ -17,7 +17,8 @@
 //!
 //! A failure with only the route maps renamed writes the installed config's own maps back:
 //! nothing changed. Once HAProxy was asked to take the routes, or the config is renamed:
-//! restore last-known-good's config and its maps (written from its route lines), reload, and
+//! restore last-known-good's config and its maps (the bytes kept beside it, `apply/kept.rs`;
+//! written from its route lines only when none were kept), reload, and
 //! exit non-zero with the reason. Every run that took the lock ends with a fleet record (one
 //! that never got it leaves the holder's record alone) whose generation is
 //! what HAProxy reported at the end (or, when it stays silent, last during the run, marked
@@ -33,15 +34,19 @@
 //! Every log line is `autoproxy-apply: <step>: <detail>`; a failure adds one
 //! `autoproxy-apply: FAILED: <reason>` line on stderr.
 
+mod bounds;
 mod config;
+mod download;
 mod finish;
 mod hooks;
+mod hosts;
 mod kept;
 mod maps;
 mod params;
 mod signals;
 mod stages;
 mod steps;
+mod tidy;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -51,49 +56,13 @@ use std::time::{Duration, Instant};
 use crate::haproxy::RuntimeApi;
 pub use crate::record::Outcome;
 use crate::running::{Answer, Before, Running, Service};
-pub use crate::running::{SILENT_BUDGET, SOCKET_TIMEOUT, processes_reading};
+pub use crate::running::{QUESTION_TIMEOUT, SILENT_BUDGET, processes_reading};
 use crate::{child, files, record};
+pub use bounds::*;
 use hooks::locked_budget;
 pub use params::Params;
 use signals::Signals;
 use stages::NewConfig;
-
-// Every step that holds the lock is bounded; a child past its limit is killed at once.
-pub const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long the routes' new hosts may take to get their addresses before the swap: briefly,
-/// so a new cluster serves as soon as its apply returns; a route whose host has none by then
-/// is held ([`crate::routes`]) and the address service puts it in at its own pace.
-pub const ADDRESS_BUDGET: Duration = Duration::from_secs(2);
-pub const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
-pub const RELOAD_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long HAProxy gets to report a generation running.
-pub const RUNNING_TIMEOUT: Duration = Duration::from_secs(15);
-pub use crate::record::RECORD_TIMEOUT;
-/// How long the runtime update of the route tables may take before the apply reloads instead
-/// (each command on the socket waits at most `SOCKET_TIMEOUT` more).
-pub const UPDATE_BUDGET: Duration = Duration::from_secs(10);
-/// How long the steps under the lock may take, all together, from the lock taken to the new
-/// generation running (download, state, addresses, check, update or reload, running check):
-/// past it the run stops where it is, as at a signal, and [`Run::finish`] undoes what it
-/// installed. Each step keeps its own bound too (a child past it is killed at once).
-pub const LOCKED_BUDGET: Duration = Duration::from_secs(170);
-/// How long the ending may take, all together: the rollback, the fleet record and, after a
-/// success, the address service kept running. The record always keeps [`RECORD_BUDGET`] of it.
-pub const FINISH_BUDGET: Duration = Duration::from_secs(120);
-/// The part of [`FINISH_BUDGET`] kept for the fleet record: the last question to HAProxy and
-/// the put to S3.
-pub const RECORD_BUDGET: Duration = Duration::from_secs(30);
-/// How long an apply waits for another one's lock: longer than that one can hold it (its two
-/// budgets), and short enough that a wait plus a whole apply fits the document's 600 s.
-pub const LOCK_WAIT: Duration = Duration::from_secs(300);
-/// How long the apply's end waits for threads still blocked (a lock wait, a file write) once
-/// its run is done: each of those waits is bounded on its own, and a deadline that fired
-/// before one ended must not keep the process from exiting.
-pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(1);
-const _: () = assert!(
-    LOCKED_BUDGET.as_secs() + FINISH_BUDGET.as_secs() < LOCK_WAIT.as_secs()
-        && RECORD_BUDGET.as_secs() > SILENT_BUDGET.as_secs() + RECORD_TIMEOUT.as_secs()
-);
 
 /// One log line on stdout.
 pub fn say(line: &str) {
@@ -131,7 +100,7 @@ pub struct PathTaken {
     pub why: String,
 }
 
-/// Why a step failed, and whether HAProxy rejected the config (`check`).
+/// Why a step failed (whether HAProxy rejected the config is the verdict's `rejected`).
 #[derive(Debug)]
 struct Failure {
     reason: String,
@@ -266,7 +235,7 @@ impl Run {
             service,
             paths: Paths {
                 last_good: PathBuf::from(format!("{}.last-good", params.config.display())),
-                maps_dir: dir.join("autoproxy"),
+                maps_dir: crate::address_map::maps_dir(&params.config),
                 dir,
             },
             params,
@@ -351,7 +320,7 @@ impl Run {
 
     /// The stats socket of the installed config, if it declares a usable one.
     fn socket(&self) -> Option<RuntimeApi> {
-        crate::haproxy::socket_of(self.config()).map(|path| RuntimeApi::new(path, SOCKET_TIMEOUT))
+        crate::haproxy::socket_of(self.config()).map(|path| RuntimeApi::new(path, QUESTION_TIMEOUT))
     }
 
     /// What HAProxy answers on the installed config's socket now, asked again while it is
@@ -366,7 +335,7 @@ impl Run {
 
     /// Whether HAProxy runs now: its socket answers, or the service says so.
     async fn haproxy_runs(&mut self) -> bool {
-        match self.ask(SOCKET_TIMEOUT).await {
+        match self.ask(QUESTION_TIMEOUT).await {
             Answer::Runs(_) | Answer::Silent(_) => true,
             Answer::NoSocket | Answer::NothingListens => self.service.runs().await.unwrap_or(false),
         }

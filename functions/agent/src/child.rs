@@ -42,22 +42,24 @@ impl Finished {
     }
 }
 
-/// Runs `program args…` without a shell, stdin closed, its output captured (through a file:
-/// a daemon it starts must not hold a pipe of ours open), for at most `limit`.
+/// Runs `program args…` without a shell in `/`, stdin closed, its output captured, for at most
+/// `limit`. The output goes through a file, not a pipe (a daemon it starts must not hold a
+/// pipe of ours open), and that file has no name: it is made in `output_dir` already unlinked
+/// ([`output_file`]), so an apply killed meanwhile leaves nothing behind.
 pub async fn run(
     program: &Path,
     args: &[String],
-    work_dir: &Path,
+    output_dir: &Path,
     limit: Duration,
 ) -> std::io::Result<Finished> {
-    let output = tempfile_in(work_dir)?;
+    let mut output = output_file(output_dir)?;
     let mut command = tokio::process::Command::new(program);
     command
         .args(args)
         .current_dir("/")
         .stdin(Stdio::null())
-        .stdout(output.reopen()?)
-        .stderr(output.reopen()?);
+        .stdout(output.try_clone()?)
+        .stderr(output.try_clone()?);
     let mut child = command.spawn()?;
     let pid = child.id();
     // Dropped (a signal to the apply cancels the step): the guard kills the child's tree.
@@ -74,7 +76,7 @@ pub async fn run(
             (None, true)
         }
     };
-    let mut text = kept_output(output.path()).unwrap_or_default();
+    let mut text = kept_output(&mut output).unwrap_or_default();
     text.truncate(text.trim_end().len());
     Ok(Finished {
         code,
@@ -87,11 +89,17 @@ pub async fn run(
 /// first error and a reload's last words are), what lies between left out and counted.
 pub const MAX_OUTPUT: usize = 64 * 1024;
 
-/// The output in the file at `path`, at most [`MAX_OUTPUT`] bytes of it (and a line saying
-/// how much was left out), whatever the child wrote.
-fn kept_output(path: &Path) -> std::io::Result<String> {
+/// A file without a name for a child's output, in `dir` (`O_TMPFILE`, or created and
+/// unlinked at once where the filesystem lacks it): it goes when its last descriptor closes.
+pub fn output_file(dir: &Path) -> std::io::Result<std::fs::File> {
+    tempfile::tempfile_in(dir)
+}
+
+/// The output a child wrote to `file` (from [`output_file`]), at most [`MAX_OUTPUT`] bytes of
+/// it (and a line saying how much was left out), whatever the child wrote.
+pub fn kept_output(file: &mut std::fs::File) -> std::io::Result<String> {
     use std::io::{Read, Seek, SeekFrom};
-    let mut file = std::fs::File::open(path)?;
+    file.seek(SeekFrom::Start(0))?;
     let len = file.metadata()?.len();
     let half = MAX_OUTPUT as u64 / 2;
     if len <= MAX_OUTPUT as u64 {
@@ -100,60 +108,16 @@ fn kept_output(path: &Path) -> std::io::Result<String> {
         return Ok(String::from_utf8_lossy(&all).into_owned());
     }
     let mut head = Vec::new();
-    (&mut file).take(half).read_to_end(&mut head)?;
+    (&mut *file).take(half).read_to_end(&mut head)?;
     file.seek(SeekFrom::Start(len - half))?;
     let mut tail = Vec::new();
-    file.take(half).read_to_end(&mut tail)?;
+    (&mut *file).take(half).read_to_end(&mut tail)?;
     Ok(format!(
         "{}\n[... {} bytes of output left out ...]\n{}",
         String::from_utf8_lossy(&head),
         len - 2 * half,
         String::from_utf8_lossy(&tail)
     ))
-}
-
-/// A temporary file for a child's output, deleted when dropped.
-fn tempfile_in(dir: &Path) -> std::io::Result<OutputFile> {
-    for attempt in 0..100u32 {
-        let path = dir.join(format!(
-            ".autoproxy-output.{}.{}.{attempt}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.subsec_nanos())
-        ));
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-        {
-            Ok(file) => return Ok(OutputFile { path, file }),
-            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(err) => return Err(err),
-        }
-    }
-    Err(std::io::Error::other("no free name for an output file"))
-}
-
-struct OutputFile {
-    path: std::path::PathBuf,
-    file: std::fs::File,
-}
-
-impl OutputFile {
-    fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn reopen(&self) -> std::io::Result<std::fs::File> {
-        self.file.try_clone()
-    }
-}
-
-impl Drop for OutputFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
 }
 
 /// Kills a child and its descendants unless disarmed (`pid = None`).
@@ -226,6 +190,24 @@ mod tests {
         assert!(finished.output.starts_with("first\nxxx"));
         assert!(finished.output.ends_with("xxx\nlast"));
         assert!(finished.output.contains("bytes of output left out"));
+    }
+
+    /// The output file has no name: the child, listing the directory it is made in, finds
+    /// nothing there, so an apply killed while a child runs leaves nothing behind.
+    #[tokio::test]
+    async fn a_childs_output_file_leaves_no_name_behind() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let listing = format!("ls -A {}", dir.path().display());
+        let finished = run(
+            Path::new("/bin/sh"),
+            &["-c".to_owned(), listing],
+            dir.path(),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("runs");
+        assert!(finished.success(), "{}", finished.status());
+        assert_eq!(finished.output, "", "the output dir as the child saw it");
     }
 
     #[tokio::test]

@@ -137,7 +137,7 @@ const WANTED_CHECK: Duration = Duration::from_secs(5);
 async fn run(config: &Path, knobs: Knobs, metrics: Option<Duration>) -> Result<(), RunError> {
     let config_dir = config.parent().unwrap_or(Path::new(".")).to_path_buf();
     // First: one service per config, or none of what follows.
-    let _single = single::Single::take(&crate::unit::maps_dir(config))?;
+    let _single = single::Single::take(&crate::address_map::maps_dir(config))?;
     let start = Instant::now();
     let mut engine = Engine::new(knobs);
     let (mut output, known) = Output::open(MapFile::in_dir(&config_dir), &mut engine, start);

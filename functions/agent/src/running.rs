@@ -14,7 +14,7 @@ use autoproxy::artifact::{self, MapFiles};
 use crate::haproxy::{Info, RuntimeApi, RuntimeError, Session};
 
 /// How long one question on the stats socket may take.
-pub const SOCKET_TIMEOUT: Duration = Duration::from_secs(2);
+pub const QUESTION_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a silent socket is asked again before its generation counts as unknown.
 pub const SILENT_BUDGET: Duration = Duration::from_secs(6);
 /// How long `systemctl is-active` may take.
@@ -45,16 +45,16 @@ pub enum Answer {
 
 impl Running {
     /// Asks the worker on `api` once: connect, `show info`, the generation map, within one
-    /// [`SOCKET_TIMEOUT`] for the whole question, however slowly each part answers.
+    /// [`QUESTION_TIMEOUT`] for the whole question, however slowly each part answers.
     pub async fn read(api: &RuntimeApi) -> Result<Running, RuntimeError> {
         let question = async {
             let mut session = api.session().await?;
             let info = session.info().await?;
             Running::read_on(&mut session, &info).await
         };
-        tokio::time::timeout(SOCKET_TIMEOUT, question)
+        tokio::time::timeout(QUESTION_TIMEOUT, question)
             .await
-            .unwrap_or_else(|_| Err(api.timed_out("show info; show map", SOCKET_TIMEOUT)))
+            .unwrap_or_else(|_| Err(api.timed_out("show info; show map", QUESTION_TIMEOUT)))
     }
 
     /// What the worker that answered `info` on `session` runs.
@@ -93,7 +93,7 @@ impl Running {
     /// The same, on `socket`: ends within `budget` (one question more than fits is cut
     /// short, never waited out).
     pub async fn ask_socket(socket: &Path, budget: Duration) -> Answer {
-        let api = RuntimeApi::new(socket, SOCKET_TIMEOUT);
+        let api = RuntimeApi::new(socket, QUESTION_TIMEOUT);
         let mut last = None;
         let asking = async {
             loop {
@@ -165,8 +165,10 @@ impl Service {
         match self {
             Service::Systemd { systemctl, unit } => {
                 let args = vec!["is-active".to_owned(), unit.clone()];
+                // Not `/`: a caller that is not root may write in the temp directory only.
+                let scratch = std::env::temp_dir();
                 let finished =
-                    crate::child::run(Path::new(systemctl), &args, Path::new("/"), SERVICE_TIMEOUT)
+                    crate::child::run(Path::new(systemctl), &args, &scratch, SERVICE_TIMEOUT)
                         .await
                         .map_err(|err| format!("cannot run {systemctl} is-active {unit}: {err}"))?;
                 if finished.timed_out {

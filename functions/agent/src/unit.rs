@@ -1,4 +1,4 @@
-//! The address service as a systemd unit (the host floor: the apply installs it, the service
+//! The address service as a systemd unit (the ground floor: the apply installs it, the service
 //! runs under it): its text, and keeping it installed and running.
 //!
 //! The apply calls [`ensure`] after every successful apply or skip. The unit names the agent
@@ -124,7 +124,7 @@ pub fn unit_with(
 ) -> Result<String, ServiceError> {
     let agent_text = safe(agent, "the agent path")?;
     let config_text = safe(config, "the config path")?;
-    let maps = maps_dir(config);
+    let maps = crate::address_map::maps_dir(config);
     let mut writable = format!("ReadWritePaths=-{}", safe(&maps, "the maps directory")?);
     if let Some(dir) = socket_dir {
         writable.push_str(&format!(
@@ -176,17 +176,6 @@ WantedBy=multi-user.target
     ))
 }
 
-/// The directory of the address map, the lock and the control socket.
-pub fn maps_dir(config: &Path) -> PathBuf {
-    config
-        .parent()
-        .unwrap_or(Path::new("/"))
-        .join(crate::address_map::MAP)
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
-}
-
 /// A path goes into the unit as it is: absolute, no whitespace (systemd splits on it), no
 /// `%` (a specifier), no quotes or backslashes.
 fn safe<'a>(path: &'a Path, what: &'static str) -> Result<&'a str, ServiceError> {
@@ -217,7 +206,7 @@ pub fn ensure(
     }
     let socket_dir = socket_dir(config);
     let text = unit_with(agent, config, socket_dir.as_deref())?;
-    let maps = maps_dir(config);
+    let maps = crate::address_map::maps_dir(config);
     std::fs::create_dir_all(&maps).map_err(|source| ServiceError::MapsDir {
         path: maps.clone(),
         source,
@@ -276,11 +265,18 @@ fn systemctl(host: &Host, args: &[&str], deadline: Instant) -> Result<(), Servic
         args: args.join(" "),
         why,
     };
+    // Its words go to a file without a name, not a pipe: a pipe read only after the exit
+    // would stop a child that says more than the pipe holds, until the deadline.
+    let mut said = crate::child::output_file(&std::env::temp_dir())
+        .map_err(|err| failed(format!("no file for its output: {err}")))?;
+    let stderr = said
+        .try_clone()
+        .map_err(|err| failed(format!("no file for its output: {err}")))?;
     let mut child = Command::new(&host.systemctl)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(stderr)
         .spawn()
         .map_err(|err| failed(format!("cannot run {}: {err}", host.systemctl.display())))?;
     let waited = Instant::now();
@@ -289,11 +285,7 @@ fn systemctl(host: &Host, args: &[&str], deadline: Instant) -> Result<(), Servic
         match child.try_wait() {
             Ok(Some(status)) if status.success() => return Ok(()),
             Ok(Some(status)) => {
-                let mut stderr = String::new();
-                if let Some(mut pipe) = child.stderr.take() {
-                    use std::io::Read;
-                    let _ = pipe.read_to_string(&mut stderr);
-                }
+                let stderr = crate::child::kept_output(&mut said).unwrap_or_default();
                 return Err(failed(format!(
                     "{status}: {}",
                     autoproxy::excerpt(stderr.trim(), 300)
@@ -372,6 +364,27 @@ mod tests {
             "{ended:?}"
         );
         assert!(took < Duration::from_secs(10), "{took:?}");
+    }
+
+    /// A `systemctl` that fails with more on stderr than a pipe holds: its words are read
+    /// while it runs, so it ends, and the error says how it ended rather than waiting out
+    /// the deadline on a full pipe.
+    #[test]
+    fn a_systemctl_that_says_much_and_fails_ends_with_its_status() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let host = stand_in_host(
+            dir.path(),
+            "echo first words >&2; head -c 1000000 /dev/zero | tr '\\0' x >&2; exit 3",
+        );
+        let started = Instant::now();
+        let ended = systemctl(&host, &["daemon-reload"], started + Duration::from_secs(5));
+        let why = match ended {
+            Err(ServiceError::Systemctl { why, .. }) => why,
+            other => panic!("expected a failed systemctl, got {other:?}"),
+        };
+        assert!(why.contains("exit status: 3"), "{why}");
+        assert!(why.contains("first words"), "{why}");
+        assert!(why.len() < 1000, "{} bytes", why.len());
     }
 
     /// One unit per host: a second config that still exists is refused, clearly, rather

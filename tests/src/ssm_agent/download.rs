@@ -149,7 +149,14 @@ impl S3Client {
                     .force_path_style(true)
                     .build();
                 let client = aws_sdk_s3::Client::from_conf(config);
-                let (bytes, _) = autoproxy::s3::get_bytes(&client, &bucket, &key, None).await?;
+                let (bytes, _) = autoproxy::s3::get_bytes(
+                    &client,
+                    &bucket,
+                    &key,
+                    None,
+                    autoproxy::s3::MAX_OBJECT_BYTES,
+                )
+                .await?;
                 std::fs::write(&target, &bytes).map_err(|err| err.to_string())
             })
         })

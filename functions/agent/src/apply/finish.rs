@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use super::kept;
 use super::{
-    Answer, Before, FINISH_BUDGET, Failure, Outcome, RECORD_BUDGET, RUNNING_TIMEOUT, Run, Running,
-    SILENT_BUDGET, SOCKET_TIMEOUT, Stage, config, failed, files, log, oneline, record,
+    Answer, Before, FINISH_BUDGET, Failure, Outcome, QUESTION_TIMEOUT, RECORD_BUDGET,
+    RUNNING_TIMEOUT, Run, Running, SILENT_BUDGET, Stage, config, failed, files, log, oneline,
+    record,
 };
 use crate::haproxy::RuntimeApi;
 
@@ -125,8 +126,9 @@ impl Run {
         (2, Outcome::RolledBack, reason)
     }
 
-    /// Puts last-known-good (generation `lg_gen`) back in place: its maps first, from its own
-    /// route lines, so the restored config finds its routes when it is read; then the file.
+    /// Puts last-known-good (generation `lg_gen`) back in place: its maps first (the bytes
+    /// kept with it, `kept::put_back`; written from its own route lines only when none were
+    /// kept), so the restored config finds its routes when it is read; then the file.
     fn restore_last_good(&mut self, lg_gen: u64) -> Result<(), String> {
         let config = self.config().to_path_buf();
         let restored = std::fs::read_to_string(&self.paths.last_good).and_then(|text| {
@@ -181,7 +183,7 @@ impl Run {
             tokio::time::sleep(settle).await;
         }
         let starting = !self.haproxy_runs().await;
-        let before = match self.ask(SOCKET_TIMEOUT).await {
+        let before = match self.ask(QUESTION_TIMEOUT).await {
             Answer::Runs(running) => Some(running.pid),
             _ => None,
         };
@@ -413,7 +415,7 @@ pub(super) async fn wait_generation(
     generation: u64,
     replaced: Option<u32>,
 ) -> Result<Running, String> {
-    let api = RuntimeApi::new(socket, SOCKET_TIMEOUT);
+    let api = RuntimeApi::new(socket, QUESTION_TIMEOUT);
     let deadline = Instant::now() + RUNNING_TIMEOUT;
     loop {
         let seen = match Running::read(&api).await {

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::{LOCK_WAIT, LOCKED_BUDGET, Run, log};
+use super::{APPLY_LOCK_WAIT, LOCKED_BUDGET, Run, log};
 
 /// Where a variable's value comes from (the environment, or a test's table).
 type Get<'a> = &'a dyn Fn(&str) -> Option<String>;
@@ -19,7 +19,7 @@ enum Hook {
     PauseSeconds,
     /// With a pause, and only then, [`LOCKED_BUDGET`] shortened, to see the deadline stop a run.
     LockedBudgetSeconds,
-    /// [`LOCK_WAIT`] shortened: the test of a busy apply need not wait 300 s.
+    /// [`APPLY_LOCK_WAIT`] shortened: the test of a busy apply need not wait 300 s.
     LockWaitSeconds,
 }
 
@@ -57,7 +57,7 @@ fn locked_budget_from(get: Get<'_>) -> Duration {
 }
 
 fn lock_wait_from(get: Get<'_>) -> Duration {
-    seconds(get, Hook::LockWaitSeconds).unwrap_or(LOCK_WAIT)
+    seconds(get, Hook::LockWaitSeconds).unwrap_or(APPLY_LOCK_WAIT)
 }
 
 /// How long to stop before `step`, when a fault test named it.
@@ -72,7 +72,7 @@ pub(super) fn locked_budget() -> Duration {
     locked_budget_from(&env)
 }
 
-/// [`LOCK_WAIT`], unless a test build shortens it.
+/// [`APPLY_LOCK_WAIT`], unless a test build shortens it.
 pub(super) fn lock_wait() -> Duration {
     lock_wait_from(&env)
 }
@@ -110,7 +110,7 @@ mod tests {
         let one = Duration::from_secs(1);
         let expected =
             |hooked: Duration, default: Duration| if built_in { hooked } else { default };
-        assert_eq!(lock_wait_from(&all), expected(one, LOCK_WAIT));
+        assert_eq!(lock_wait_from(&all), expected(one, APPLY_LOCK_WAIT));
         assert_eq!(locked_budget_from(&all), expected(one, LOCKED_BUDGET));
         assert_eq!(pause_from(&all, "check"), built_in.then_some(one));
         assert_eq!(pause_from(&all, "swap"), None);

@@ -1,7 +1,8 @@
 //! The map files of a config: staged and checked before anything names them, installed by
 //! rename, and applied to the running HAProxy over its runtime API when only the route
 //! tables changed (docs/ARCHITECTURE.md, "When a proxy reloads"). A config holds its own
-//! route tables, so a rollback writes last-known-good's maps from its text.
+//! route tables, so a rollback whose last-known-good has no maps kept byte for byte
+//! (`apply/kept.rs`) writes them from its text.
 
 use std::path::PathBuf;
 
@@ -33,8 +34,7 @@ pub(super) struct Staged {
 
 impl Run {
     /// Writes the maps of this generation to a staging directory, and the config variant
-    /// that names them; starts the address map from what a running HAProxy resolved, the
-    /// first time there is none.
+    /// that names them. (The address map is started before, by [`Run::seed_address_map`].)
     pub(super) fn stage_maps(
         &mut self,
         text: &str,
@@ -110,7 +110,7 @@ impl Run {
         // at most its bound.
         let file = crate::address_map::MapFile::at(&addresses);
         let text = seeded.clone();
-        let wait = crate::address_map::LOCK_WAIT;
+        let wait = crate::address_map::MAP_LOCK_WAIT;
         let wrote = tokio::task::spawn_blocking(move || file.start_with(&text, wait))
             .await
             .map_err(std::io::Error::other)

@@ -99,7 +99,7 @@ fn bind(path: &Path) -> Option<UnixListener> {
 fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
     use std::os::unix::fs::DirBuilderExt;
     let dir = path.with_extension(format!("binding.{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    remove_stale_bindings(path);
     std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
     let inside = dir.join("s");
     let bound = UnixListener::bind(&inside).and_then(|listener| {
@@ -110,6 +110,32 @@ fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
     });
     let _ = std::fs::remove_dir_all(&dir);
     bound
+}
+
+/// Removes the binding directories a service killed while it bound left beside `path`
+/// (`<socket stem>.binding.<pid>`, the pid naming no live process), and this process's own.
+fn remove_stale_bindings(path: &Path) {
+    let (Some(dir), Some(stem)) = (path.parent(), path.file_stem().and_then(|s| s.to_str())) else {
+        return;
+    };
+    let prefix = format!("{stem}.binding.");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix(&prefix))
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let ours = pid == std::process::id();
+        if ours || !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// The next connection, once fewer than [`MAX_CONNECTIONS`] are served (not accepted before:
@@ -215,13 +241,20 @@ mod tests {
         answer
     }
 
-    /// The socket is root-only as it appears; a request of more than [`MAX_WANTED`] names is
+    /// The socket is root-only as it appears, and nothing else is left beside it (a killed
+    /// service's binding directory is removed); a request of more than [`MAX_WANTED`] names is
     /// refused; past [`MAX_CONNECTIONS`] open connections the next one is not served until
     /// one ends.
     #[tokio::test]
     async fn the_socket_is_root_only_and_capped() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("autoproxy/resolver.sock");
+        // What a service killed while it bound left behind: its binding directory.
+        let mut gone = std::process::Command::new("true").spawn().expect("spawns");
+        gone.wait().expect("ends");
+        let stale = path.with_extension(format!("binding.{}", gone.id()));
+        std::fs::create_dir_all(&stale).expect("stale binding");
+        std::fs::write(stale.join("s"), "").expect("stale socket");
         let mut control = Control::listen(&path);
         let mode = std::fs::metadata(&path)
             .expect("socket")

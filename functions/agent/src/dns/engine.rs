@@ -11,6 +11,7 @@
 
 mod lookup;
 mod names;
+mod pace;
 #[cfg(test)]
 mod tests;
 mod transport;
@@ -21,9 +22,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::knobs::Knobs;
-use super::schedule::{FillPace, Outcome, PaceChange, Pacer, Rules};
+use super::schedule::{FillPace, Outcome, Pacer, Rules};
 use super::wire::{self, Reply};
-use crate::log::log;
 use crate::own::Own;
 use lookup::{InFlight, Lookup, Next, Pending};
 use names::Names;
@@ -105,6 +105,15 @@ pub struct Engine {
     own_resolved: BTreeMap<String, Vec<IpAddr>>,
 }
 
+/// Where a new turn joins the urgent queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// Behind every turn queued: a name new to the map, in the order names came.
+    Last,
+    /// Before them: a name due now, or one an apply waits for.
+    First,
+}
+
 impl Engine {
     pub fn new(knobs: Knobs) -> Engine {
         let now = Instant::now();
@@ -178,40 +187,6 @@ impl Engine {
         self.pacer.cap()
     }
 
-    /// Judges the fill's last second at `now` and sets the cap that applies.
-    fn set_pace(&mut self, now: Instant) {
-        match self.fill.judge(now, self.knobs.timeout) {
-            Some(PaceChange::BackedOff {
-                from,
-                to,
-                timeouts,
-                sent,
-            }) => {
-                self.stats.backoffs += 1;
-                self.totals.backoffs += 1;
-                if self.verbose {
-                    log(format_args!(
-                        "fill: {timeouts} time-outs against {sent} queries in the last second (the resolver drops queries): fill pace {from} -> {to} queries/s"
-                    ));
-                }
-            }
-            Some(PaceChange::Recovered { from, to })
-                if self.verbose && to == self.knobs.fill_qps.max(self.knobs.max_qps) =>
-            {
-                log(format_args!(
-                    "fill: no time-outs, fill pace {from} -> {to} queries/s (full)"
-                ));
-            }
-            _ => {}
-        }
-        let cap = if self.filling() {
-            self.fill.rate()
-        } else {
-            self.knobs.max_qps
-        };
-        self.pacer.set_cap(cap);
-    }
-
     /// The address of `name`, or why it has none.
     pub fn answer(&self, name: &str) -> Result<IpAddr, String> {
         let address = self.names.answer(name)?;
@@ -250,7 +225,7 @@ impl Engine {
             .names
             .insert(name, address, self.rules.refresh, now, due)?;
         if address.is_none() {
-            self.start(&name, true);
+            self.start(&name, Place::Last);
         }
         Some(name)
     }
@@ -261,9 +236,8 @@ impl Engine {
         }
     }
 
-    /// Starts a turn for `name` now: behind the urgent ones when `urgent`, else first (a name
-    /// due, or one an apply waits for).
-    fn start(&mut self, name: &Arc<str>, urgent: bool) {
+    /// Starts a turn for `name` now, at `place` in the urgent queue.
+    fn start(&mut self, name: &Arc<str>, place: Place) {
         let Some(entry) = self.names.get_mut(name) else {
             return;
         };
@@ -273,10 +247,9 @@ impl Engine {
         entry.busy = true;
         let lookup = Lookup::new(Arc::clone(name), entry.qname.clone(), self.rotation);
         self.rotation = self.rotation.wrapping_add(1);
-        if urgent {
-            self.urgent.push_back(lookup);
-        } else {
-            self.urgent.push_front(lookup);
+        match place {
+            Place::Last => self.urgent.push_back(lookup),
+            Place::First => self.urgent.push_front(lookup),
         }
     }
 
@@ -346,14 +319,14 @@ impl Engine {
                     let idle = entry.state.address.is_none() && !entry.busy;
                     self.keep(name, now);
                     if idle {
-                        self.start(&Arc::from(name.as_str()), false);
+                        self.start(&Arc::from(name.as_str()), Place::First);
                     }
                 }
                 None => {
                     let refresh = self.rules.refresh;
                     if let Some(key) = self.names.insert(name, None, refresh, now, now) {
                         self.keep(name, now);
-                        self.start(&key, false);
+                        self.start(&key, Place::First);
                     }
                 }
             }
@@ -427,7 +400,7 @@ impl Engine {
                 // A little faster than the demand, so that a name comes late only when names
                 // came due together, never by a backlog that grows with every jitter.
                 let steady = self.pacer.steady(self.names.demand() * DEMAND_HEADROOM);
-                self.start(&name, false);
+                self.start(&name, Place::First);
                 Some(steady)
             } else if self.pacer.ready(true, now) {
                 None

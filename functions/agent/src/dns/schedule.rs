@@ -289,20 +289,10 @@ impl FillPace {
         self.timeouts = self.timeouts.saturating_add(1);
     }
 
-    /// Judges the second that ended by `now`, if one did; `timeout` is how long a query waits
-    /// for its answer (the time-outs of a faster pace come in that much later).
+    /// Judges the fill's second that ended by `now`, if one did; `timeout` is how long a query
+    /// waits for its answer (the time-outs of a faster pace come in that much later).
     pub fn judge(&mut self, now: Instant, timeout: Duration) -> Option<PaceChange> {
-        if now < self.since + SECOND {
-            return None;
-        }
-        let (sent, timeouts) = (
-            std::mem::take(&mut self.sent),
-            std::mem::take(&mut self.timeouts),
-        );
-        self.since = now;
-        if now < self.hold_until {
-            return None;
-        }
+        let (sent, timeouts) = self.end_second(now)?;
         let from = self.rate;
         let climbing =
             timeouts >= CLIMB_TIMEOUTS && f64::from(timeouts) > f64::from(sent) * CLIMB_SHARE;
@@ -316,6 +306,34 @@ impl FillPace {
                 sent,
             });
         }
+        self.recover(timeouts)
+    }
+
+    /// Ends the second that ended by `now` outside a fill: its time-outs are the steady
+    /// pace's (a resolver outage, say), which the fill's pace does not answer for, so they never
+    /// back it off; a second without one still wins back a step.
+    pub fn judge_steady(&mut self, now: Instant) -> Option<PaceChange> {
+        let (_, timeouts) = self.end_second(now)?;
+        self.recover(timeouts)
+    }
+
+    /// The counts of the second that ended by `now`, and a new second begun; none when it has
+    /// not ended, or while no judgement is due.
+    fn end_second(&mut self, now: Instant) -> Option<(u32, u32)> {
+        if now < self.since + SECOND {
+            return None;
+        }
+        let counts = (
+            std::mem::take(&mut self.sent),
+            std::mem::take(&mut self.timeouts),
+        );
+        self.since = now;
+        (now >= self.hold_until).then_some(counts)
+    }
+
+    /// A step back toward the fill cap after a second without a time-out.
+    fn recover(&mut self, timeouts: u32) -> Option<PaceChange> {
+        let from = self.rate;
         if timeouts == 0 && from < self.fill {
             let step = ((self.fill - self.steady) / RECOVERY_SECONDS).max(1);
             self.rate = from.saturating_add(step).min(self.fill);

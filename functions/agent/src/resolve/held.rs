@@ -29,6 +29,55 @@ type Released = Vec<(String, String)>;
 /// took by then stays, and the next try skips it.
 const RELEASE_BUDGET: Duration = Duration::from_secs(5);
 
+/// The addresses a release was for.
+type Target = Arc<BTreeMap<Arc<str>, IpAddr>>;
+
+/// Puts the installed config's held routes in once their hosts have addresses: after each
+/// push that left the worker holding the addresses (or when there is no worker), once per
+/// change of the addresses or of the config.
+#[derive(Debug)]
+pub struct Releaser {
+    /// The installed config, whose held routes go in once their host has an address.
+    config: PathBuf,
+    /// The addresses and config stamp the held routes were last released for.
+    released_for: Option<(Target, Option<(u64, std::time::SystemTime)>)>,
+}
+
+impl Releaser {
+    pub fn new(config: PathBuf) -> Releaser {
+        Releaser {
+            config,
+            released_for: None,
+        }
+    }
+
+    /// Puts in the held routes that can serve with `target`, through `api` when a worker runs
+    /// (it holds the addresses already), unless done for the same addresses and config.
+    pub async fn release(&mut self, target: &Target, api: Option<&RuntimeApi>) {
+        let stamp = std::fs::metadata(&self.config)
+            .and_then(|m| Ok((m.len(), m.modified()?)))
+            .ok();
+        if self
+            .released_for
+            .as_ref()
+            .is_some_and(|(done, at)| Arc::ptr_eq(done, target) && *at == stamp)
+        {
+            return;
+        }
+        match release(&self.config, target, api).await {
+            Ok(released) => {
+                if released > 0 {
+                    super::log(format_args!(
+                        "{released} held route(s) put in: their hosts have addresses now"
+                    ));
+                }
+                self.released_for = Some((Arc::clone(target), stamp));
+            }
+            Err(err) => super::log(format_args!("held routes not put in yet: {err}")),
+        }
+    }
+}
+
 /// The tables of the config at `config` whose held routes can serve with `addresses`: (map
 /// path as the config names it, the table's new text, the entries that changed).
 fn releasable(

@@ -117,11 +117,11 @@ impl Output {
         }
     }
 
-    /// Writes the engine's map under the lock (waited for, at most [`address_map::LOCK_WAIT`]:
+    /// Writes the engine's map under the lock (waited for, at most [`address_map::MAP_LOCK_WAIT`]:
     /// an apply holds it only to read and replace the file), taking in what another writer
     /// added first; whether it wrote. Only once the loop ended (at the service's stop).
     pub fn write(&mut self, engine: &mut Engine, now: Instant) -> bool {
-        match self.file.lock(address_map::LOCK_WAIT) {
+        match self.file.lock(address_map::MAP_LOCK_WAIT) {
             Ok(lock) => self.write_locked(&lock, engine, now),
             Err(err) => {
                 self.next_write = now + WRITE_SPACING;

@@ -16,10 +16,10 @@ use crate::haproxy::{MapChange, RuntimeApi, RuntimeError};
 use super::log;
 
 /// Every command on the stats socket waits at most this long.
-const SOCKET_TIMEOUT: Duration = Duration::from_secs(5);
+const PUSH_TIMEOUT: Duration = Duration::from_secs(5);
 /// A push as a whole (its connection, reading a new worker's map, every change) ends within
 /// this: a worker that answers each command just in time cannot stretch it to N commands ×
-/// [`SOCKET_TIMEOUT`]. Far above a full push measured (10,000 entries in about a second).
+/// [`PUSH_TIMEOUT`]. Far above a full push measured (10,000 entries in about a second).
 const PUSH_BUDGET: Duration = Duration::from_secs(15);
 
 /// The address map the worker should hold.
@@ -44,65 +44,34 @@ pub struct Pusher {
     pid: Option<u32>,
     view: HashMap<String, IpAddr>,
     /// The target last pushed completely to `pid`: nothing to do while it is the same.
-    pushed: Option<Arc<BTreeMap<Arc<str>, IpAddr>>>,
+    pushed: Option<Target>,
     down: bool,
-    /// The installed config, whose held routes go in once their host has an address.
-    config: Option<PathBuf>,
-    /// The addresses and config stamp the held routes were last released for.
-    released_for: Option<(Target, Option<(u64, std::time::SystemTime)>)>,
     /// How long a push may take as a whole.
     budget: Duration,
 }
 
 impl Pusher {
-    pub fn new(stats_socket: Option<PathBuf>, config: Option<PathBuf>) -> Pusher {
+    pub fn new(stats_socket: Option<PathBuf>) -> Pusher {
         Pusher {
-            api: stats_socket.map(|path| RuntimeApi::new(path, SOCKET_TIMEOUT)),
+            api: stats_socket.map(|path| RuntimeApi::new(path, PUSH_TIMEOUT)),
             pid: None,
             view: HashMap::new(),
             pushed: None,
             down: false,
-            config,
-            released_for: None,
             budget: PUSH_BUDGET,
         }
     }
 
-    /// Puts in the held routes that can serve now, once per change of the addresses or the
-    /// config (the worker holds the addresses already).
-    async fn release_held(&mut self, target: &Arc<BTreeMap<Arc<str>, IpAddr>>) {
-        let Some(config) = self.config.clone() else {
-            return;
-        };
-        let stamp = std::fs::metadata(&config)
-            .and_then(|m| Ok((m.len(), m.modified()?)))
-            .ok();
-        if self
-            .released_for
-            .as_ref()
-            .is_some_and(|(done, at)| Arc::ptr_eq(done, target) && *at == stamp)
-        {
-            return;
-        }
-        match super::held::release(&config, target, self.api.as_ref()).await {
-            Ok(released) => {
-                if released > 0 {
-                    log(format_args!(
-                        "{released} held route(s) put in: their hosts have addresses now"
-                    ));
-                }
-                self.released_for = Some((Arc::clone(target), stamp));
-            }
-            Err(err) => log(format_args!("held routes not put in yet: {err}")),
-        }
+    /// The runtime API of the worker pushed to, if the config names a stats socket.
+    pub fn api(&self) -> Option<&RuntimeApi> {
+        self.api.as_ref()
     }
 
     /// Makes the worker's map equal `target`; how that ended (anything but `Held`: try again
     /// later).
-    pub async fn sync(&mut self, target: &Arc<BTreeMap<Arc<str>, IpAddr>>) -> Synced {
+    pub async fn sync(&mut self, target: &Target) -> Synced {
         let Some(api) = self.api.clone() else {
             // No worker to push to: the files are all a starting worker needs.
-            self.release_held(target).await;
             return Synced::NoWorker;
         };
         let pushed = tokio::time::timeout(self.budget, self.push(&api, target))
@@ -126,7 +95,6 @@ impl Pusher {
                         self.pid.unwrap_or_default()
                     ));
                 }
-                self.release_held(target).await;
                 Synced::Held
             }
             Err(err) => {
@@ -147,11 +115,7 @@ impl Pusher {
         }
     }
 
-    async fn push(
-        &mut self,
-        api: &RuntimeApi,
-        target: &Arc<BTreeMap<Arc<str>, IpAddr>>,
-    ) -> Result<usize, RuntimeError> {
+    async fn push(&mut self, api: &RuntimeApi, target: &Target) -> Result<usize, RuntimeError> {
         let mut session = api.session().await?;
         let pid = session.info().await?.pid;
         if self.pid == Some(pid)
@@ -231,7 +195,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let socket = dir.path().join("stats.sock");
         let worker = slow_worker(&socket, Duration::from_millis(400));
-        let mut pusher = Pusher::new(Some(socket), None);
+        let mut pusher = Pusher::new(Some(socket));
         pusher.budget = Duration::from_secs(1);
         let target: Target = Arc::new(
             (0..40u8)

@@ -1,7 +1,8 @@
 //! When the map goes to the running HAProxy: the [`Pusher`] works in a task of its own (a
 //! stuck worker must not stop the resolving; every command on its socket has a deadline), one
 //! push at a time, after each write of the file, and every few seconds when nothing changed, so a
-//! reload (a new worker that loaded an older file) is caught up on.
+//! reload (a new worker that loaded an older file) is caught up on. After a push that left the
+//! worker holding the addresses, the same task has the [`Releaser`] put the held routes in.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -11,10 +12,14 @@ use std::time::{Duration, Instant};
 
 use tokio::task::{JoinError, JoinHandle};
 
+use super::held::Releaser;
 use super::push::{Pusher, Synced};
 
+/// The pusher and the releaser of held routes, which work in turn.
+type Workers = (Pusher, Releaser);
+
 /// A push and how it ended.
-type Pushed = Result<(Pusher, Synced), JoinError>;
+type Pushed = Result<(Workers, Synced), JoinError>;
 
 /// Due again this long after a push started, should it never end (its socket calls time
 /// out in seconds; its end sets the next due time).
@@ -30,8 +35,8 @@ pub struct Pushing {
     config: PathBuf,
     stats_socket: Option<PathBuf>,
     /// None while its push is in flight.
-    pusher: Option<Pusher>,
-    task: Option<JoinHandle<(Pusher, Synced)>>,
+    pusher: Option<Workers>,
+    task: Option<JoinHandle<(Workers, Synced)>>,
     due: Instant,
 }
 
@@ -41,7 +46,7 @@ impl Pushing {
         Pushing {
             config: config.to_path_buf(),
             stats_socket: None,
-            pusher: Some(Pusher::new(None, Some(config.to_path_buf()))),
+            pusher: Some((Pusher::new(None), Releaser::new(config.to_path_buf()))),
             task: None,
             due: now,
         }
@@ -58,10 +63,7 @@ impl Pushing {
         if let Some(task) = self.task.take() {
             task.abort();
         }
-        self.pusher = Some(Pusher::new(
-            self.stats_socket.clone(),
-            Some(self.config.clone()),
-        ));
+        self.pusher = Some(self.fresh());
         self.due = now;
     }
 
@@ -82,13 +84,16 @@ impl Pushing {
         if now < self.due || !file_current {
             return false;
         }
-        let Some(mut pusher) = self.pusher.take() else {
+        let Some((mut pusher, mut releaser)) = self.pusher.take() else {
             return false;
         };
         let target = Arc::clone(written);
         self.task = Some(tokio::spawn(async move {
             let synced = pusher.sync(&target).await;
-            (pusher, synced)
+            if !matches!(synced, Synced::Failed(_)) {
+                releaser.release(&target, pusher.api()).await;
+            }
+            ((pusher, releaser), synced)
         }));
         self.due = now + WHILE_PUSHING;
         true
@@ -112,9 +117,9 @@ impl Pushing {
     pub fn ended(&mut self, pushed: Pushed, now: Instant) -> Option<String> {
         self.task = None;
         match pushed {
-            Ok((pusher, synced)) => {
+            Ok((workers, synced)) => {
                 if self.pusher.is_none() {
-                    self.pusher = Some(pusher);
+                    self.pusher = Some(workers);
                 }
                 // Also every few seconds when nothing changed: a reload shows as a new pid.
                 self.due = now
@@ -130,13 +135,18 @@ impl Pushing {
             }
             // The push panicked: start over with a fresh view of HAProxy.
             Err(err) => {
-                self.pusher = Some(Pusher::new(
-                    self.stats_socket.clone(),
-                    Some(self.config.clone()),
-                ));
+                self.pusher = Some(self.fresh());
                 Some(format!("the push ended early: {err}"))
             }
         }
+    }
+
+    /// A new pusher to the stats socket, with a new releaser.
+    fn fresh(&self) -> Workers {
+        (
+            Pusher::new(self.stats_socket.clone()),
+            Releaser::new(self.config.clone()),
+        )
     }
 }
 

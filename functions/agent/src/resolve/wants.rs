@@ -173,7 +173,7 @@ mod tests {
         };
         wants.add(want, &mut engine, start);
 
-        let held = file.lock(crate::address_map::LOCK_WAIT).expect("locks");
+        let held = file.lock(crate::address_map::MAP_LOCK_WAIT).expect("locks");
         assert!(!wants.answer(&mut engine, &mut output, Instant::now()));
         assert!(engine.dirty, "written under another writer's lock");
         assert!(output.next_write(&engine).is_some_and(|at| at > start));

@@ -122,7 +122,7 @@ fn reload_under_load() {
 /// measured in `apply::bounds`.
 #[test]
 fn the_document_outlasts_a_lock_wait_and_a_whole_apply() {
-    use autoproxy_agent::apply::{FINISH_BUDGET, LOCK_WAIT, LOCKED_BUDGET};
+    use autoproxy_agent::apply::{APPLY_LOCK_WAIT, FINISH_BUDGET, LOCKED_BUDGET};
     let text = std::fs::read_to_string(autoproxy_tests::root().join("template.yaml")).unwrap();
     let timeout: u64 = text
         .lines()
@@ -130,7 +130,7 @@ fn the_document_outlasts_a_lock_wait_and_a_whole_apply() {
         .and_then(|value| value.trim_matches('"').parse().ok())
         .expect("the document's timeoutSeconds");
     let (wait, apply) = (
-        LOCK_WAIT.as_secs(),
+        APPLY_LOCK_WAIT.as_secs(),
         LOCKED_BUDGET.as_secs() + FINISH_BUDGET.as_secs(),
     );
     assert!(

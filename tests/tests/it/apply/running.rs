@@ -10,7 +10,7 @@ use autoproxy_tests::systemctl::Systemctl;
 use super::*;
 
 /// How long the tests freeze a worker: longer than one question on the socket
-/// (`SOCKET_TIMEOUT`, 2 s), shorter than the agent's budget for a silent socket
+/// (`QUESTION_TIMEOUT`, 2 s), shorter than the agent's budget for a silent socket
 /// (`SILENT_BUDGET`, 6 s).
 const FROZEN: Duration = Duration::from_secs(3);
 
@@ -125,7 +125,7 @@ fn a_worker_frozen_during_the_first_question_delays_the_apply_but_changes_no_dec
         "the apply ended {took:?} after the freeze, before the thaw:\n{run}"
     );
     assert!(
-        FROZEN > autoproxy_agent::apply::SOCKET_TIMEOUT
+        FROZEN > autoproxy_agent::apply::QUESTION_TIMEOUT
             && FROZEN < autoproxy_agent::apply::SILENT_BUDGET,
         "the freeze outlasts one question and not the budget"
     );

@@ -164,6 +164,38 @@ fn a_first_install_does_not_spend_its_address_budget() {
     assert_eq!(asked, 0, "the apply asked DNS itself:\n{run}");
 }
 
+/// The same over the distribution's HAProxy: it runs the package's own config, which declares
+/// a stats socket (Debian's and Amazon Linux's do) and serves none of autoproxy's routes. The
+/// first install waits for no address there either: it has no route to keep serving.
+#[test]
+fn a_first_install_over_the_distributions_haproxy_does_not_spend_its_address_budget() {
+    let f = Fixture::new(&["a"]);
+    let package = format!(
+        "global\n    maxconn 200\n    stats socket {} mode 600 level admin\n\ndefaults\n    \
+         mode http\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\n\n\
+         frontend package\n    bind {}\n    http-request return status 200\n",
+        f.haproxy.stats_socket().display(),
+        f.haproxy.http
+    );
+    std::fs::write(f.haproxy.config_path(), &package).unwrap();
+    let started = std::process::Command::new(f.haproxy.dir().join("reload.sh"))
+        .status()
+        .unwrap();
+    assert!(started.success(), "{}", f.haproxy.log());
+    assert!(f.haproxy.worker_pid().is_some(), "its stats socket answers");
+    let dns = DnsServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
+    dns.set(NAMED, &[a_ip(&f)]);
+    dns.drop_queries(NAMED, true);
+    let run = f.apply(&f.upload(&named_config(&f, 1, true, &[dns.addr()])));
+    assert!(run.success(), "{run}");
+    assert!(
+        run.step("addresses")[0].contains("1 new host(s), none waited for"),
+        "{run}"
+    );
+    let asked = dns.queries().iter().filter(|q| q.name == NAMED).count();
+    assert_eq!(asked, 0, "the apply asked DNS itself:\n{run}");
+}
+
 #[test]
 fn a_new_route_host_has_its_address_in_the_running_worker_before_its_route() {
     // No address service runs here: the apply resolves the new host itself, and the running

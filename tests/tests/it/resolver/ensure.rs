@@ -19,6 +19,7 @@ fn ensure(f: &Fixture, names: &[String], budget: Duration) -> autoproxy_agent::a
     runtime.block_on(autoproxy_agent::addresses::ensure(
         &config_dir,
         names,
+        &[],
         &[f.dns.addr()],
         &autoproxy_agent::own::Own::default(),
         budget,

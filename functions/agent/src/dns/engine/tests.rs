@@ -408,6 +408,25 @@ fn a_fill_that_loses_queries_backs_off() {
     );
 }
 
+/// A resolver outage after the fill, in steady state: its time-outs are no fill's, so the fill
+/// pace keeps its full rate and no back-off is counted; the next fill starts at full pace.
+#[test]
+fn an_outage_outside_a_fill_leaves_the_fill_pace_alone() {
+    let (mut engine, start) = engine_with(Knobs {
+        refresh: Duration::from_secs(2),
+        max_qps: 200,
+        fill_qps: 800,
+        ..Knobs::default()
+    });
+    engine.set_config_names(&config_of(2_000), start);
+    let outage = ms(start, 4_000);
+    let (_, fill_end) = run_answering(&mut engine, start, 14, |now| now < outage);
+    assert!(fill_end.is_some_and(|end| end < outage), "{fill_end:?}");
+    assert!(engine.totals.timeouts > 100, "{:?}", engine.totals);
+    assert_eq!(engine.totals.backoffs, 0, "{:?}", engine.totals);
+    assert_eq!(engine.fill.rate(), 800, "the fill's pace after the outage");
+}
+
 /// An apply during a fill: the names it wants that the fill has not reached go first, and it
 /// does not wait for the installed config's names still in their first turn.
 #[test]

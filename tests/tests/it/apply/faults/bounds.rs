@@ -7,7 +7,7 @@
 //! runs show how far below them the real worst cases stay, and that none waits out a bound it
 //! does not have to.
 
-use autoproxy_agent::apply::{SILENT_BUDGET, SOCKET_TIMEOUT};
+use autoproxy_agent::apply::{QUESTION_TIMEOUT, SILENT_BUDGET};
 use autoproxy_tests::freeze::Frozen;
 use autoproxy_tests::recording_proxy::RecordingProxy;
 
@@ -117,7 +117,7 @@ fn a_failing_reload_ends_the_apply_within_its_bound_with_a_true_record() {
     let f = Fixture::new(&["a", "b"]);
     let (first, version, flaky) = f.before_a_failing_reload();
     // One question's worth per step that asks HAProxy, and the rollback's 1-s settle.
-    let bound = SOCKET_TIMEOUT * 4 + Duration::from_secs(2);
+    let bound = QUESTION_TIMEOUT * 4 + Duration::from_secs(2);
     let always = f.haproxy.apply_document_reloading_with("false").unwrap();
     let cases = [
         ("once", flaky, 2, "rolled_back"),
@@ -191,4 +191,32 @@ fn the_steps_deadline_stops_a_run_where_it_is_and_the_ending_undoes_it() {
     assert_eq!(f.installed(), first);
     assert_eq!(f.haproxy.running_generation(), Some(1));
     f.assert_routes("g1.test", "a");
+}
+
+/// The download reads no more than its limit: an object S3 says is larger is refused before
+/// its body is read, and one within it arrives whole. The apply's own limit is
+/// `MAX_CONFIG_BYTES`; a small one here keeps the object small.
+#[tokio::test]
+async fn a_download_larger_than_its_limit_is_refused_and_one_within_it_arrives_whole() {
+    let moto = tokio::task::spawn_blocking(Moto::start).await.unwrap();
+    let s3 = aws_sdk_s3::Client::new(&moto.sdk_config().await);
+    s3.create_bucket().bucket("bounded").send().await.unwrap();
+    let body = vec![b'#'; 2048];
+    s3.put_object()
+        .bucket("bounded")
+        .key("haproxy.cfg")
+        .body(body.clone().into())
+        .send()
+        .await
+        .unwrap();
+    let get = |limit| autoproxy::s3::get_bytes(&s3, "bounded", "haproxy.cfg", None, limit);
+    let refused = get(1024)
+        .await
+        .expect_err("2048 bytes against a limit of 1024");
+    assert_eq!(
+        refused,
+        "expected an object of at most 1024 bytes, got 2048 bytes"
+    );
+    let (got, _) = get(2048).await.unwrap();
+    assert_eq!(got, body);
 }
