@@ -13,10 +13,12 @@ use crate::model::{Route, SniMatch, ZoneKey, ZoneRecords};
 use crate::names::{DomainName, HostName, NameError, normalize};
 use crate::near_miss::{NearMiss, near_proxy};
 
+mod address;
 mod mode;
 mod parse;
 mod table;
 
+pub use address::{NeverBackend, never_backend};
 pub use mode::{BackType, SniMode, StoredTarget, TargetError};
 pub use parse::{FIELDS, MAX_RULES, RuleRef, RulesError, parse_rules};
 pub use table::{DEFAULT_RULES, FRONT_TYPE, Rule};
@@ -60,6 +62,14 @@ pub enum Warning {
         zone: ZoneKey,
         back: HostName,
         proxy: String,
+    },
+    /// An A back record holds an address that can never be a backend (loopback, unspecified,
+    /// link-local, multicast; see [`never_backend`]).
+    BackAddress {
+        zone: ZoneKey,
+        back: HostName,
+        address: String,
+        why: NeverBackend,
     },
     /// The back name is a routing-policy set (weighted, failover, …): several record sets,
     /// each with a set identifier. `routed` says whether a route was made all the same.
@@ -115,6 +125,16 @@ impl fmt::Display for Warning {
                 "zone {zone}: back record {back} is or points at the peering proxy {proxy}: \
                  every connection would loop back into the proxy, so no route"
             ),
+            Warning::BackAddress {
+                zone,
+                back,
+                address,
+                why,
+            } => write!(
+                f,
+                "zone {zone}: back record {back} is an A record at {address}, {why}: never a \
+                 backend, so no route"
+            ),
             Warning::PolicySet {
                 zone,
                 back,
@@ -168,6 +188,9 @@ struct Set<'a> {
     target: Option<DomainName>,
     /// A routing-policy set's identifier (weighted, failover, …).
     set_id: Option<&'a str>,
+    /// The record's values as Route53 returned them (an A record's addresses; none for an
+    /// alias record, whose target is a name).
+    values: &'a [String],
 }
 
 /// A zone's record sets by decoded name.
@@ -222,6 +245,7 @@ fn index<'a>(
                 rtype: record.rtype.as_str(),
                 target: record.target().map(normalize),
                 set_id: record.set_identifier.as_deref(),
+                values: &record.values,
             }),
             Err(error) => warnings.push(Warning::RecordName {
                 zone: key.clone(),
@@ -284,9 +308,9 @@ impl<'a> Matcher<'a> {
         (route, warnings)
     }
 
-    /// The back record sets at `back` of a type `rule` accepts; or, when there is none, or
-    /// the back is or points at a proxy name (each connection would loop into the proxy),
-    /// the warnings that say so.
+    /// The back record sets at `back` of a type `rule` accepts; or, when there is none, the
+    /// back is or points at a proxy name (each connection would loop into the proxy), or an A
+    /// back holds an address that is never a backend, the warnings that say so.
     fn backs(
         &self,
         rule: &Rule,
@@ -309,11 +333,31 @@ impl<'a> Matcher<'a> {
         let looped = std::iter::once(back.to_domain())
             .chain(backs.iter().filter_map(|set| set.target.clone()))
             .find(|name| self.proxy_names.contains(name));
-        match looped {
-            Some(proxy) => Err(vec![Warning::BackIsProxy {
+        if let Some(proxy) = looped {
+            return Err(vec![Warning::BackIsProxy {
                 zone: self.zone.clone(),
                 back: back.clone(),
                 proxy: proxy.to_string(),
+            }]);
+        }
+        // Any one such address refuses the whole back: the proxy resolves the back by name
+        // and may take any of its addresses for any connection, so a route at one good and
+        // one loopback address still loops a share of them (and a good address beside it
+        // would hide the loop from whoever tests the route).
+        let never = backs
+            .iter()
+            .filter(|set| set.rtype == BackType::A.as_str())
+            .flat_map(|set| set.values.iter())
+            .find_map(|value| {
+                let address = value.parse().ok()?;
+                Some((value, never_backend(address)?))
+            });
+        match never {
+            Some((address, why)) => Err(vec![Warning::BackAddress {
+                zone: self.zone.clone(),
+                back: back.clone(),
+                address: address.clone(),
+                why,
             }]),
             None => Ok(backs),
         }

@@ -1,0 +1,53 @@
+//! What a back record's values give: the address judgment.
+
+use super::*;
+
+/// The `api` pair of zone `z.` whose A back holds `values`.
+fn api_at(values: &[&str]) -> Vec<RecordSet> {
+    vec![
+        RecordSet::new("api.z.", "A", values),
+        RecordSet::new("proxy.api.z.", "CNAME", &[PROXY]),
+    ]
+}
+
+#[test]
+fn a_back_at_an_address_that_is_never_a_backend_gives_no_route() {
+    const ROUTED: &[&str] = &["api proxy.api.z -> api.z:443"];
+    // (the back's values, routed, the warning's fragment)
+    for (values, routes, warns) in [
+        (&["10.0.0.1"][..], ROUTED, &[][..]),
+        (&["10.0.0.1", "10.0.0.2"], ROUTED, &[]),
+        (&["127.0.0.1"], &[], &["at 127.0.0.1, a loopback"][..]),
+        (&["127.0.0.2"], &[], &["at 127.0.0.2, a loopback"]),
+        (&["0.0.0.0"], &[], &["at 0.0.0.0, an unspecified"]),
+        (&["169.254.169.254"], &[], &["a link-local"]),
+        (&["224.0.0.251"], &[], &["at 224.0.0.251, a multicast"]),
+        // One such value among good ones refuses the back: the proxy may take any of them.
+        (&["10.0.0.1", "127.0.0.2"], &[], &["at 127.0.0.2"]),
+        // A value Route53 would not hold is not judged here.
+        (&["not-an-address"], ROUTED, &[]),
+    ] {
+        check_modes(api_at(values), routes, warns);
+    }
+    // The warning names the record and its zone.
+    let (_, warnings) = matched(&zone("1", "Z1", "z.", api_at(&["127.0.0.2"])));
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with("zone Z1 in account 1: back record api.z is an A record"),
+        "{warnings:?}"
+    );
+    // An alias A back has no values (its target is a name): routed as before.
+    check_modes(
+        vec![
+            RecordSet::alias("k8s.z.", "A", "internal-nlb.elb.amazonaws.com."),
+            RecordSet::new("proxy.k8s.z.", "CNAME", &[PROXY]),
+        ],
+        &["kubeadm k8s.z -> k8s.z:6443"],
+        &[],
+    );
+    // A CNAME back's value is a name, not an address: the built-in ingress rule routes it.
+    let mut records = ingress_pair("z.");
+    records[1] = RecordSet::new("ingress-int.z.", "CNAME", &["lb.example.com"]);
+    let (routes, warnings) = matched(&zone("1", "Z1", "z.", records));
+    assert_eq!((routes.len(), warnings.len()), (1, 0), "{warnings:?}");
+}
