@@ -85,47 +85,54 @@ fn never_backend_v6(address: Ipv6Addr) -> Option<NeverBackend> {
 mod tests {
     use super::*;
 
-    fn check(address: &str, expected: Option<NeverBackend>) {
-        let parsed: IpAddr = address.parse().unwrap();
-        assert_eq!(never_backend(parsed), expected, "{address}");
-    }
-
     #[test]
     fn loopback_unspecified_link_local_and_multicast_are_never_backends() {
         use NeverBackend::*;
-        for (address, expected) in [
-            ("127.0.0.1", Some(Loopback)),
-            ("127.0.0.2", Some(Loopback)),
-            ("127.255.255.255", Some(Loopback)),
-            ("0.0.0.0", Some(Unspecified)),
-            ("0.1.2.3", Some(Unspecified)),
-            ("169.254.169.254", Some(LinkLocal)),
-            ("169.254.169.253", Some(LinkLocal)),
-            ("224.0.0.1", Some(Multicast)),
-            ("239.255.255.250", Some(Multicast)),
-            ("::1", Some(Loopback)),
-            ("::", Some(Unspecified)),
-            ("fe80::1", Some(LinkLocal)),
-            ("febf::1", Some(LinkLocal)),
-            ("fd00:ec2::254", None),
-            ("ff02::1", Some(Multicast)),
-            // IPv4-mapped and IPv4-compatible forms are their IPv4 address.
-            ("::ffff:127.0.0.2", Some(Loopback)),
-            ("::ffff:0.0.0.0", Some(Unspecified)),
-            ("::ffff:169.254.169.254", Some(LinkLocal)),
-            ("::127.0.0.2", Some(Loopback)),
-            ("::ffff:10.0.0.1", None),
-            // Backends.
-            ("10.0.0.1", None),
-            ("172.16.0.1", None),
-            ("192.168.1.1", None),
-            ("128.0.0.1", None),
-            ("1.0.0.0", None),
-            ("169.255.0.1", None),
-            ("2001:db8::1", None),
-            ("fec0::1", None),
+        // IPv4-mapped and IPv4-compatible forms are judged as their IPv4 address.
+        for (expected, addresses) in [
+            (
+                Some(Loopback),
+                &["127.0.0.1", "127.0.0.2", "127.255.255.255", "::1"][..],
+            ),
+            (Some(Loopback), &["::ffff:127.0.0.2", "::127.0.0.2"]),
+            (
+                Some(Unspecified),
+                &["0.0.0.0", "0.1.2.3", "::", "::ffff:0.0.0.0"],
+            ),
+            (
+                Some(LinkLocal),
+                &["169.254.169.254", "169.254.169.253", "fe80::1", "febf::1"],
+            ),
+            (Some(LinkLocal), &["::ffff:169.254.169.254"]),
+            (
+                Some(Multicast),
+                &["224.0.0.1", "239.255.255.250", "ff02::1"],
+            ),
+            (
+                None,
+                &[
+                    "10.0.0.1",
+                    "172.16.0.1",
+                    "192.168.1.1",
+                    "128.0.0.1",
+                    "1.0.0.0",
+                ],
+            ),
+            (
+                None,
+                &[
+                    "169.255.0.1",
+                    "::ffff:10.0.0.1",
+                    "2001:db8::1",
+                    "fd00:ec2::254",
+                    "fec0::1",
+                ],
+            ),
         ] {
-            check(address, expected);
+            for address in addresses {
+                let parsed: IpAddr = address.parse().unwrap();
+                assert_eq!(never_backend(parsed), expected, "{address}");
+            }
         }
     }
 }
