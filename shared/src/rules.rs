@@ -12,6 +12,7 @@ use std::fmt;
 use crate::model::{Route, SniMatch, ZoneKey, ZoneRecords};
 use crate::names::{DomainName, HostName, NameError, normalize};
 use crate::near_miss::{NearMiss, near_proxy};
+use crate::warnings::{EXAMPLE_BYTES, EXAMPLES};
 
 mod address;
 mod mode;
@@ -28,11 +29,14 @@ pub use table::{DEFAULT_RULES, FRONT_TYPE, Rule};
 pub enum Warning {
     /// A zone whose name is not a plain host name: none of its records can be routed.
     ZoneName { zone: ZoneKey, error: NameError },
-    /// A record whose name is not a plain host name: skipped.
+    /// Records whose names are not plain host names: skipped. One warning for the zone,
+    /// counted while indexing: it keeps the first few errors, never one per record, so a zone
+    /// of such records costs no more memory than an empty one.
     RecordName {
         zone: ZoneKey,
         zone_name: HostName,
-        error: NameError,
+        skipped: usize,
+        first: Vec<NameError>,
     },
     /// The front record points at the proxy but the back record is missing or of the wrong
     /// type, so clients are sent to the proxy for a name it cannot route.
@@ -102,8 +106,26 @@ impl fmt::Display for Warning {
             Warning::RecordName {
                 zone,
                 zone_name,
-                error,
-            } => write!(f, "record in zone {zone_name} ({zone}) skipped: {error}"),
+                skipped,
+                first,
+            } => {
+                let errors: Vec<String> = first
+                    .iter()
+                    .map(|error| crate::excerpt(&error.to_string(), EXAMPLE_BYTES))
+                    .collect();
+                match (skipped, errors.as_slice()) {
+                    (1, [error]) => {
+                        write!(f, "record in zone {zone_name} ({zone}) skipped: {error}")
+                    }
+                    _ => write!(
+                        f,
+                        "{skipped} records in zone {zone_name} ({zone}) skipped, their names not \
+                         plain host names; the first {}: {}",
+                        errors.len(),
+                        errors.join("; ")
+                    ),
+                }
+            }
             Warning::MissingBack {
                 zone,
                 front,
@@ -174,6 +196,25 @@ impl fmt::Display for Warning {
     }
 }
 
+impl Warning {
+    /// What the warning is about, as one word: a zone's warnings of one kind are reported as
+    /// one entry (see [`crate::warnings::zone_lines`]).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Warning::ZoneName { .. } => "zone name",
+            Warning::RecordName { .. } => "record name",
+            Warning::MissingBack { .. } => "missing back",
+            Warning::BackTarget { .. } => "back target",
+            Warning::NearProxy { .. } => "near proxy",
+            Warning::BackIsProxy { .. } => "back is proxy",
+            Warning::BackAddress { .. } => "back address",
+            Warning::PolicySet { .. } => "policy set",
+            Warning::SameSni { .. } => "same sni",
+            Warning::SniConflict { .. } => "sni conflict",
+        }
+    }
+}
+
 /// What matching one zone produced.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ZoneOutcome {
@@ -231,7 +272,9 @@ pub fn zone_routes(rules: &[Rule], zone: &ZoneRecords, proxies: &[HostName]) -> 
 }
 
 /// Indexes the record sets by decoded name; a name that is not a plain host name never
-/// reaches the config, but a person is told about it.
+/// reaches the config, but a person is told about it: one warning for the zone, counting
+/// them and keeping the first few errors as they come (never one per record, so refused
+/// records cost no memory beyond their own reading).
 fn index<'a>(
     zone: &'a ZoneRecords,
     key: &ZoneKey,
@@ -239,6 +282,8 @@ fn index<'a>(
     warnings: &mut Vec<Warning>,
 ) -> Index<'a> {
     let mut by_name: Index<'a> = HashMap::new();
+    let mut skipped = 0;
+    let mut first = Vec::new();
     for record in &zone.records {
         match normalize(&record.name).to_host() {
             Ok(name) => by_name.entry(name).or_default().push(Set {
@@ -247,12 +292,21 @@ fn index<'a>(
                 set_id: record.set_identifier.as_deref(),
                 values: &record.values,
             }),
-            Err(error) => warnings.push(Warning::RecordName {
-                zone: key.clone(),
-                zone_name: zone_name.clone(),
-                error,
-            }),
+            Err(error) => {
+                skipped += 1;
+                if first.len() < EXAMPLES {
+                    first.push(error);
+                }
+            }
         }
+    }
+    if skipped > 0 {
+        warnings.push(Warning::RecordName {
+            zone: key.clone(),
+            zone_name: zone_name.clone(),
+            skipped,
+            first,
+        });
     }
     by_name
 }

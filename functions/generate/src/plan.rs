@@ -12,6 +12,8 @@ use autoproxy::publish::{self, Current, Decision, Hold};
 use autoproxy::render::{RenderError, Rendered};
 use autoproxy::rules::merge_claims;
 use autoproxy::s3::CurrentConfig;
+use autoproxy::settings::manifest_key;
+use autoproxy::warnings::{RUN_BYTES, bound_run};
 
 use crate::trigger::Trigger;
 
@@ -155,6 +157,10 @@ pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError
         Write::Publish => rendered.header.generation,
         _ => recorded,
     };
+    // The zones' warnings last: when a run has more than it may report, the run's own
+    // (failures, holds, refusals, the guard) are kept and the zones' are cut.
+    let zones = manifest.zones.values().flat_map(|entry| &entry.warnings);
+    warnings.extend(zones.cloned());
     Ok(Plan {
         write,
         manifest,
@@ -162,7 +168,8 @@ pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError
         routes: routes.len(),
         decision,
         refusals: owned.refusals,
-        warnings,
+        // The manifest lives beside the config: its key is the config's, stem and all.
+        warnings: bound_run(warnings, RUN_BYTES, &manifest_key(config_location)),
         diff,
         holds,
     })

@@ -1,4 +1,5 @@
-//! What a back record's values give: the address judgment.
+//! What a back record's values and a zone's refused names give: the address judgment, and one
+//! warning for every refused name of a zone.
 
 use super::*;
 
@@ -36,18 +37,54 @@ fn a_back_at_an_address_that_is_never_a_backend_gives_no_route() {
         warnings[0].starts_with("zone Z1 in account 1: back record api.z is an A record"),
         "{warnings:?}"
     );
-    // An alias A back has no values (its target is a name): routed as before.
-    check_modes(
-        vec![
-            RecordSet::alias("k8s.z.", "A", "internal-nlb.elb.amazonaws.com."),
-            RecordSet::new("proxy.k8s.z.", "CNAME", &[PROXY]),
-        ],
-        &["kubeadm k8s.z -> k8s.z:6443"],
-        &[],
-    );
+    // An alias A back has no values (its target is a name): it routes as before
+    // (`sni_back_routes_the_back_name_on_its_port`).
     // A CNAME back's value is a name, not an address: the built-in ingress rule routes it.
     let mut records = ingress_pair("z.");
     records[1] = RecordSet::new("ingress-int.z.", "CNAME", &["lb.example.com"]);
     let (routes, warnings) = matched(&zone("1", "Z1", "z.", records));
     assert_eq!((routes.len(), warnings.len()), (1, 0), "{warnings:?}");
+}
+
+#[test]
+fn refused_record_names_are_one_warning_however_many() {
+    for (refused, first) in [(1, 1), (2, 2), (3, 3), (10_000, 3)] {
+        let mut records = api_pair("z.");
+        records.extend(
+            (0..refused).map(|i| RecordSet::new(&format!("r{i}\\043x.z."), "A", &["10.0.0.1"])),
+        );
+        let outcome = zone_routes(
+            &DEFAULT_RULES,
+            &zone("1", "Z1", "z.", records),
+            &[HostName::parse(PROXY).unwrap()],
+        );
+        assert_eq!(outcome.routes.len(), 1);
+        let [
+            Warning::RecordName {
+                skipped,
+                first: kept,
+                ..
+            },
+        ] = outcome.warnings.as_slice()
+        else {
+            panic!("one warning expected: {:?}", outcome.warnings);
+        };
+        assert_eq!((*skipped, kept.len()), (refused, first));
+        let text = outcome.warnings[0].to_string();
+        if refused == 1 {
+            assert!(
+                text.starts_with("record in zone z (Z1 in account 1) skipped: "),
+                "{text}"
+            );
+        } else {
+            assert!(
+                text.starts_with(&format!("{refused} records in zone z (Z1 in account 1)")),
+                "{text}"
+            );
+            assert!(
+                text.contains("r0\\043x.z") && !text.contains("r3\\043x.z"),
+                "{text}"
+            );
+        }
+    }
 }
