@@ -12,8 +12,7 @@ use autoproxy::publish::{self, Current, Decision, Hold};
 use autoproxy::render::{RenderError, Rendered};
 use autoproxy::rules::merge_claims;
 use autoproxy::s3::CurrentConfig;
-use autoproxy::settings::manifest_key;
-use autoproxy::warnings::{RUN_BYTES, bound_run};
+use autoproxy::warnings::reported;
 
 use crate::trigger::Trigger;
 
@@ -157,10 +156,7 @@ pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError
         Write::Publish => rendered.header.generation,
         _ => recorded,
     };
-    // The zones' warnings last: when a run has more than it may report, the run's own
-    // (failures, holds, refusals, the guard) are kept and the zones' are cut.
-    let zones = manifest.zones.values().flat_map(|entry| &entry.warnings);
-    warnings.extend(zones.cloned());
+    let warnings = reported(warnings, &manifest, config_location);
     Ok(Plan {
         write,
         manifest,
@@ -168,8 +164,7 @@ pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError
         routes: routes.len(),
         decision,
         refusals: owned.refusals,
-        // The manifest lives beside the config: its key is the config's, stem and all.
-        warnings: bound_run(warnings, RUN_BYTES, &manifest_key(config_location)),
+        warnings,
         diff,
         holds,
     })

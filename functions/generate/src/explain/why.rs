@@ -444,9 +444,10 @@ fn change_step(
         ),
         _ => {}
     }
+    // As a run stores them: one entry per kind, however many records the zone refuses.
     finding
         .warnings
-        .extend(now.warnings.iter().map(ToString::to_string));
+        .extend(autoproxy::warnings::zone_lines(&now.warnings));
 }
 
 /// What a back record of an accepted type is, and the SNI its mode reads from it, if any.
