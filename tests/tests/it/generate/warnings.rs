@@ -119,6 +119,7 @@ async fn refused_names_keep_the_reply_the_manifest_and_memory_small() {
         assert!(reply <= RUN_BYTES + REPLY_REST, "{run}");
     }
     let manifest = autoproxy_tests::estate::object_text(&escaped.s3, BUCKET, MANIFEST_KEY).await;
+    println!("escaped names: manifest {} bytes", manifest.len());
     assert!(
         manifest.len() <= MANIFEST_BYTES,
         "the manifest is {} bytes",
