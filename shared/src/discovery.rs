@@ -50,7 +50,7 @@ impl Matching<'_> {
             records,
         };
         let outcome = zone_routes(self.rules, &zone_records, self.proxies);
-        let warnings = outcome.warnings.iter().map(ToString::to_string).collect();
+        let warnings = crate::warnings::zone_lines(&outcome.warnings);
         ZoneEntry::new(zone, outcome.routes, warnings)
     }
 }
@@ -63,6 +63,7 @@ pub struct Swept {
     pub zones_scanned: usize,
     /// Sources (accounts or zones) that failed and kept their last known routes.
     pub failures: Vec<String>,
+    /// The sweep's own warnings; each zone's are in its manifest entry.
     pub warnings: Vec<String>,
     /// How each account swept ended (a full sweep; empty when only zones were read).
     pub outcomes: BTreeMap<String, Outcome>,
@@ -134,9 +135,6 @@ pub async fn sweep(
                 read_one_zone(&mut swept, account, key, matching).await;
             }
         }
-    }
-    for entry in swept.manifest.zones.values() {
-        swept.warnings.extend(entry.warnings.iter().cloned());
     }
     if !swept.failures.is_empty() && previous.is_none() {
         return Err(SweepError {

@@ -63,7 +63,9 @@ pub struct ZoneEntry {
     pub name: String,
     /// Routes before cross-zone conflict resolution.
     pub routes: Vec<Route>,
-    /// What the matcher warned about in this zone.
+    /// What the matcher warned about in this zone: one entry per kind, its count and first
+    /// examples ([`crate::warnings::zone_lines`]). A manifest written before that, with one
+    /// entry per refused record, reads as the same list and is compacted on reading.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
 }
@@ -171,6 +173,7 @@ impl Manifest {
     }
 
     /// Reads a stored manifest; `None` when it is of another format (or not a manifest).
+    /// Each zone's warnings are kept within [`crate::warnings::compact_zone`]'s bounds.
     ///
     /// Every value is checked as if Route53 had just returned it: the bucket is not trusted
     /// more than Route53, and a manifest's routes reach the config without another read. A
@@ -195,6 +198,9 @@ impl Manifest {
         }
         manifest.validate().map_err(serde::de::Error::custom)?;
         manifest.drop_stale_routes(rules);
+        for entry in manifest.zones.values_mut() {
+            entry.warnings = crate::warnings::compact_zone(std::mem::take(&mut entry.warnings));
+        }
         Ok(Some(manifest))
     }
 
@@ -320,6 +326,37 @@ mod tests {
             None
         );
         assert!(Manifest::from_json("not json", &DEFAULT_RULES).is_err());
+    }
+
+    #[test]
+    fn an_older_manifest_with_a_warning_per_record_reads_compacted() {
+        use crate::warnings::{LINE_BYTES, ZONE_LINES};
+        let mut manifest = stored();
+        let entry = manifest.zones.values_mut().next().unwrap();
+        entry.warnings = (0..10_000)
+            .map(|i| {
+                format!(
+                    "record r{i} in zone b.internal skipped: {}",
+                    "\\043".repeat(200)
+                )
+            })
+            .collect();
+        let text = manifest.to_json();
+        let read = Manifest::from_json(&text, &DEFAULT_RULES).unwrap().unwrap();
+        let warnings = &read.zones["222222222222/Z0B"].warnings;
+        assert_eq!(warnings.len(), ZONE_LINES + 1);
+        assert!(
+            warnings[0].starts_with("record r0 in zone"),
+            "{}",
+            warnings[0]
+        );
+        assert!(warnings.iter().all(|w| w.len() <= LINE_BYTES + 3));
+        assert!(warnings[ZONE_LINES].starts_with("9984 more warning(s)"));
+        // A manifest without warnings reads as before.
+        assert_eq!(
+            Manifest::from_json(&stored().to_json(), &DEFAULT_RULES).unwrap(),
+            Some(stored())
+        );
     }
 
     #[test]

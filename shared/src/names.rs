@@ -121,34 +121,36 @@ impl DomainName {
         if self.labels.is_empty() {
             return Err(NameError::Empty);
         }
-        let shown = self.to_string();
+        // Shown only in an error: most names pass, and the escaped form of a hostile one is up
+        // to four times its length.
+        let shown = || self.to_string();
         let mut length = 0;
         for (index, label) in self.labels.iter().enumerate() {
             if label.is_empty() {
-                return Err(NameError::EmptyLabel { name: shown });
+                return Err(NameError::EmptyLabel { name: shown() });
             }
             if label.len() > 63 {
-                return Err(NameError::TooLong { name: shown });
+                return Err(NameError::TooLong { name: shown() });
             }
             length += label.len() + 1;
             if label == "*" {
                 if index == 0 {
                     continue;
                 }
-                return Err(NameError::MisplacedWildcard { name: shown });
+                return Err(NameError::MisplacedWildcard { name: shown() });
             }
             if let Some(bad) = label.chars().find(|c| !is_host_char(*c)) {
                 if bad == '*' {
-                    return Err(NameError::MisplacedWildcard { name: shown });
+                    return Err(NameError::MisplacedWildcard { name: shown() });
                 }
                 return Err(NameError::BadCharacter {
-                    name: shown,
+                    name: shown(),
                     found: describe_char(bad),
                 });
             }
         }
         if length - 1 > 253 {
-            return Err(NameError::TooLong { name: shown });
+            return Err(NameError::TooLong { name: shown() });
         }
         Ok(HostName(self.labels.join(".")))
     }

@@ -12,11 +12,14 @@ use std::fmt;
 use crate::model::{Route, SniMatch, ZoneKey, ZoneRecords};
 use crate::names::{DomainName, HostName, NameError, normalize};
 use crate::near_miss::{NearMiss, near_proxy};
+use crate::warnings::{EXAMPLE_BYTES, EXAMPLES};
 
+mod address;
 mod mode;
 mod parse;
 mod table;
 
+pub use address::{NeverBackend, never_backend};
 pub use mode::{BackType, SniMode, StoredTarget, TargetError};
 pub use parse::{FIELDS, MAX_RULES, RuleRef, RulesError, parse_rules};
 pub use table::{DEFAULT_RULES, FRONT_TYPE, Rule};
@@ -26,11 +29,14 @@ pub use table::{DEFAULT_RULES, FRONT_TYPE, Rule};
 pub enum Warning {
     /// A zone whose name is not a plain host name: none of its records can be routed.
     ZoneName { zone: ZoneKey, error: NameError },
-    /// A record whose name is not a plain host name: skipped.
+    /// Records whose names are not plain host names: skipped. One warning for the zone,
+    /// counted while indexing: it keeps the first few errors, never one per record, so a zone
+    /// of such records costs no more memory than an empty one.
     RecordName {
         zone: ZoneKey,
         zone_name: HostName,
-        error: NameError,
+        skipped: usize,
+        first: Vec<NameError>,
     },
     /// The front record points at the proxy but the back record is missing or of the wrong
     /// type, so clients are sent to the proxy for a name it cannot route.
@@ -60,6 +66,14 @@ pub enum Warning {
         zone: ZoneKey,
         back: HostName,
         proxy: String,
+    },
+    /// An A back record holds an address that can never be a backend (loopback, unspecified,
+    /// link-local, multicast; see [`never_backend`]).
+    BackAddress {
+        zone: ZoneKey,
+        back: HostName,
+        address: String,
+        why: NeverBackend,
     },
     /// The back name is a routing-policy set (weighted, failover, …): several record sets,
     /// each with a set identifier. `routed` says whether a route was made all the same.
@@ -92,8 +106,26 @@ impl fmt::Display for Warning {
             Warning::RecordName {
                 zone,
                 zone_name,
-                error,
-            } => write!(f, "record in zone {zone_name} ({zone}) skipped: {error}"),
+                skipped,
+                first,
+            } => {
+                let errors: Vec<String> = first
+                    .iter()
+                    .map(|error| crate::excerpt(&error.to_string(), EXAMPLE_BYTES))
+                    .collect();
+                match (skipped, errors.as_slice()) {
+                    (1, [error]) => {
+                        write!(f, "record in zone {zone_name} ({zone}) skipped: {error}")
+                    }
+                    _ => write!(
+                        f,
+                        "{skipped} records in zone {zone_name} ({zone}) skipped, their names not \
+                         plain host names; the first {}: {}",
+                        errors.len(),
+                        errors.join("; ")
+                    ),
+                }
+            }
             Warning::MissingBack {
                 zone,
                 front,
@@ -114,6 +146,16 @@ impl fmt::Display for Warning {
                 f,
                 "zone {zone}: back record {back} is or points at the peering proxy {proxy}: \
                  every connection would loop back into the proxy, so no route"
+            ),
+            Warning::BackAddress {
+                zone,
+                back,
+                address,
+                why,
+            } => write!(
+                f,
+                "zone {zone}: back record {back} is an A record at {address}, {why}: never a \
+                 backend, so no route"
             ),
             Warning::PolicySet {
                 zone,
@@ -154,6 +196,25 @@ impl fmt::Display for Warning {
     }
 }
 
+impl Warning {
+    /// What the warning is about, as one word: a zone's warnings of one kind are reported as
+    /// one entry (see [`crate::warnings::zone_lines`]).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Warning::ZoneName { .. } => "zone name",
+            Warning::RecordName { .. } => "record name",
+            Warning::MissingBack { .. } => "missing back",
+            Warning::BackTarget { .. } => "back target",
+            Warning::NearProxy { .. } => "near proxy",
+            Warning::BackIsProxy { .. } => "back is proxy",
+            Warning::BackAddress { .. } => "back address",
+            Warning::PolicySet { .. } => "policy set",
+            Warning::SameSni { .. } => "same sni",
+            Warning::SniConflict { .. } => "sni conflict",
+        }
+    }
+}
+
 /// What matching one zone produced.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ZoneOutcome {
@@ -168,6 +229,9 @@ struct Set<'a> {
     target: Option<DomainName>,
     /// A routing-policy set's identifier (weighted, failover, …).
     set_id: Option<&'a str>,
+    /// The record's values as Route53 returned them (an A record's addresses; none for an
+    /// alias record, whose target is a name).
+    values: &'a [String],
 }
 
 /// A zone's record sets by decoded name.
@@ -208,7 +272,9 @@ pub fn zone_routes(rules: &[Rule], zone: &ZoneRecords, proxies: &[HostName]) -> 
 }
 
 /// Indexes the record sets by decoded name; a name that is not a plain host name never
-/// reaches the config, but a person is told about it.
+/// reaches the config, but a person is told about it: one warning for the zone, counting
+/// them and keeping the first few errors as they come (never one per record, so refused
+/// records cost no memory beyond their own reading).
 fn index<'a>(
     zone: &'a ZoneRecords,
     key: &ZoneKey,
@@ -216,19 +282,31 @@ fn index<'a>(
     warnings: &mut Vec<Warning>,
 ) -> Index<'a> {
     let mut by_name: Index<'a> = HashMap::new();
+    let mut skipped = 0;
+    let mut first = Vec::new();
     for record in &zone.records {
         match normalize(&record.name).to_host() {
             Ok(name) => by_name.entry(name).or_default().push(Set {
                 rtype: record.rtype.as_str(),
                 target: record.target().map(normalize),
                 set_id: record.set_identifier.as_deref(),
+                values: &record.values,
             }),
-            Err(error) => warnings.push(Warning::RecordName {
-                zone: key.clone(),
-                zone_name: zone_name.clone(),
-                error,
-            }),
+            Err(error) => {
+                skipped += 1;
+                if first.len() < EXAMPLES {
+                    first.push(error);
+                }
+            }
         }
+    }
+    if skipped > 0 {
+        warnings.push(Warning::RecordName {
+            zone: key.clone(),
+            zone_name: zone_name.clone(),
+            skipped,
+            first,
+        });
     }
     by_name
 }
@@ -284,9 +362,9 @@ impl<'a> Matcher<'a> {
         (route, warnings)
     }
 
-    /// The back record sets at `back` of a type `rule` accepts; or, when there is none, or
-    /// the back is or points at a proxy name (each connection would loop into the proxy),
-    /// the warnings that say so.
+    /// The back record sets at `back` of a type `rule` accepts; or, when there is none, the
+    /// back is or points at a proxy name (each connection would loop into the proxy), or an A
+    /// back holds an address that is never a backend, the warnings that say so.
     fn backs(
         &self,
         rule: &Rule,
@@ -309,11 +387,31 @@ impl<'a> Matcher<'a> {
         let looped = std::iter::once(back.to_domain())
             .chain(backs.iter().filter_map(|set| set.target.clone()))
             .find(|name| self.proxy_names.contains(name));
-        match looped {
-            Some(proxy) => Err(vec![Warning::BackIsProxy {
+        if let Some(proxy) = looped {
+            return Err(vec![Warning::BackIsProxy {
                 zone: self.zone.clone(),
                 back: back.clone(),
                 proxy: proxy.to_string(),
+            }]);
+        }
+        // Any one such address refuses the whole back: the proxy resolves the back by name
+        // and may take any of its addresses for any connection, so a route at one good and
+        // one loopback address still loops a share of them (and a good address beside it
+        // would hide the loop from whoever tests the route).
+        let never = backs
+            .iter()
+            .filter(|set| set.rtype == BackType::A.as_str())
+            .flat_map(|set| set.values.iter())
+            .find_map(|value| {
+                let address = value.parse().ok()?;
+                Some((value, never_backend(address)?))
+            });
+        match never {
+            Some((address, why)) => Err(vec![Warning::BackAddress {
+                zone: self.zone.clone(),
+                back: back.clone(),
+                address: address.clone(),
+                why,
             }]),
             None => Ok(backs),
         }

@@ -12,6 +12,7 @@ use autoproxy::publish::{self, Current, Decision, Hold};
 use autoproxy::render::{RenderError, Rendered};
 use autoproxy::rules::merge_claims;
 use autoproxy::s3::CurrentConfig;
+use autoproxy::warnings::reported;
 
 use crate::trigger::Trigger;
 
@@ -155,6 +156,7 @@ pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError
         Write::Publish => rendered.header.generation,
         _ => recorded,
     };
+    let warnings = reported(warnings, &manifest, config_location);
     Ok(Plan {
         write,
         manifest,

@@ -561,3 +561,5 @@ fn a_routing_policy_set_at_a_back_name_is_warned_about_naming_its_sets() {
         &["set identifiers primary, secondary"],
     );
 }
+
+mod backs;

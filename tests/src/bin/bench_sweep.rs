@@ -118,5 +118,8 @@ async fn run(deps: &Deps, payload: &Value) -> Value {
         "rules": summary.rules,
         "published": summary.published,
         "warnings": summary.warnings.len(),
+        // The reply as Lambda would return it, and its warnings' share.
+        "reply_bytes": serde_json::to_string(&summary).map_or(0, |text| text.len()),
+        "warnings_bytes": serde_json::to_string(&summary.warnings).map_or(0, |text| text.len()),
     })
 }

@@ -57,6 +57,13 @@ impl Cluster {
         Ipv4Addr::new(127, 0, 0, 11 + 2 * self.index)
     }
 
+    /// The internal NLB in front of the API server (answered by the VPC resolver). The API
+    /// record is an alias to it: an A record at the backend's loopback address is one the
+    /// generator refuses (nothing but the proxy itself listens there on an instance).
+    pub fn api_lb(&self) -> String {
+        format!("internal-k8s-{}-api.elb.us-east-1.amazonaws.com", self.name)
+    }
+
     /// The internal ELB in front of the ingress controller (answered by the VPC resolver).
     pub fn elb(&self) -> String {
         format!(
@@ -69,7 +76,7 @@ impl Cluster {
     pub fn records(&self) -> Vec<Record> {
         let zone = self.zone();
         vec![
-            Record::a(format!("api.{zone}"), self.api_ip().to_string()),
+            Record::alias(format!("api.{zone}"), self.api_lb()),
             Record::cname(format!("proxy.api.{zone}"), self.proxy),
             Record::cname(format!("*.int.{zone}"), self.proxy),
             Record::cname(format!("ingress-int.{zone}"), self.elb()),

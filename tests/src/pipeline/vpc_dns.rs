@@ -223,6 +223,7 @@ pub async fn vpc_names(accounts: &[&Account]) -> Result<BTreeMap<String, Ipv4Add
     records.insert(PROXY_HOSTNAME.to_owned(), Target::Ip(PROXY_IP));
     for cluster in ALL {
         records.insert(cluster.elb(), Target::Ip(cluster.ingress_ip()));
+        records.insert(cluster.api_lb(), Target::Ip(cluster.api_ip()));
     }
     for account in accounts {
         let zones = account

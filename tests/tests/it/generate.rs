@@ -33,6 +33,7 @@ mod generations;
 mod rules;
 mod safety;
 mod spelling;
+mod warnings;
 
 const BUCKET: &str = "autoproxy-config";
 const KEY: &str = "haproxy/haproxy.cfg";

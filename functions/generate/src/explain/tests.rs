@@ -253,6 +253,22 @@ fn a_mistyped_target_is_named_with_the_proxy_it_missed() {
 }
 
 #[test]
+fn a_back_at_a_loopback_address_is_named_as_never_a_backend() {
+    let mut records = api_pair("qa.example.internal", PROXY);
+    records[0] = RecordSet::new("api.qa.example.internal.", "A", &["127.0.0.2"]);
+    let world = run(&[(A, "Z1", "qa.example.internal", records)], None);
+    let answer = ask(&world, "proxy.api.qa.example.internal");
+    assert!(!answer.routed);
+    assert_says(
+        &answer,
+        &[
+            "api.qa.example.internal is an A record at 127.0.0.2, a loopback address: the proxy \
+           itself: never a backend, so no route",
+        ],
+    );
+}
+
+#[test]
 fn an_unknown_name_says_no_zone_holds_it() {
     let world = run(&[(A, "Z1", "prod.example.internal", vec![])], None);
     let answer = ask(&world, "proxy.api.nowhere.example.internal");

@@ -9,7 +9,7 @@ use autoproxy::model::{RecordSet, SniMatch, Zone, ZoneKey, ZoneRecords};
 use autoproxy::names::{HostName, normalize};
 use autoproxy::near_miss::near_proxy;
 use autoproxy::ownership::{self, Grace, Holders, Mode, Owned};
-use autoproxy::rules::{FRONT_TYPE, Rule, TargetError, zone_routes};
+use autoproxy::rules::{BackType, FRONT_TYPE, Rule, TargetError, never_backend, zone_routes};
 use autoproxy::s3::CurrentConfig;
 
 use super::{CarriedRoute, Explanation, ZoneRef};
@@ -450,13 +450,27 @@ fn change_step(
         ),
         _ => {}
     }
+    // As a run stores them: one entry per kind, however many records the zone refuses.
     finding
         .warnings
-        .extend(now.warnings.iter().map(ToString::to_string));
+        .extend(autoproxy::warnings::zone_lines(&now.warnings));
 }
 
 /// What a back record of an accepted type is, and the SNI its mode reads from it, if any.
 fn describe_back(rule: &Rule, back: &HostName, set: &RecordSet) -> String {
+    let never = (set.rtype == BackType::A.as_str())
+        .then(|| {
+            set.values.iter().find_map(|value| {
+                let why = never_backend(value.parse().ok()?)?;
+                Some(format!(
+                    "{back} is an A record at {value}, {why}: never a backend, so no route"
+                ))
+            })
+        })
+        .flatten();
+    if let Some(never) = never {
+        return never;
+    }
     let raw = set.target().unwrap_or_default();
     let target = normalize(raw);
     match rule.sni_mode.back_target([&target]) {

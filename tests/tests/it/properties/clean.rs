@@ -176,7 +176,7 @@ pub(super) fn proxies() -> Vec<HostName> {
 pub(super) fn check_warning_text(warning: &Warning) -> Result<(), TestCaseError> {
     let text = warning.to_string();
     prop_assert!(
-        text.contains("skipped: expected"),
+        text.contains("skipped") && text.contains(": expected"),
         "unclear warning: {text}"
     );
     prop_assert!(
