@@ -9,7 +9,8 @@
 //! The two never import each other. Below them, the ground floor both stand on: `haproxy`
 //! (the runtime client, typed map commands), `control` (both ends of `resolver.sock`), `dns`
 //! (the engine, its schedule and knobs, one-shot resolution), `address_map`, `addresses`,
-//! `routes`, `own` (this proxy's own addresses: no route into itself), `record`, `running`,
+//! `routes`, `own` (this proxy's own address ranges and the fleet's other proxies: no route
+//! into itself), `record`, `running`,
 //! `log`; and the host floor: `files` (one durable replace),
 //! `proc` (one `/proc` reader), `child` (bounded child processes) and `unit` (the systemd
 //! unit). Both parse the artifact with [`autoproxy::artifact`], the module the generator

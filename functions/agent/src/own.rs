@@ -6,9 +6,10 @@
 //! explained, their connections rejected as `reject_no_address`, never forwarded.
 //!
 //! Own addresses (ranges, [`Nets`]): every address a `bind` line of the installed config
-//! names and, for a wildcard bind (`:443`, `*:443`, `0.0.0.0:443`, `:::443`), every range the
-//! kernel delivers locally (its `LOCAL` routes with their prefixes: all of 127.0.0.0/8, not
-//! only 127.0.0.1; [`local`]); 0.0.0.0/8 and `::` always, which mean this host. An
+//! names and, for a wildcard bind (`:443`, `*:443`, `0.0.0.0:443`, `:::443`) on a port a
+//! route forwards to (a port range counts as any), every range the kernel delivers locally
+//! (its `LOCAL` routes with their prefixes: all of 127.0.0.0/8, not only 127.0.0.1;
+//! [`local`]); 0.0.0.0/8 and `::` always, which mean this host. An
 //! IPv4-mapped or IPv4-compatible IPv6 address is judged as its IPv4 address. A specific bind
 //! keeps to its own addresses: nothing listens on the others, so a backend there is no loop.
 //! Own names: the `#@proxy` lines of the config (the peering proxy's host names, the load
@@ -59,7 +60,11 @@ impl Own {
         // "This host" in either family, whatever the bind.
         local.insert(Net::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 8));
         local.insert(Net::host(IpAddr::V6(Ipv6Addr::UNSPECIFIED)));
-        if wildcard {
+        // Only a wildcard on a port a route forwards to makes the whole host a loop: one on
+        // another port (a stats listener's `:8404`) answers a forwarded connection, once.
+        let ports = route_ports(config);
+        let routed = |port: &Option<u16>| port.is_none_or(|port| ports.contains(&port));
+        if wildcard.iter().any(routed) {
             local.extend(local::nets().iter().copied());
         }
         Own {
@@ -98,10 +103,11 @@ impl Own {
     }
 }
 
-/// The addresses the `bind` lines of `config` name, and whether any is a wildcard.
-pub fn bound(config: &str) -> (BTreeSet<IpAddr>, bool) {
+/// The addresses the `bind` lines of `config` name, and the ports of its wildcard binds (none
+/// for a port that is not one number, such as a range: it may be any).
+pub fn bound(config: &str) -> (BTreeSet<IpAddr>, BTreeSet<Option<u16>>) {
     let mut addresses = BTreeSet::new();
-    let mut wildcard = false;
+    let mut wildcard = BTreeSet::new();
     for line in config.lines() {
         let mut words = line.split_whitespace();
         if words.next() != Some("bind") {
@@ -115,21 +121,42 @@ pub fn bound(config: &str) -> (BTreeSet<IpAddr>, bool) {
             if spec.contains('@') || spec.starts_with('/') {
                 continue; // unix@, abns@, fd@, sockpair@, a path: no IP address
             }
-            let Some((host, _port)) = spec.rsplit_once(':') else {
+            let Some((host, port)) = spec.rsplit_once(':') else {
                 continue;
             };
             let host = host.trim_start_matches('[').trim_end_matches(']');
             match host.parse::<IpAddr>() {
-                Ok(address) if address.is_unspecified() => wildcard = true,
-                Ok(address) => {
+                Ok(address) if !address.is_unspecified() => {
                     addresses.insert(address);
                 }
-                Err(_) if host.is_empty() || host == "*" || host == ":" => wildcard = true,
-                Err(_) => {}
+                Err(_) if !(host.is_empty() || host == "*" || host == ":") => {}
+                _ => {
+                    wildcard.insert(port.parse().ok());
+                }
             }
         }
     }
     (addresses, wildcard)
+}
+
+/// The ports the route lines (`#@route`, `#@suffix`) of `config` forward to.
+fn route_ports(config: &str) -> BTreeSet<u16> {
+    config
+        .lines()
+        .filter_map(|line| {
+            line.strip_prefix("#@route ")
+                .or_else(|| line.strip_prefix("#@suffix "))
+        })
+        .filter_map(|entry| {
+            entry
+                .split_whitespace()
+                .nth(1)?
+                .rsplit_once(':')?
+                .1
+                .parse()
+                .ok()
+        })
+        .collect()
 }
 
 /// The names of the config's `#@proxy` lines.
@@ -152,27 +179,28 @@ mod tests {
 
     #[test]
     fn binds_name_own_addresses_and_wildcards() {
-        let check = |config: &str, want: &[&str], wildcard: bool| {
+        let check = |config: &str, want: &[&str], wildcard: &[Option<u16>]| {
             let want: BTreeSet<IpAddr> = want.iter().map(|a| ip(a)).collect();
+            let wildcard: BTreeSet<Option<u16>> = wildcard.iter().copied().collect();
             assert_eq!(bound(config), (want, wildcard), "{config}");
         };
-        check("    bind 127.0.0.1:443\n", &["127.0.0.1"], false);
+        check("    bind 127.0.0.1:443\n", &["127.0.0.1"], &[]);
         check(
             "  bind 10.0.0.5:443,ipv6@[fd00::5]:443 ssl\n bind 127.0.0.1:8404\n",
             &["10.0.0.5", "fd00::5", "127.0.0.1"],
-            false,
+            &[],
         );
-        check("bind :443\n", &[], true);
-        check("bind *:443\n", &[], true);
-        check("bind 0.0.0.0:443\n", &[], true);
-        check("bind :::443\n", &[], true);
-        check("bind [::]:443\n", &[], true);
+        check("bind :443\n", &[], &[Some(443)]);
+        check("bind *:443\n", &[], &[Some(443)]);
+        check("bind 0.0.0.0:443\n", &[], &[Some(443)]);
+        check("bind :::443\n", &[], &[Some(443)]);
+        check("bind [::]:443\nbind :8000-8010\n", &[], &[Some(443), None]);
         check(
             "bind unix@/run/a.sock\nbind /run/b.sock\n# bind 10.9.9.9:1\n",
             &[],
-            false,
+            &[],
         );
-        check("    server route 10.1.1.1:443\n", &[], false);
+        check("    server route 10.1.1.1:443\n", &[], &[]);
     }
 
     #[test]
@@ -230,7 +258,10 @@ mod tests {
     fn this_host_is_own_whatever_the_bind_and_a_wildcard_adds_all_of_loopback() {
         let dir = tempfile::tempdir().expect("temp dir");
         let check = |bind: &str, address: &str, looped: bool| {
-            let own = Own::of(&format!("frontend f\n    bind {bind}\n"), dir.path());
+            let config = format!(
+                "frontend f\n    bind {bind}\n#@route proxy.api.a.example api.a.example:443 api 1 Z\n"
+            );
+            let own = Own::of(&config, dir.path());
             let got = own.looped("api.a.example", ip(address), &BTreeMap::new());
             assert_eq!(
                 got.is_some(),
@@ -254,5 +285,8 @@ mod tests {
         check(":443", "127.254.0.9", true);
         check(":443", "::ffff:127.0.0.2", true);
         check(":443", "::127.0.0.2", true);
+        // A wildcard on a port no route forwards to (a stats listener's) answers, once.
+        check("127.0.0.1:443\n    bind :8404", "127.0.0.2", false);
+        check("127.0.0.1:443\n    bind :8000-8500", "127.0.0.2", true);
     }
 }

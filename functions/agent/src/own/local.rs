@@ -92,7 +92,7 @@ fn ipv6_addresses(table: &str) -> Vec<Net> {
 mod tests {
     use super::*;
 
-    fn shown(nets: Vec<Net>) -> Vec<String> {
+    fn shown(nets: &[Net]) -> Vec<String> {
         nets.iter().map(Net::to_string).collect()
     }
 
@@ -109,7 +109,7 @@ mod tests {
                     \x20             /32 host LOCAL\n           |-- 10.9.0.0\n\
                     \x20             /16 host LOCAL\n";
         assert_eq!(
-            shown(ipv4_local(trie)),
+            shown(&ipv4_local(trie)),
             ["127.0.0.0/8", "127.0.0.1/32", "10.0.0.5/32", "10.9.0.0/16"]
         );
     }
@@ -121,11 +121,11 @@ mod tests {
                       fd000000000000000000000000000002 80 00000000000000000000000000000000 00 00000000000000000000000000000000 00000000 00000003 00000000 80200001     eth0\n\
                       fd090000000000000000000000000000 40 00000000000000000000000000000000 00 00000000000000000000000000000000 00000000 00000003 00000000 80200001       lo\n";
         assert_eq!(
-            shown(ipv6_local(routes)),
+            shown(&ipv6_local(routes)),
             ["::1/128", "fd00::2/128", "fd09::/64"]
         );
         let table = "00000000000000000000000000000001 01 80 10 80       lo\n\
                      fe800000000000000000000000000001 02 40 20 80     eth0\n";
-        assert_eq!(shown(ipv6_addresses(table)), ["::1/128", "fe80::1/128"]);
+        assert_eq!(shown(&ipv6_addresses(table)), ["::1/128", "fe80::1/128"]);
     }
 }

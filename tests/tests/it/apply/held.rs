@@ -363,6 +363,20 @@ fn a_held_routes_connections_are_rejected_as_no_address() {
     );
 }
 
+/// The address service started on the fixture's config, once `/ready` answers 200 (within
+/// the warm-up).
+pub(super) fn ready_resolver(f: &Fixture) -> Resolver {
+    let resolver = Resolver::start(&f.haproxy.config_path(), QUICK);
+    let ready = wait_until(WARM_UP, || stats_get(f, "/ready").status == 200);
+    assert!(
+        ready,
+        "/ready within the warm-up: {:?}\n{}",
+        stats_get(f, "/ready"),
+        resolver.output()
+    );
+    resolver
+}
+
 /// `GET path` through HAProxy's stats listener, as a load balancer's health check asks it.
 pub(super) fn stats_get(f: &Fixture, path: &str) -> prometheus::Answer {
     prometheus::get(f.haproxy.stats, path).unwrap_or_else(|err| panic!("GET {path}: {err}"))
@@ -406,14 +420,7 @@ fn routes_whose_hosts_do_not_resolve_are_held_and_the_proxy_is_ready() {
     let (run, record) = f.apply_and_record(&f.upload(&named_routes(&f, dns.addr(), 2, &routes)));
     assert!(run.success(), "{run}");
     assert_eq!(record["unresolved_routes"], 2, "{record}");
-    let resolver = Resolver::start(&f.haproxy.config_path(), QUICK);
-    let ready = wait_until(WARM_UP, || stats_get(&f, "/ready").status == 200);
-    assert!(
-        ready,
-        "/ready within the warm-up: {:?}\n{}",
-        stats_get(&f, "/ready"),
-        resolver.output()
-    );
+    let resolver = ready_resolver(&f);
     f.assert_routes("good.test", "a");
     for held in ["proxy.api.gone.test", "proxy.api.silent.test"] {
         let answer = f.haproxy.probe(held);

@@ -6,12 +6,10 @@
 use std::net::Ipv4Addr;
 
 use autoproxy::names::HostName;
-use autoproxy_agent::resolve::observe::ready::WARM_UP;
 use autoproxy_tests::backends::Backend;
 use autoproxy_tests::netns::Namespace;
-use autoproxy_tests::resolver::Resolver;
 
-use super::held::{QUICK, ip, stats_get, wait_until};
+use super::held::{ip, ready_resolver, stats_get, wait_until};
 use super::*;
 
 /// The `stot` of frontend `tls_passthrough`: every connection it accepted.
@@ -86,14 +84,7 @@ fn a_route_into_the_proxy_itself_is_held_and_never_forwarded() {
         record["unresolved_routes"], 2,
         "held at the apply: {record}\n{run}"
     );
-    let resolver = Resolver::start(&f.haproxy.config_path(), QUICK);
-    let ready = wait_until(WARM_UP, || stats_get(&f, "/ready").status == 200);
-    assert!(
-        ready,
-        "{:?}\n{}",
-        stats_get(&f, "/ready"),
-        resolver.output()
-    );
+    let resolver = ready_resolver(&f);
     let explained = wait_until(Duration::from_secs(5), || {
         resolver.output().lines().any(|line| {
             line.contains("held routes: 2 of 3 routes")
@@ -235,14 +226,7 @@ fn with_a_wildcard_bind_a_back_at_any_local_address_or_another_proxy_is_held() {
             })),
         "the record names this instance's addresses, not loopback: {record}"
     );
-    let resolver = Resolver::start(&f.haproxy.config_path(), QUICK);
-    let ready = wait_until(WARM_UP, || stats_get(&f, "/ready").status == 200);
-    assert!(
-        ready,
-        "{:?}\n{}",
-        stats_get(&f, "/ready"),
-        resolver.output()
-    );
+    let resolver = ready_resolver(&f);
     let peer_address = ns.address(3);
     let explained = wait_until(Duration::from_secs(5), || {
         resolver.output().lines().any(|line| {
