@@ -199,6 +199,24 @@ mod tests {
     }
 
     #[test]
+    fn a_change_of_the_other_proxies_is_a_change_of_the_installed_config() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("haproxy.cfg");
+        std::fs::write(&path, "# generation: 1\nglobal\n").expect("write");
+        let start = Instant::now();
+        let mut watched = Watched::new(&path, start);
+        let first = watched.poll(start).expect("read at first");
+        assert!(first.own.peers.is_empty());
+        assert!(watched.poll(start + Duration::from_secs(2)).is_none());
+        let peer: IpAddr = "10.0.2.7".parse().expect("an address");
+        crate::own::peers::write(dir.path(), &[peer].into()).expect("written");
+        let again = watched
+            .poll(start + Duration::from_secs(4))
+            .expect("read again: the peers changed");
+        assert!(again.own.peers.contains(peer));
+    }
+
+    #[test]
     fn the_installed_config_gives_names_nameservers_and_the_stats_socket() {
         let text = "# generation: 1\nglobal\n    stats socket unix@/run/haproxy/admin.sock mode 660\n\
                     \x20   stats socket /other.sock\n\
