@@ -83,6 +83,10 @@ pub struct Record {
     /// until the address service resolves their host.
     #[serde(default)]
     pub unresolved_routes: u64,
+    /// The instance's own addresses (not loopback nor link-local): the other proxies hold a
+    /// back at one of them as a loop, as this one does. Empty in records of older agents.
+    #[serde(default)]
+    pub addresses: Vec<std::net::IpAddr>,
 }
 
 /// Where the records live: `haproxy/haproxy.cfg` → `haproxy/haproxy.fleet/`.

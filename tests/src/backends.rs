@@ -20,7 +20,9 @@ pub struct Backend {
 }
 
 impl Backend {
-    fn start(name: &str, listener: TcpListener) -> Backend {
+    /// A backend answering with its banner on `listener` (one bound anywhere: in a network
+    /// namespace, [`crate::netns`]).
+    pub fn start(name: &str, listener: TcpListener) -> Backend {
         let banner = format!("backend {name}\n");
         Backend::serving(name, listener, move |stream, _| {
             serve(stream, banner.as_bytes())

@@ -25,6 +25,7 @@ pub mod kube;
 pub mod local;
 pub mod loopback;
 pub mod moto;
+pub mod netns;
 pub mod observe;
 pub mod organization;
 pub mod pipeline;

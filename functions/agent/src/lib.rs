@@ -9,10 +9,11 @@
 //! The two never import each other. Below them, the ground floor both stand on: `haproxy`
 //! (the runtime client, typed map commands), `control` (both ends of `resolver.sock`), `dns`
 //! (the engine, its schedule and knobs, one-shot resolution), `address_map`, `addresses`,
-//! `routes`, `own` (this proxy's own addresses: no route into itself), `record`, `running`,
-//! `log`, `unit` (the address service's systemd unit); and the host floor, which imports only
-//! itself: `files` (one durable replace), `proc` (one `/proc` reader) and `child` (bounded
-//! child processes). Both parse the artifact with [`autoproxy::artifact`], the module the generator
+//! `routes`, `own` (this proxy's own address ranges and the fleet's other proxies: no route
+//! into itself), `record`, `running`, `log`, `unit` (the address service's systemd unit); and
+//! the host floor, which imports only itself: `files` (one durable replace), `proc` (one
+//! `/proc` reader) and `child` (bounded child processes). Both parse the artifact with
+//! [`autoproxy::artifact`], the module the generator
 //! writes it with.
 
 pub mod address_map;

@@ -5,21 +5,38 @@
 //! address map, so its routes are held like any route whose host does not resolve: counted,
 //! explained, their connections rejected as `reject_no_address`, never forwarded.
 //!
-//! Own addresses: every address a `bind` line of the installed config names, and, for a
-//! wildcard bind (`:443`, `*:443`, `0.0.0.0:443`, `:::443`), every local address of the
-//! instance (the kernel's `LOCAL` routes, `/proc/net/fib_trie`, and `/proc/net/if_inet6`).
+//! Own addresses (ranges, [`Nets`]): every address a `bind` line of the installed config
+//! names and, for a wildcard bind (`:443`, `*:443`, `0.0.0.0:443`, `:::443`) on a port a
+//! route forwards to (a port range counts as any), every range the kernel delivers locally
+//! (its `LOCAL` routes with their prefixes: all of 127.0.0.0/8, not only 127.0.0.1;
+//! [`local`]); 0.0.0.0/8 and `::` always, which mean this host. An
+//! IPv4-mapped or IPv4-compatible IPv6 address is judged as its IPv4 address. A specific bind
+//! keeps to its own addresses: nothing listens on the others, so a backend there is no loop.
 //! Own names: the `#@proxy` lines of the config (the peering proxy's host names, the load
 //! balancer's among them); the addresses they resolve to are own addresses too, whatever the
-//! port, since a load balancer in front of the proxies forwards to them.
+//! port, since a load balancer in front of the proxies forwards to them. The fleet's other
+//! proxies ([`peers`]): a back at one of them is held as a back at this one is, or two
+//! proxies that each judge only themselves could pass a connection back and forth.
+
+mod local;
+mod nets;
+pub mod peers;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::Path;
 
-/// This proxy's own addresses and names, as the installed config and the instance say.
+pub use local::instance_addresses;
+pub use nets::{Net, Nets};
+
+/// This proxy's own addresses and names, as the installed config, the instance and the fleet
+/// report say.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Own {
-    /// Addresses the config binds, and the instance's local ones for a wildcard bind.
-    pub addresses: BTreeSet<IpAddr>,
+    /// Where this proxy itself listens: the ranges a connection to its port lands in it.
+    pub local: Nets,
+    /// The fleet's other proxies' addresses.
+    pub peers: Nets,
     /// The proxy's own host names (`#@proxy` lines), lower-cased without a trailing dot.
     pub names: BTreeSet<String>,
 }
@@ -29,18 +46,37 @@ pub fn loop_reason(name: &str, address: IpAddr) -> String {
     format!("{name} resolves to this proxy ({address}): a loop, never routed")
 }
 
+/// Why a host may not be routed: it is another proxy of the fleet.
+fn peer_reason(name: &str, address: IpAddr) -> String {
+    format!("{name} resolves to another proxy of the fleet ({address}): a loop, never routed")
+}
+
 impl Own {
-    /// What the config's text says, with the instance's local addresses when a bind is a
-    /// wildcard.
-    pub fn of(config: &str) -> Own {
-        let (mut addresses, wildcard) = bound(config);
-        if wildcard {
-            addresses.extend(local_addresses());
+    /// What the config's text says, with the instance's local ranges when a bind is a
+    /// wildcard, and the other proxies' addresses [`peers::FILE`] in `config_dir` holds.
+    pub fn of(config: &str, config_dir: &Path) -> Own {
+        let (addresses, wildcard) = bound(config);
+        let mut local: Nets = addresses.into_iter().map(Net::host).collect();
+        // "This host" in either family, whatever the bind.
+        local.insert(Net::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 8));
+        local.insert(Net::host(IpAddr::V6(Ipv6Addr::UNSPECIFIED)));
+        // Only a wildcard on a port a route forwards to makes the whole host a loop: one on
+        // another port (a stats listener's `:8404`) answers a forwarded connection, once.
+        let ports = route_ports(config);
+        let routed = |port: &Option<u16>| port.is_none_or(|port| ports.contains(&port));
+        if wildcard.iter().any(routed) {
+            local.extend(local::nets().iter().copied());
         }
         Own {
-            addresses,
+            local,
+            peers: peers::read(config_dir),
             names: proxy_names(config),
         }
+    }
+
+    /// Whether nothing is own (no address, no name): every host may be routed.
+    pub fn is_empty(&self) -> bool {
+        self.local.is_empty() && self.peers.is_empty() && self.names.is_empty()
     }
 
     /// Why `name` at `address` may not be routed (`resolved`: what the own names resolve to);
@@ -52,18 +88,26 @@ impl Own {
         resolved: &BTreeMap<String, Vec<IpAddr>>,
     ) -> Option<String> {
         let own = self.names.contains(name)
-            || self.addresses.contains(&address)
+            || self.local.contains(address)
             || resolved
                 .values()
-                .any(|addresses| addresses.contains(&address));
-        own.then(|| loop_reason(name, address))
+                .flatten()
+                .any(|a| nets::canonical(*a) == nets::canonical(address));
+        if own {
+            Some(loop_reason(name, address))
+        } else {
+            self.peers
+                .contains(address)
+                .then(|| peer_reason(name, address))
+        }
     }
 }
 
-/// The addresses the `bind` lines of `config` name, and whether any is a wildcard.
-pub fn bound(config: &str) -> (BTreeSet<IpAddr>, bool) {
+/// The addresses the `bind` lines of `config` name, and the ports of its wildcard binds (none
+/// for a port that is not one number, such as a range: it may be any).
+pub fn bound(config: &str) -> (BTreeSet<IpAddr>, BTreeSet<Option<u16>>) {
     let mut addresses = BTreeSet::new();
-    let mut wildcard = false;
+    let mut wildcard = BTreeSet::new();
     for line in config.lines() {
         let mut words = line.split_whitespace();
         if words.next() != Some("bind") {
@@ -77,21 +121,42 @@ pub fn bound(config: &str) -> (BTreeSet<IpAddr>, bool) {
             if spec.contains('@') || spec.starts_with('/') {
                 continue; // unix@, abns@, fd@, sockpair@, a path: no IP address
             }
-            let Some((host, _port)) = spec.rsplit_once(':') else {
+            let Some((host, port)) = spec.rsplit_once(':') else {
                 continue;
             };
             let host = host.trim_start_matches('[').trim_end_matches(']');
             match host.parse::<IpAddr>() {
-                Ok(address) if address.is_unspecified() => wildcard = true,
-                Ok(address) => {
+                Ok(address) if !address.is_unspecified() => {
                     addresses.insert(address);
                 }
-                Err(_) if host.is_empty() || host == "*" || host == ":" => wildcard = true,
-                Err(_) => {}
+                Err(_) if !(host.is_empty() || host == "*" || host == ":") => {}
+                _ => {
+                    wildcard.insert(port.parse().ok());
+                }
             }
         }
     }
     (addresses, wildcard)
+}
+
+/// The ports the route lines (`#@route`, `#@suffix`) of `config` forward to.
+fn route_ports(config: &str) -> BTreeSet<u16> {
+    config
+        .lines()
+        .filter_map(|line| {
+            line.strip_prefix("#@route ")
+                .or_else(|| line.strip_prefix("#@suffix "))
+        })
+        .filter_map(|entry| {
+            entry
+                .split_whitespace()
+                .nth(1)?
+                .rsplit_once(':')?
+                .1
+                .parse()
+                .ok()
+        })
+        .collect()
 }
 
 /// The names of the config's `#@proxy` lines.
@@ -101,45 +166,6 @@ pub fn proxy_names(config: &str) -> BTreeSet<String> {
         .filter_map(|line| line.strip_prefix("#@proxy "))
         .filter_map(|name| autoproxy::names::HostName::parse(name.trim()).ok())
         .map(|name| name.as_str().to_owned())
-        .collect()
-}
-
-/// The instance's local addresses; none that cannot be read.
-fn local_addresses() -> BTreeSet<IpAddr> {
-    let mut addresses = BTreeSet::new();
-    if let Ok(trie) = std::fs::read_to_string("/proc/net/fib_trie") {
-        addresses.extend(local_ipv4(&trie).into_iter().map(IpAddr::V4));
-    }
-    if let Ok(table) = std::fs::read_to_string("/proc/net/if_inet6") {
-        addresses.extend(local_ipv6(&table).into_iter().map(IpAddr::V6));
-    }
-    addresses
-}
-
-/// The `/32 host LOCAL` leaves of `/proc/net/fib_trie`: the addresses of the interfaces.
-fn local_ipv4(trie: &str) -> BTreeSet<Ipv4Addr> {
-    let mut out = BTreeSet::new();
-    let mut leaf = None;
-    for line in trie.lines() {
-        let line = line.trim_start();
-        if let Some(rest) = line.strip_prefix("|-- ") {
-            leaf = rest.trim().parse::<Ipv4Addr>().ok();
-        } else if line.starts_with("/32 host LOCAL")
-            && let Some(address) = leaf
-        {
-            out.insert(address);
-        }
-    }
-    out
-}
-
-/// The addresses of `/proc/net/if_inet6` (32 hex digits first on each line).
-fn local_ipv6(table: &str) -> BTreeSet<Ipv6Addr> {
-    table
-        .lines()
-        .filter_map(|line| line.split_whitespace().next())
-        .filter_map(|hex| u128::from_str_radix(hex, 16).ok())
-        .map(Ipv6Addr::from)
         .collect()
 }
 
@@ -153,27 +179,28 @@ mod tests {
 
     #[test]
     fn binds_name_own_addresses_and_wildcards() {
-        let check = |config: &str, want: &[&str], wildcard: bool| {
+        let check = |config: &str, want: &[&str], wildcard: &[Option<u16>]| {
             let want: BTreeSet<IpAddr> = want.iter().map(|a| ip(a)).collect();
+            let wildcard: BTreeSet<Option<u16>> = wildcard.iter().copied().collect();
             assert_eq!(bound(config), (want, wildcard), "{config}");
         };
-        check("    bind 127.0.0.1:443\n", &["127.0.0.1"], false);
+        check("    bind 127.0.0.1:443\n", &["127.0.0.1"], &[]);
         check(
             "  bind 10.0.0.5:443,ipv6@[fd00::5]:443 ssl\n bind 127.0.0.1:8404\n",
             &["10.0.0.5", "fd00::5", "127.0.0.1"],
-            false,
+            &[],
         );
-        check("bind :443\n", &[], true);
-        check("bind *:443\n", &[], true);
-        check("bind 0.0.0.0:443\n", &[], true);
-        check("bind :::443\n", &[], true);
-        check("bind [::]:443\n", &[], true);
+        check("bind :443\n", &[], &[Some(443)]);
+        check("bind *:443\n", &[], &[Some(443)]);
+        check("bind 0.0.0.0:443\n", &[], &[Some(443)]);
+        check("bind :::443\n", &[], &[Some(443)]);
+        check("bind [::]:443\nbind :8000-8010\n", &[], &[Some(443), None]);
         check(
             "bind unix@/run/a.sock\nbind /run/b.sock\n# bind 10.9.9.9:1\n",
             &[],
-            false,
+            &[],
         );
-        check("    server route 10.1.1.1:443\n", &[], false);
+        check("    server route 10.1.1.1:443\n", &[], &[]);
     }
 
     #[test]
@@ -187,7 +214,10 @@ mod tests {
     #[test]
     fn a_host_at_an_own_address_or_name_is_a_loop() {
         let own = Own {
-            addresses: [ip("10.0.0.5")].into(),
+            local: [Net::host(ip("10.0.0.5")), Net::new(ip("127.0.0.0"), 8)]
+                .into_iter()
+                .collect(),
+            peers: [Net::host(ip("10.0.3.3"))].into_iter().collect(),
             names: ["nlb.example".to_owned()].into(),
         };
         let resolved: BTreeMap<String, Vec<IpAddr>> = [(
@@ -205,24 +235,58 @@ mod tests {
         check("api.a.example", "10.0.0.9", false);
         check("api.a.example", "10.0.0.5", true);
         check("api.a.example", "10.0.2.7", true);
+        check("api.a.example", "::ffff:10.0.2.7", true);
         check("nlb.example", "10.0.9.9", true);
+        check("api.a.example", "127.0.0.2", true);
+        check("api.a.example", "::ffff:127.0.0.2", true);
+        check("api.a.example", "10.0.3.3", true);
+        check("api.a.example", "10.0.3.4", false);
         assert_eq!(
             own.looped("x.example", ip("10.0.0.5"), &resolved),
             Some("x.example resolves to this proxy (10.0.0.5): a loop, never routed".to_owned())
         );
+        assert_eq!(
+            own.looped("x.example", ip("10.0.3.3"), &resolved),
+            Some(
+                "x.example resolves to another proxy of the fleet (10.0.3.3): a loop, never routed"
+                    .to_owned()
+            )
+        );
     }
 
     #[test]
-    fn local_addresses_are_the_local_leaves_and_if_inet6() {
-        let trie = "Main:\n  +-- 0.0.0.0/0 3 0 5\n     |-- 0.0.0.0\n        /0 universe UNICAST\n\
-                    Local:\n  +-- 10.0.0.0/24 2 0 2\n     |-- 10.0.0.0\n        /24 link UNICAST\n\
-                    \x20    |-- 10.0.0.5\n        /32 host LOCAL\n     |-- 127.0.0.1\n\
-                    \x20       /32 host LOCAL\n     |-- 10.0.0.255\n        /32 link BROADCAST\n";
-        let got: Vec<Ipv4Addr> = local_ipv4(trie).into_iter().collect();
-        assert_eq!(got, [Ipv4Addr::new(10, 0, 0, 5), Ipv4Addr::LOCALHOST]);
-        let table = "00000000000000000000000000000001 01 80 10 80       lo\n\
-                     fe800000000000000000000000000001 02 40 20 80     eth0\n";
-        let got: Vec<Ipv6Addr> = local_ipv6(table).into_iter().collect();
-        assert_eq!(got, [Ipv6Addr::LOCALHOST, "fe80::1".parse().unwrap()]);
+    fn this_host_is_own_whatever_the_bind_and_a_wildcard_adds_all_of_loopback() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let check = |bind: &str, address: &str, looped: bool| {
+            let config = format!(
+                "frontend f\n    bind {bind}\n#@route proxy.api.a.example api.a.example:443 api 1 Z\n"
+            );
+            let own = Own::of(&config, dir.path());
+            let got = own.looped("api.a.example", ip(address), &BTreeMap::new());
+            assert_eq!(
+                got.is_some(),
+                looped,
+                "bind {bind}, back {address}: {got:?}"
+            );
+        };
+        for bind in ["127.0.0.1:443", ":443"] {
+            check(bind, "127.0.0.1", true);
+            check(bind, "0.0.0.0", true);
+            check(bind, "0.1.2.3", true);
+            check(bind, "::", true);
+            check(bind, "::ffff:127.0.0.1", true);
+            check(bind, "10.213.250.2", false);
+        }
+        // A specific bind: other loopback addresses are other hosts (nothing listens there).
+        check("127.0.0.1:443", "127.0.0.2", false);
+        check("127.0.0.1:443", "::ffff:127.0.0.2", false);
+        // A wildcard bind: the kernel delivers all of 127.0.0.0/8 here.
+        check(":443", "127.0.0.2", true);
+        check(":443", "127.254.0.9", true);
+        check(":443", "::ffff:127.0.0.2", true);
+        check(":443", "::127.0.0.2", true);
+        // A wildcard on a port no route forwards to (a stats listener's) answers, once.
+        check("127.0.0.1:443\n    bind :8404", "127.0.0.2", false);
+        check("127.0.0.1:443\n    bind :8000-8500", "127.0.0.2", true);
     }
 }

@@ -144,6 +144,7 @@ mod tests {
             path_reason: String::new(),
             unconfirmed: String::new(),
             unresolved_routes: 0,
+            addresses: Vec::new(),
         };
         write_local(dir.path(), &record).expect("written");
         assert_eq!(read_local(dir.path()), Some(record));

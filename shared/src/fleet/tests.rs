@@ -17,6 +17,7 @@ fn record(instance_id: &str, generation: u64) -> Record {
         path_reason: String::new(),
         unconfirmed: String::new(),
         unresolved_routes: 0,
+        addresses: Vec::new(),
     }
 }
 
@@ -213,6 +214,7 @@ fn the_table_has_a_line_per_instance() {
         vec![
             Record {
                 unresolved_routes: 3,
+                addresses: Vec::new(),
                 ..record("i-0ok", LATEST)
             },
             late,

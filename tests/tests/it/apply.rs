@@ -26,6 +26,7 @@ mod faults;
 mod held;
 mod install;
 mod launcher;
+mod loops;
 mod repair;
 mod running;
 mod runtime;

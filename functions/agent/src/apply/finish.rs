@@ -309,9 +309,50 @@ impl Run {
         }
     }
 
-    /// Writes the fleet record: the generation HAProxy reports now, and the file's sha256
-    /// when the file is what runs.
+    /// Writes the fleet record (the generation HAProxy reports now, and the file's sha256
+    /// when the file is what runs) and, beside it, reads the fleet report for the other
+    /// proxies' addresses ([`crate::own::peers`]): both in one wait, so the read adds no time.
     pub(super) async fn report(&mut self, outcome: Outcome, reason: &str) {
+        let record = self.record(outcome, reason).await;
+        if let Err(err) = record::write_local(&self.paths.dir, &record) {
+            log(
+                "fleet",
+                &format!(
+                    "WARNING: could not leave the record in {}: {err}",
+                    self.paths.dir.join(record::LOCAL).display()
+                ),
+            );
+        }
+        let key = record::key(&self.params.key, &record.instance_id);
+        let s3 = self.s3().await;
+        let (put, ()) = tokio::join!(
+            record::put(&s3, &self.params.bucket, &key, &record),
+            self.learn_peers(&s3, &record.instance_id)
+        );
+        match put {
+            Ok(()) => log(
+                "fleet",
+                &format!(
+                    "{}: reported generation {} running to s3://{}/{key} (apply {})",
+                    outcome.as_str(),
+                    record.generation,
+                    self.params.bucket,
+                    self.verdict.apply_id
+                ),
+            ),
+            Err(err) => log(
+                "fleet",
+                &format!(
+                    "WARNING: could not write s3://{}/{key}: {}",
+                    self.params.bucket,
+                    oneline(&err)
+                ),
+            ),
+        }
+    }
+
+    /// The fleet record of this run.
+    async fn record(&mut self, outcome: Outcome, reason: &str) -> record::Record {
         let (generation, unconfirmed) = self.at_the_end().await;
         let installed = std::fs::read_to_string(self.config()).unwrap_or_default();
         let sha256 = if generation != 0 && config::header_generation(&installed) == Some(generation)
@@ -327,9 +368,9 @@ impl Run {
             _ => std::fs::read_to_string(self.paths.dir.join(crate::address_map::MAP))
                 .unwrap_or_default(),
         };
-        let instance_id = record::instance_id();
-        let record = record::Record {
-            instance_id: instance_id.clone(),
+        let taken = self.verdict.path_taken.as_ref();
+        record::Record {
+            instance_id: record::instance_id(),
             generation,
             sha256,
             result: outcome,
@@ -342,51 +383,53 @@ impl Run {
             at: record::now_utc(),
             agent: std::env::var("AUTOPROXY_AGENT_SHA256").unwrap_or_default(),
             apply_id: self.verdict.apply_id.clone(),
-            path: self
-                .verdict
-                .path_taken
-                .as_ref()
-                .map(|p| p.path.to_owned())
-                .unwrap_or_default(),
-            path_reason: self
-                .verdict
-                .path_taken
-                .as_ref()
-                .map(|p| p.why.clone())
-                .unwrap_or_default(),
+            path: taken.map(|p| p.path.to_owned()).unwrap_or_default(),
+            path_reason: taken.map(|p| p.why.clone()).unwrap_or_default(),
             unconfirmed,
             unresolved_routes: record::unresolved_routes(&installed, &addresses),
+            addresses: crate::own::instance_addresses(),
+        }
+    }
+
+    /// Reads the fleet report and leaves the other proxies' addresses beside the config; a
+    /// failure (no report yet, no permission) keeps what the file holds and never fails the
+    /// apply.
+    async fn learn_peers(&self, s3: &aws_sdk_s3::Client, instance_id: &str) {
+        let key = autoproxy::fleet::report_key(&self.params.key);
+        let text = match crate::own::peers::fetch(s3, &self.params.bucket, &key).await {
+            Ok(text) => text,
+            Err(err) => {
+                log(
+                    "fleet",
+                    &format!(
+                        "the other proxies stay as {} says: s3://{}/{key}: {}",
+                        crate::own::peers::FILE,
+                        self.params.bucket,
+                        oneline(&err)
+                    ),
+                );
+                return;
+            }
         };
-        if let Err(err) = record::write_local(&self.paths.dir, &record) {
-            log(
-                "fleet",
-                &format!(
-                    "WARNING: could not leave the record in {}: {err}",
-                    self.paths.dir.join(record::LOCAL).display()
-                ),
-            );
-        }
-        let key = record::key(&self.params.key, &instance_id);
-        let s3 = self.s3().await;
-        match record::put(&s3, &self.params.bucket, &key, &record).await {
-            Ok(()) => log(
-                "fleet",
-                &format!(
-                    "{}: reported generation {generation} running to s3://{}/{key} (apply {})",
-                    outcome.as_str(),
-                    self.params.bucket,
-                    self.verdict.apply_id
-                ),
+        let written = crate::own::peers::of_report(&text, instance_id)
+            .map_err(|err| err.to_string())
+            .and_then(|peers| {
+                crate::own::peers::write(&self.paths.dir, &peers)
+                    .map(|()| peers.len())
+                    .map_err(|err| err.to_string())
+            });
+        let note = match written {
+            Ok(n) => format!(
+                "{n} address(es) of the other proxies, from s3://{}/{key}",
+                self.params.bucket
             ),
-            Err(err) => log(
-                "fleet",
-                &format!(
-                    "WARNING: could not write s3://{}/{key}: {}",
-                    self.params.bucket,
-                    oneline(&err)
-                ),
+            Err(err) => format!(
+                "WARNING: the other proxies stay as they were: s3://{}/{key}: {}",
+                self.params.bucket,
+                oneline(&err)
             ),
-        }
+        };
+        log("fleet", &note);
     }
 
     /// Keeps the address service installed and running, by `deadline`; its failures never

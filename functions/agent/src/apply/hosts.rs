@@ -62,7 +62,7 @@ impl Run {
             return;
         }
         let nameservers = artifact::nameservers(text).valid;
-        let own = crate::own::Own::of(text);
+        let own = crate::own::Own::of(text, &self.paths.dir);
         // The installed config's hosts are the address service's: it reads them from that
         // file, fills or retries them at its own pace, and puts their held routes in as they
         // resolve. So it is asked only for the hosts new to this generation, if any. A new

@@ -207,7 +207,7 @@ impl Engine {
     /// to this proxy.
     pub fn snapshot(&self) -> BTreeMap<Arc<str>, IpAddr> {
         let mut snapshot = self.names.snapshot();
-        if !self.own.addresses.is_empty() || !self.own.names.is_empty() {
+        if !self.own.is_empty() {
             snapshot.retain(|name, address| self.looped(name, *address).is_none());
         }
         snapshot

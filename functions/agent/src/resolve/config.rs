@@ -39,8 +39,9 @@ pub struct Installed {
     pub own: crate::own::Own,
 }
 
-/// Reads what the resolver needs from a config's text.
-pub fn read_installed(text: &str) -> Installed {
+/// Reads what the resolver needs from a config's text (and the other proxies' addresses
+/// beside it, in `config_dir`).
+pub fn read_installed(text: &str, config_dir: &Path) -> Installed {
     let mut installed = Installed::default();
     for host in autoproxy::artifact::route_hosts(text) {
         if host.parse::<IpAddr>().is_ok() {
@@ -64,7 +65,7 @@ pub fn read_installed(text: &str) -> Installed {
         .ok()
         .map(|header| header.generation);
     installed.routes = RouteHosts::of(text);
-    installed.own = crate::own::Own::of(text);
+    installed.own = crate::own::Own::of(text, config_dir);
     installed.names.extend(installed.own.names.iter().cloned());
     match socket::bind_path(text) {
         Ok(path) => installed.agent_socket = path,
@@ -94,12 +95,21 @@ impl Installed {
     }
 }
 
+/// A file's inode, size and mtime (seconds, nanoseconds).
+type FileId = (u64, u64, i64, i64);
+
+fn file_id(path: &Path) -> std::io::Result<FileId> {
+    std::fs::metadata(path).map(|m| (m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+}
+
 /// The config file as last read.
 #[derive(Debug)]
 pub struct Watched {
     path: PathBuf,
-    /// Inode, size and mtime (seconds, nanoseconds) of the text last read.
-    id: Option<(u64, u64, i64, i64)>,
+    /// Inode, size and mtime (seconds, nanoseconds) of the text last read, and of the other
+    /// proxies' addresses beside it (none when there is no such file): a change of either is
+    /// a change of what the service reads.
+    id: Option<(FileId, Option<FileId>)>,
     next_check: Instant,
 }
 
@@ -125,8 +135,8 @@ impl Watched {
             return None;
         }
         self.changed(now).map(|text| {
-            let mut installed = read_installed(&text);
             let dir = self.path.parent().unwrap_or(Path::new("/"));
+            let mut installed = read_installed(&text, dir);
             installed.add_serving_hosts(dir, &text);
             let groups = std::fs::read_to_string("/etc/group").unwrap_or_default();
             installed.worker_group = socket::worker_group(&text, &groups);
@@ -137,8 +147,10 @@ impl Watched {
     /// The config's text when it changed since the last look.
     fn changed(&mut self, now: Instant) -> Option<String> {
         self.next_check = now + Duration::from_secs(1);
-        let id = std::fs::metadata(&self.path)
-            .map(|m| (m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+        let dir = self.path.parent().unwrap_or(Path::new("/"));
+        let peers = file_id(&dir.join(crate::own::peers::FILE)).ok();
+        let id = file_id(&self.path)
+            .map(|id| (id, peers))
             .map_err(|err| {
                 if self.id.is_some() {
                     log(format_args!("cannot read {}: {err}", self.path.display()));
@@ -178,12 +190,30 @@ mod tests {
             "proxy.api.x.example api.old.example:443\nproxy.api.y.example 10.0.0.1:443\n",
         )
         .expect("write");
-        let mut installed = read_installed(text);
+        let mut installed = read_installed(text, dir.path());
         installed.add_serving_hosts(dir.path(), text);
         assert_eq!(
             installed.names.iter().collect::<Vec<_>>(),
             ["api.new.example", "api.old.example"]
         );
+    }
+
+    #[test]
+    fn a_change_of_the_other_proxies_is_a_change_of_the_installed_config() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("haproxy.cfg");
+        std::fs::write(&path, "# generation: 1\nglobal\n").expect("write");
+        let start = Instant::now();
+        let mut watched = Watched::new(&path, start);
+        let first = watched.poll(start).expect("read at first");
+        assert!(first.own.peers.is_empty());
+        assert!(watched.poll(start + Duration::from_secs(2)).is_none());
+        let peer: IpAddr = "10.0.2.7".parse().expect("an address");
+        crate::own::peers::write(dir.path(), &[peer].into()).expect("written");
+        let again = watched
+            .poll(start + Duration::from_secs(4))
+            .expect("read again: the peers changed");
+        assert!(again.own.peers.contains(peer));
     }
 
     #[test]
@@ -195,7 +225,7 @@ mod tests {
                     #@route b.example 10.0.0.1:443 api 1 Z\n\
                     #@suffix c.example bad$name.example:443 ingress-int 1 Z\n\
                     #@nameserver 10.0.0.2:53\n#@nameserver nope\n";
-        let installed = read_installed(text);
+        let installed = read_installed(text, Path::new("/nonexistent"));
         assert_eq!(
             installed.names.iter().collect::<Vec<_>>(),
             ["api.x.example"]

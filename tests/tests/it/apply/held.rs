@@ -363,8 +363,22 @@ fn a_held_routes_connections_are_rejected_as_no_address() {
     );
 }
 
+/// The address service started on the fixture's config, once `/ready` answers 200 (within
+/// the warm-up).
+pub(super) fn ready_resolver(f: &Fixture) -> Resolver {
+    let resolver = Resolver::start(&f.haproxy.config_path(), QUICK);
+    let ready = wait_until(WARM_UP, || stats_get(f, "/ready").status == 200);
+    assert!(
+        ready,
+        "/ready within the warm-up: {:?}\n{}",
+        stats_get(f, "/ready"),
+        resolver.output()
+    );
+    resolver
+}
+
 /// `GET path` through HAProxy's stats listener, as a load balancer's health check asks it.
-fn stats_get(f: &Fixture, path: &str) -> prometheus::Answer {
+pub(super) fn stats_get(f: &Fixture, path: &str) -> prometheus::Answer {
     prometheus::get(f.haproxy.stats, path).unwrap_or_else(|err| panic!("GET {path}: {err}"))
 }
 
@@ -406,14 +420,7 @@ fn routes_whose_hosts_do_not_resolve_are_held_and_the_proxy_is_ready() {
     let (run, record) = f.apply_and_record(&f.upload(&named_routes(&f, dns.addr(), 2, &routes)));
     assert!(run.success(), "{run}");
     assert_eq!(record["unresolved_routes"], 2, "{record}");
-    let resolver = Resolver::start(&f.haproxy.config_path(), QUICK);
-    let ready = wait_until(WARM_UP, || stats_get(&f, "/ready").status == 200);
-    assert!(
-        ready,
-        "/ready within the warm-up: {:?}\n{}",
-        stats_get(&f, "/ready"),
-        resolver.output()
-    );
+    let resolver = ready_resolver(&f);
     f.assert_routes("good.test", "a");
     for held in ["proxy.api.gone.test", "proxy.api.silent.test"] {
         let answer = f.haproxy.probe(held);
@@ -475,131 +482,4 @@ fn a_resolver_that_answers_nothing_makes_the_proxy_unready() {
         Some(0.0)
     );
     drop(silent);
-}
-
-/// The `stot` of frontend `tls_passthrough`: every connection it accepted.
-fn frontend_sessions(f: &Fixture) -> u64 {
-    crate::metrics::sessions(&f.haproxy, "FRONTEND")["tls_passthrough"]
-}
-
-/// A config routing `good.test` to backend `a`, and `self.test` and `nlb.test` to hosts that
-/// resolve to the proxy: by address (the address HAProxy listens on, returned) and by name (a
-/// CNAME to the proxy's own name `peering-proxy.test`, at an address standing for the load
-/// balancer's); both at the port HAProxy listens on, so that a forwarded connection would
-/// come back in.
-fn looping_config(f: &Fixture, dns: &DnsServer, generation: u64) -> (String, Ipv4Addr) {
-    dns.set("api.good.test", &[ip(f, "a")]);
-    let std::net::IpAddr::V4(bound) = f.haproxy.https.ip() else {
-        unreachable!("HAProxy listens on IPv4 loopback")
-    };
-    dns.set("api.self.test", &[bound]);
-    dns.set("peering-proxy.test", &[Ipv4Addr::new(127, 0, 0, 99)]);
-    dns.cname("api.nlb.test", "peering-proxy.test");
-    let mut options = f.haproxy.options(f.backends.port);
-    options.backend_port = None;
-    let route = |zone: &str, host: &str, port: u16| {
-        let mut route = proxy::api_route(zone, f.backends.get("a"));
-        route.back = HostName::parse(host).unwrap();
-        route.port = port;
-        route
-    };
-    let https = f.haproxy.https.port();
-    let routes = [
-        route("good.test", "api.good.test", f.backends.port),
-        route("self.test", "api.self.test", https),
-        route("nlb.test", "api.nlb.test", https),
-    ];
-    let config = autoproxy::render::Renderer::new(autoproxy::render::DEFAULT_TEMPLATE)
-        .unwrap()
-        .render(&autoproxy::render::RenderInput {
-            routes: &routes,
-            resolvers: &[dns.addr()],
-            proxies: &[HostName::parse("Peering-Proxy.test.").unwrap()],
-            options: &options,
-            generation,
-            generated_at: "2026-01-01T00:00:00Z",
-            trigger: "test",
-        })
-        .unwrap()
-        .text;
-    (config, bound)
-}
-
-/// A member's record that points back at the proxy: by address (its A record is the address
-/// the proxy listens on) and by name (a CNAME to the proxy's own name, `#@proxy`, whose
-/// address stands for the load balancer's). Both routes are held, counted and explained, at
-/// the apply and in the address service; their connections are rejected as having no
-/// address, never forwarded into the proxy: HAProxy accepts exactly the connections the
-/// client made.
-#[test]
-fn a_route_into_the_proxy_itself_is_held_and_never_forwarded() {
-    let f = Fixture::new(&["a"]);
-    let dns = DnsServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
-    // A first install waits for no address: the apply that judges the hosts is the next one,
-    // on a proxy that serves (with no address service yet, it resolves them itself).
-    f.install_first(&looping_config(&f, &dns, 1).0);
-    let (config, bound) = looping_config(&f, &dns, 2);
-    assert!(
-        config.contains("\n#@proxy peering-proxy.test\n"),
-        "{config}"
-    );
-    let (run, record) = f.apply_and_record(&f.upload(&config));
-    assert!(run.success(), "{run}");
-    assert_eq!(
-        record["unresolved_routes"], 2,
-        "held at the apply: {record}\n{run}"
-    );
-    let resolver = Resolver::start(&f.haproxy.config_path(), QUICK);
-    let ready = wait_until(WARM_UP, || stats_get(&f, "/ready").status == 200);
-    assert!(
-        ready,
-        "{:?}\n{}",
-        stats_get(&f, "/ready"),
-        resolver.output()
-    );
-    let explained = wait_until(Duration::from_secs(5), || {
-        resolver.output().lines().any(|line| {
-            line.contains("held routes: 2 of 3 routes")
-                && line.contains(&format!("api.self.test resolves to this proxy ({bound})"))
-                && line.contains("api.nlb.test resolves to this proxy (127.0.0.99)")
-        })
-    });
-    assert!(explained, "{}", resolver.output());
-
-    let before = frontend_sessions(&f);
-    let rejected_before = crate::metrics::backend_sessions(&f.haproxy)["reject_no_address"];
-    let tries = 3;
-    for _ in 0..tries {
-        for looped in ["self.test", "nlb.test"] {
-            let answer = f.haproxy.probe(&format!("proxy.api.{looped}"));
-            assert!(
-                matches!(answer, Err(ProbeError::Closed)),
-                "{looped}: {answer:?}"
-            );
-        }
-    }
-    f.assert_routes("good.test", "a");
-    assert_eq!(
-        frontend_sessions(&f) - before,
-        2 * tries + 1,
-        "only the client's connections, none from the proxy to itself"
-    );
-    let rejected = crate::metrics::backend_sessions(&f.haproxy)["reject_no_address"];
-    assert_eq!(rejected - rejected_before, 2 * tries);
-    let metrics = stats_get(&f, "/agent/metrics").body;
-    assert_eq!(
-        autoproxy_tests::observe::sample(&metrics, "autoproxy_unresolved_routes"),
-        Some(2.0),
-        "{metrics}"
-    );
-    let map = autoproxy_tests::resolver::show_map(
-        &f.haproxy.stats_socket(),
-        &MapFiles::stable().addresses,
-    )
-    .unwrap();
-    assert_eq!(
-        map.keys().map(String::as_str).collect::<Vec<_>>(),
-        ["api.good.test"],
-        "the worker's address map holds no address of the proxy"
-    );
 }

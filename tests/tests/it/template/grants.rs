@@ -245,7 +245,8 @@ fn instance_grants() -> Vec<(String, Vec<String>, Vec<String>)> {
 }
 
 /// The instances read the agents the stack published, by their content-addressed keys, and
-/// nothing else of the bucket beyond the config: exactly one statement more than before.
+/// nothing else of the bucket beyond the config and the fleet report (the other proxies'
+/// addresses).
 #[test]
 fn the_instances_may_read_the_published_agents_and_no_other_key() {
     let grants = instance_grants();
@@ -255,6 +256,7 @@ fn the_instances_may_read_the_published_agents_and_no_other_key() {
         [
             "ReadConfig",
             "WriteFleetRecord",
+            "ReadFleetReport",
             "ReadAgent",
             "ListAgent",
             "WriteCommandOutput",
@@ -291,6 +293,15 @@ fn the_instances_may_read_the_published_agents_and_no_other_key() {
     assert_eq!(
         config.2,
         ["arn:aws:s3:::autoproxy-123456789012-0f1e2d3c/haproxy/haproxy.cfg"]
+    );
+    let report = grants
+        .iter()
+        .find(|(sid, _, _)| sid == "ReadFleetReport")
+        .unwrap();
+    assert_eq!(report.1, ["s3:GetObject"]);
+    assert_eq!(
+        report.2,
+        ["arn:aws:s3:::autoproxy-123456789012-0f1e2d3c/haproxy/haproxy.fleet.json"]
     );
 }
 

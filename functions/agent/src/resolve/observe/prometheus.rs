@@ -198,6 +198,7 @@ mod tests {
             path_reason: String::new(),
             unconfirmed: String::new(),
             unresolved_routes: 0,
+            addresses: Vec::new(),
         }
     }
 
