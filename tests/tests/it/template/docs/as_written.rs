@@ -16,7 +16,7 @@ use serde_json::{Value as Json, json};
 use super::{Block, DOCS, blocks, commands, parameters, raw_commands, shell_words};
 
 /// The rules file the docs tell the operator to keep: JSON over several lines, with spaces.
-const RULES: &str = r#"[
+pub(super) const RULES: &str = r#"[
   {"id": "eks", "front": "proxy.eks", "back": "eks", "back_types": ["CNAME"], "sni": "back-target"},
   {"id": "kubeadm", "front": "proxy.api", "back": "api", "back_types": ["A"], "sni": "back", "port": 6443}
 ]
@@ -53,7 +53,7 @@ kubectl() { [ "$1" = config ] || return 0; command kubectl "$@"; }
 
 /// `line` with each `<placeholder>` (a `<` followed by a letter) made one word, as an operator
 /// fills it in.
-fn filled(line: &str) -> String {
+pub(super) fn filled(line: &str) -> String {
     let mut out = String::new();
     let mut rest = line;
     while let Some(at) = rest.find('<') {
@@ -79,7 +79,12 @@ fn filled(line: &str) -> String {
 }
 
 /// Runs `script` with bash in `dir` (`prelude` first); its stdout, or the failure.
-fn bash(dir: &Path, prelude: &str, script: &str, env: &[(&str, &Path)]) -> Result<Vec<u8>, String> {
+pub(super) fn bash(
+    dir: &Path,
+    prelude: &str,
+    script: &str,
+    env: &[(&str, &Path)],
+) -> Result<Vec<u8>, String> {
     let out = Command::new("bash")
         .arg("-c")
         .arg(format!("set -e\n{prelude}\n{script}"))
@@ -116,7 +121,7 @@ fn sam_argv(dir: &Path, line: &str) -> Result<Vec<Vec<String>>, String> {
 }
 
 /// The words after `--parameter-overrides`, up to the next option.
-fn overrides(argv: &[String]) -> Option<Vec<String>> {
+pub(super) fn overrides(argv: &[String]) -> Option<Vec<String>> {
     let at = argv.iter().position(|w| w == "--parameter-overrides")?;
     Some(
         argv[at + 1..]
@@ -178,7 +183,7 @@ for item in json.load(sys.stdin):
 
 /// A word `Name=value` as the operator meant it: the value without one pair of surrounding
 /// double quotes, its `\"` meaning `"`.
-fn meant(word: &str) -> (String, String) {
+pub(super) fn meant(word: &str) -> (String, String) {
     let (name, value) = word.split_once('=').unwrap_or((word, ""));
     let value = value
         .strip_prefix('"')
@@ -187,17 +192,22 @@ fn meant(word: &str) -> (String, String) {
     (name.to_owned(), value.replace("\\\"", "\""))
 }
 
-/// The problems of one documented override set: what SAM got against what was meant.
-fn compare(at: &str, meant: &[(String, String)], got: &Result<Json, String>) -> Vec<String> {
+/// The problems of one documented override set: what `cli`'s parser got against what was meant.
+pub(super) fn compare(
+    cli: &str,
+    at: &str,
+    meant: &[(String, String)],
+    got: &Result<Json, String>,
+) -> Vec<String> {
     let got = match got {
         Ok(got) => got,
-        Err(err) => return vec![format!("{at}: SAM CLI refuses it: {err}")],
+        Err(err) => return vec![format!("{at}: {cli} refuses it: {err}")],
     };
     let mut problems = Vec::new();
     let names: Vec<&String> = meant.iter().map(|(name, _)| name).collect();
     for name in got.as_object().into_iter().flat_map(|o| o.keys()) {
         if !names.contains(&name) {
-            problems.push(format!("{at}: SAM got a parameter {name} nobody named"));
+            problems.push(format!("{at}: {cli} got a parameter {name} nobody named"));
         }
     }
     for (name, value) in meant {
@@ -274,7 +284,7 @@ fn sam_problems(doc: &str, text: &str) -> (Vec<String>, usize) {
     let inputs: Vec<Json> = checks.iter().map(|(_, _, input)| input.clone()).collect();
     let mut rules = 0;
     for ((at, meant, _), got) in checks.iter().zip(sam_parses(&inputs)) {
-        let found = compare(at, meant, &got);
+        let found = compare("SAM CLI", at, meant, &got);
         if found.is_empty() && meant.iter().any(|(name, _)| name == "RoutingRules") {
             rules += 1;
         }
