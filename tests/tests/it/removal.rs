@@ -5,6 +5,7 @@
 
 use std::process::Command;
 
+use autoproxy_tests::estate::versioned_bucket;
 use autoproxy_tests::moto::Moto;
 use autoproxy_tests::{root, tool};
 
@@ -27,19 +28,10 @@ fn emptying_block() -> String {
 #[tokio::test]
 async fn the_documented_removal_empties_a_versioned_bucket_and_deletes_it() {
     let moto = Moto::start();
-    let s3 = aws_sdk_s3::Client::new(&moto.sdk_config().await);
+    let sdk = moto.sdk_config().await;
+    let s3 = aws_sdk_s3::Client::new(&sdk);
     let bucket = "autoproxy-configbucket-retained";
-    s3.create_bucket().bucket(bucket).send().await.unwrap();
-    s3.put_bucket_versioning()
-        .bucket(bucket)
-        .versioning_configuration(
-            aws_sdk_s3::types::VersioningConfiguration::builder()
-                .status(aws_sdk_s3::types::BucketVersioningStatus::Enabled)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    versioned_bucket(&sdk, bucket).await.unwrap();
     // 520 versions of 260 keys (over one page of 500), then a delete marker on each key.
     for key in 0..260 {
         for version in 0..2 {
@@ -72,14 +64,17 @@ async fn the_documented_removal_empties_a_versioned_bucket_and_deletes_it() {
         .envs(moto.env())
         .output()
         .unwrap();
+    let said = [out.stdout, out.stderr].concat();
     assert!(
         out.status.success(),
-        "the block failed: {}\n{}{}",
+        "the block exited {}: {}",
         out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&said)
     );
     let buckets = s3.list_buckets().send().await.unwrap();
     let left: Vec<_> = buckets.buckets().iter().filter_map(|b| b.name()).collect();
-    assert!(!left.contains(&bucket), "the bucket is still there: {left:?}");
+    assert!(
+        !left.contains(&bucket),
+        "the bucket is still there: {left:?}"
+    );
 }
