@@ -113,16 +113,23 @@ demo:
 local: core-tools
 	cargo run -q -p autoproxy-tests --bin local
 
-## The release bundle, dist/autoproxy-<version>.tar.gz (the workspace's version): template.yaml
-## with its functions and AgentLayer pointing at prebuilt zips inside the bundle, the zips,
-## docs/member-account.yaml, docs/central-forwarding.yaml and a short README. It deploys with
-## the SAM CLI or the AWS CLI alone (docs/DEPLOY.md, "Deploying a release without a Rust
-## toolchain"). Built for this machine's architecture, functions and agent alike (x86_64 here:
-## no aarch64 target), by `make sam-build`, the build .ci/check-templates.sh checks: after it (as
-## in `make test`) cargo finds everything built. tests/src/dist.rs says how the copy is made. The
+## The release bundle, dist/autoproxy-<version>.tar.gz (the workspace's version), and
+## dist/SHA256SUMS: template.yaml with its functions and AgentLayer pointing at prebuilt zips
+## inside the bundle, narrowed to the architecture built and stamped with the version and the
+## commit; the zips; docs/member-account.yaml, docs/central-forwarding.yaml and the deploy docs
+## at their paths; LICENSE, CHANGELOG.md, the third-party notices and a README for a first
+## deploy. It deploys with the SAM CLI or the AWS CLI alone (docs/DEPLOY.md, "Deploying a release
+## without a Rust toolchain"). Built for this machine's architecture, functions and agent alike
+## (x86_64 here: no aarch64 target), by `make sam-build`, the build .ci/check-templates.sh
+## checks: after it (as in `make test`) cargo finds everything built. The notices come from
+## Cargo.lock through cargo-about (about.toml, about.hbs; a crate under a licence about.toml
+## does not accept stops here), which reads every locked crate's sources: `cargo fetch` brings
+## them (once; minutes on a fresh machine). tests/src/dist.rs says how the copy is made. The
 ## writer is built with --workspace, as `cargo test --workspace` builds (with -p cargo resolves
 ## the dependencies' features for one package and builds them all again).
 dist: tools sam-build
+	cargo fetch --locked -q
+	mkdir -p dist && cargo about generate --frozen about.hbs -o dist/THIRD-PARTY-NOTICES.md
 	cargo build -q --workspace --bin dist && "$${CARGO_TARGET_DIR:-target}/debug/dist"
 
 ## `sam build` of template.yaml for this machine's architecture (the Architecture parameter and
@@ -132,7 +139,7 @@ dist: tools sam-build
 ## APIs, not on the CPU): with one set of flags the functions and the agent share one target
 ## directory, and each dependency is compiled once, not once for each.
 sam-build:
-	. .ci/zig.sh && SAM_CLI_TELEMETRY=0 AGENT_ARCH=$(HOST_ARCH) RUSTFLAGS="-C target-cpu=$(AGENT_CPU_$(HOST_ARCH))" \
+	. .ci/zig.sh && SAM_CLI_TELEMETRY=0 AGENT_ARCH=$(HOST_ARCH) RUSTFLAGS="-C target-cpu=$(AGENT_CPU_$(HOST_ARCH)) $(REMAP_PATHS)" \
 	  sam build --template template.yaml --build-dir .aws-sam/build --cache-dir .aws-sam/cache \
 	  --parameter-overrides "Architecture=$(HOST_ARCH)"
 HOST_ARCH := $(patsubst aarch64,arm64,$(shell uname -m))
@@ -167,9 +174,14 @@ AGENT_CPU_arm64 := generic
 ## changed"): in one directory each build would make the other's stale, so the agent keeps its
 ## own. `--bin`, not `-p`: cargo then resolves features over the default members, as for the
 ## functions' `--bin` builds, and builds each dependency once for all of them.
-AGENT_RUSTFLAGS := -C target-cpu=$(AGENT_CPU_$(AGENT_ARCH))
 WORKSPACE := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
-ifeq ($(strip $(RUSTFLAGS)),$(AGENT_RUSTFLAGS))
+## The build machine's paths, in every release binary: the workspace's as `autoproxy`, cargo's
+## (the crates' sources) as `cargo`. Panic messages and debug info then name `autoproxy/shared/…`
+## and `cargo/registry/src/…`, not the build machine's directories (rustc names its own
+## library `/rustc/<commit>` already).
+REMAP_PATHS := --remap-path-prefix=$(WORKSPACE)=autoproxy --remap-path-prefix=$(or $(CARGO_HOME),$(HOME)/.cargo)=cargo
+AGENT_RUSTFLAGS := -C target-cpu=$(AGENT_CPU_$(AGENT_ARCH)) $(REMAP_PATHS)
+ifeq ($(strip $(RUSTFLAGS)),$(strip $(AGENT_RUSTFLAGS)))
 AGENT_TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(WORKSPACE)/target)
 else
 AGENT_TARGET_DIR := $(WORKSPACE)/target/agent

@@ -7,7 +7,8 @@
 #   .ci/tools.sh [core|all]     core: haproxy, moto, AWS CLI, cargo-lambda (tests and demo),
 #                                     promtool (checks HAProxy's /metrics), and HAProxy 3.0
 #                                     built from source (the second test run)
-#                               all:  core + SAM CLI, cfn-lint, checkov (template checks)
+#                               all:  core + SAM CLI, cfn-lint, checkov (template checks),
+#                                     cargo-about (the release bundle's notices)
 set -euo pipefail
 
 MOTO_VERSION=5.2.5
@@ -16,6 +17,9 @@ CARGO_LAMBDA_VERSION=1.9.2
 SAM_VERSION=1.170.0
 CFN_LINT_VERSION=1.58.0
 CHECKOV_VERSION=3.3.30
+# The release bundle's third-party notices (make dist), from Cargo.lock: built from crates.io
+# (about 2 minutes of 2 cores, once), --locked to its own lock file.
+CARGO_ABOUT_VERSION=0.9.3
 # HAProxy 3.0 as Debian 13 ships it; the orig tarball's digest, as Debian 13's signed index has it.
 HAPROXY30_VERSION=3.0.11
 HAPROXY30_SHA256=a133e2d550c5fd9a849b5c7ab17bb945bcdad209ca140d41f45ebf31943ae783
@@ -162,6 +166,18 @@ promtool() {
   ln -sf "$dir/promtool" "$bin/promtool"
 }
 
+# cargo_tool CRATE VERSION FEATURES: a cargo subcommand built from crates.io with its own lock
+# file, into $cache/CRATE-VERSION (keyed by version like the venvs), linked into $bin.
+cargo_tool() {
+  local crate=$1 version=$2 features=$3 dir="$cache/$1-$2"
+  if [ ! -x "$dir/bin/$crate" ]; then
+    log "cargo install $crate $version (into $dir)"
+    rm -rf "$dir"
+    cargo install -q --locked --features "$features" --version "$version" --root "$dir" "$crate" >&2
+  fi
+  ln -sf "$dir/bin/$crate" "$bin/$crate"
+}
+
 haproxy30
 promtool
 venv moto "moto[server]==$MOTO_VERSION" moto_server
@@ -171,5 +187,6 @@ if [ "$what" = all ]; then
   venv sam "aws-sam-cli==$SAM_VERSION" sam
   venv cfn-lint "cfn-lint==$CFN_LINT_VERSION" cfn-lint
   venv checkov "checkov==$CHECKOV_VERSION" checkov
+  cargo_tool cargo-about "$CARGO_ABOUT_VERSION" cli
 fi
 echo "$bin"

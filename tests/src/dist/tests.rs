@@ -13,6 +13,12 @@ Parameters:
     Type: String
     Default: x86_64
     AllowedValues: [x86_64, arm64]
+  ProxyImage:
+    Type: AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>
+  ProxyImageArm64:
+    Type: AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>
+Conditions:
+  FleetIsX86: !Equals [!Ref ProxyArchitecture, x86_64]
 Globals:
   Function:
     Runtime: provided.al2023
@@ -28,7 +34,14 @@ Resources:
       checkov:
         skip: [{id: CKV_AWS_117}]
     Properties:
+      Description: Scans Route53.
       Layers: [!Ref AgentLayer]
+  ProxyLaunchTemplate:
+    Type: AWS::EC2::LaunchTemplate
+    Properties:
+      LaunchTemplateData:
+        ImageId: !If [FleetIsX86, !Ref ProxyImage, !Ref ProxyImageArm64]
+        InstanceType: !If [FleetIsX86, t3.small, !If [FleetIsX86, x, t4g.small]]
   AgentLayer:
     Type: AWS::Serverless::LayerVersion
     Metadata:
@@ -36,12 +49,18 @@ Resources:
       ContextPath: .
     Properties:
       ContentUri: functions/agent
+      CompatibleArchitectures: [arm64, x86_64]
   ConfigBucket:
     Type: AWS::S3::Bucket
 "#;
 
+const RELEASE: Release = Release {
+    version: "1.2.3",
+    commit: "0123456789abcdef0123456789abcdef01234567",
+};
+
 fn bundled(text: &str, arch: Arch) -> Result<(Value, Vec<Artifact>), DistError> {
-    bundle_template(&serde_yaml::from_str(text).unwrap(), arch)
+    bundle_template(&serde_yaml::from_str(text).unwrap(), arch, &RELEASE)
 }
 
 #[test]
@@ -89,21 +108,92 @@ fn functions_and_layers_point_at_their_zips_and_lose_their_build() {
 }
 
 #[test]
-fn the_built_architecture_is_the_default_and_a_rule_refuses_any_other() {
+fn the_template_offers_the_built_architecture_alone_and_reads_no_other_image() {
     let (template, _) = bundled(TEMPLATE, Arch::X86_64).unwrap();
     for name in ["Architecture", "ProxyArchitecture"] {
-        assert_eq!(template["Parameters"][name]["Default"], "x86_64", "{name}");
+        let parameter = &template["Parameters"][name];
+        assert_eq!(parameter["Default"], "x86_64", "{name}");
+        assert_eq!(
+            parameter["AllowedValues"],
+            Value::Sequence(vec!["x86_64".into()]),
+            "{name}"
+        );
     }
-    let text = serde_yaml::to_string(&template["Rules"]).unwrap();
-    assert_eq!(
-        text,
-        "ReleaseBundleArchitecture:\n  Assertions:\n  - Assert: !Equals\n    - !Ref Architecture\n    \
-         - x86_64\n    AssertDescription: 'This release bundle holds the functions built for x86_64 \
-         only: Architecture=x86_64. Another architecture needs a build from source (docs/DEPLOY.md).'\n  \
-         - Assert: !Equals\n    - !Ref ProxyArchitecture\n    - x86_64\n    AssertDescription: \
-         'This release bundle holds the proxies'' autoproxy-agent (AgentLayer) built for x86_64 only: \
-         ProxyArchitecture=x86_64. Another architecture needs a build from source (docs/DEPLOY.md).'\n"
+    assert!(
+        template.get("Rules").is_none(),
+        "no rule needed: {template:?}"
     );
+    let parameters = template["Parameters"].as_mapping().unwrap();
+    assert!(parameters.contains_key("ProxyImage"));
+    assert!(
+        !parameters.contains_key("ProxyImageArm64"),
+        "{parameters:?}"
+    );
+    assert!(template["Conditions"].get("FleetIsX86").is_none());
+    let data = &template["Resources"]["ProxyLaunchTemplate"]["Properties"]["LaunchTemplateData"];
+    assert_eq!(
+        serde_yaml::to_string(&data["ImageId"]).unwrap(),
+        "!Ref ProxyImage\n"
+    );
+    assert_eq!(data["InstanceType"], "t3.small");
+    assert_eq!(
+        template["Resources"]["AgentLayer"]["Properties"]["CompatibleArchitectures"],
+        Value::Sequence(vec!["x86_64".into()])
+    );
+    // On arm64, the other branch and the other image.
+    let (template, _) = bundled(TEMPLATE, Arch::Arm64).unwrap();
+    let data = &template["Resources"]["ProxyLaunchTemplate"]["Properties"]["LaunchTemplateData"];
+    assert_eq!(data["InstanceType"], "t4g.small");
+    assert!(
+        !template["Parameters"]
+            .as_mapping()
+            .unwrap()
+            .contains_key("ProxyImage")
+    );
+    // A use the narrowing cannot resolve is refused, not shipped.
+    let kept = TEMPLATE.replace(
+        "  ConfigBucket:\n",
+        "  ConfigBucket:\n    Condition: FleetIsX86\n",
+    );
+    let err = bundled(&kept, Arch::X86_64).unwrap_err().to_string();
+    assert!(err.contains("FleetIsX86 is still used"), "{err}");
+}
+
+#[test]
+fn the_release_is_stamped_in_the_description_the_outputs_and_each_function() {
+    let text = TEMPLATE.replace("Transform:", "Description: >\n  The stack.\nTransform:");
+    let (template, _) = bundled(&text, Arch::X86_64).unwrap();
+    assert_eq!(
+        template["Description"],
+        "The stack.\nRelease 1.2.3 (commit 0123456789abcdef0123456789abcdef01234567), the release \
+         bundle for x86_64.\n"
+    );
+    assert_eq!(template["Outputs"]["ReleaseVersion"]["Value"], "1.2.3");
+    assert_eq!(
+        template["Outputs"]["ReleaseCommit"]["Value"],
+        "0123456789abcdef0123456789abcdef01234567"
+    );
+    assert_eq!(
+        template["Resources"]["GenerateFunction"]["Properties"]["Description"],
+        "Scans Route53. autoproxy 1.2.3 (0123456789ab)."
+    );
+    let dirty = Release {
+        commit: "0123456789abcdef0123456789abcdef01234567-dirty",
+        ..RELEASE
+    };
+    let (template, _) = bundle_template(
+        &serde_yaml::from_str(TEMPLATE).unwrap(),
+        Arch::X86_64,
+        &dirty,
+    )
+    .unwrap();
+    assert_eq!(
+        template["Resources"]["GenerateFunction"]["Properties"]["Description"],
+        "Scans Route53. autoproxy 1.2.3 (0123456789ab-dirty)."
+    );
+    let long = TEMPLATE.replace("Scans Route53.", &"x".repeat(240));
+    let err = bundled(&long, Arch::X86_64).unwrap_err().to_string();
+    assert!(err.contains("at most 256 characters once stamped"), "{err}");
 }
 
 #[test]
@@ -171,10 +261,11 @@ fn elf_machines_are_read_from_the_header() {
 
 #[test]
 fn the_readme_names_the_version_and_architecture() {
-    let text = readme("1.2.3", Arch::X86_64);
+    let text = readme(&RELEASE, Arch::X86_64);
     assert!(text.starts_with("# autoproxy 1.2.3\n"), "{text}");
     assert!(text.contains("tar -xzf autoproxy-1.2.3.tar.gz && cd autoproxy-1.2.3"));
-    assert!(text.contains("built for x86_64"));
+    assert!(text.contains("for **x86_64**"));
+    assert!(text.contains("(commit `0123456789abcdef0123456789abcdef01234567`)"));
     assert!(!text.contains('{'), "a placeholder left: {text}");
 }
 
@@ -195,13 +286,15 @@ fn built_workspace(machine: Arch) -> tempfile::TempDir {
     let root = crate::root();
     std::fs::create_dir_all(dir.path().join("docs")).unwrap();
     std::fs::copy(root.join("template.yaml"), dir.path().join("template.yaml")).unwrap();
-    for companion in COMPANION_TEMPLATES {
-        std::fs::copy(root.join(companion), dir.path().join(companion)).unwrap();
+    for carried in CARRIED {
+        std::fs::copy(root.join(carried), dir.path().join(carried)).unwrap();
     }
+    std::fs::create_dir_all(dir.path().join("dist")).unwrap();
+    std::fs::write(dir.path().join(NOTICES.0), "notices\n").unwrap();
     let template: Value =
         serde_yaml::from_str(&std::fs::read_to_string(root.join("template.yaml")).unwrap())
             .unwrap();
-    let (_, artifacts) = bundle_template(&template, Arch::X86_64).unwrap();
+    let (_, artifacts) = bundle_template(&template, Arch::X86_64, &RELEASE).unwrap();
     for artifact in artifacts {
         let built = dir.path().join(SAM_BUILD_DIR).join(&artifact.logical_id);
         std::fs::create_dir_all(&built).unwrap();
@@ -213,7 +306,11 @@ fn built_workspace(machine: Arch) -> tempfile::TempDir {
 #[test]
 fn the_archive_holds_the_template_the_zips_the_companions_and_the_readme() {
     let workspace = built_workspace(Arch::X86_64);
-    let archive = make_bundle(workspace.path(), "9.8.7", Arch::X86_64).unwrap();
+    let release = Release {
+        version: "9.8.7",
+        ..RELEASE
+    };
+    let archive = make_bundle(workspace.path(), &release, Arch::X86_64).unwrap();
     assert_eq!(
         archive,
         workspace.path().join("dist/autoproxy-9.8.7.tar.gz")
@@ -232,15 +329,32 @@ fn the_archive_holds_the_template_the_zips_the_companions_and_the_readme() {
     assert_eq!(
         names,
         [
+            "autoproxy-9.8.7/CHANGELOG.md",
+            "autoproxy-9.8.7/LICENSE",
             "autoproxy-9.8.7/README.md",
-            "autoproxy-9.8.7/central-forwarding.yaml",
+            "autoproxy-9.8.7/THIRD-PARTY-NOTICES.md",
+            "autoproxy-9.8.7/docs/ARCHITECTURE.md",
+            "autoproxy-9.8.7/docs/BENCHMARKS.md",
+            "autoproxy-9.8.7/docs/DEPLOY.md",
+            "autoproxy-9.8.7/docs/central-forwarding.yaml",
+            "autoproxy-9.8.7/docs/member-account.yaml",
             "autoproxy-9.8.7/functions/AgentPublisherFunction.zip",
             "autoproxy-9.8.7/functions/ConfigureFunction.zip",
             "autoproxy-9.8.7/functions/GenerateFunction.zip",
             "autoproxy-9.8.7/layers/AgentLayer.zip",
-            "autoproxy-9.8.7/member-account.yaml",
             "autoproxy-9.8.7/template.yaml",
         ]
+    );
+    // The checksum file beside the archive, as sha256sum -c reads it.
+    let check = Command::new("sha256sum")
+        .args(["-c", CHECKSUMS])
+        .current_dir(workspace.path().join("dist"))
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{check:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&check.stdout),
+        "autoproxy-9.8.7.tar.gz: OK\n"
     );
     let stage = workspace.path().join("dist/autoproxy-9.8.7");
     let (entries, binary) =
@@ -248,7 +362,10 @@ fn the_archive_holds_the_template_the_zips_the_companions_and_the_readme() {
     assert_eq!(entries, ["autoproxy-agent"]);
     assert_eq!(binary, fake_elf(Arch::X86_64));
     let text = std::fs::read_to_string(stage.join("template.yaml")).unwrap();
-    assert!(text.starts_with("# autoproxy 9.8.7: "), "{text:.200}");
+    assert!(
+        text.starts_with("# autoproxy 9.8.7 (commit 0123456789abcdef0123456789abcdef01234567): "),
+        "{text:.200}"
+    );
     let bundled: Value = serde_yaml::from_str(&text).unwrap();
     assert_eq!(
         bundled["Resources"]["GenerateFunction"]["Properties"]["CodeUri"],
@@ -259,7 +376,7 @@ fn the_archive_holds_the_template_the_zips_the_companions_and_the_readme() {
 #[test]
 fn a_build_for_another_architecture_is_refused() {
     let workspace = built_workspace(Arch::Arm64);
-    let err = make_bundle(workspace.path(), "1.0.0", Arch::X86_64)
+    let err = make_bundle(workspace.path(), &RELEASE, Arch::X86_64)
         .unwrap_err()
         .to_string();
     assert!(

@@ -22,6 +22,7 @@ mod properties;
 mod publisher;
 mod ratelimit;
 mod release_bundle;
+mod removal;
 mod resolver;
 mod runtime_api;
 mod template;

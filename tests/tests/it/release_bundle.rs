@@ -2,7 +2,11 @@
 //! cargo, rustc, cargo-lambda and zig off PATH (and no cargo variable in the environment),
 //! `sam package` and `aws cloudformation package` upload every function's zip and the agent
 //! layer's to (moto's) S3; each uploaded zip holds a binary for the bundled template's
-//! architecture; cfn-lint passes on the bundled templates.
+//! architecture; the AWS CLI block of the bundle's README runs as written as far as moto
+//! allows (the template uploaded, a change set asked for); the bundle carries what the docs
+//! name at the paths they name it by, its LICENSE, notices covering every crate the binaries
+//! link, and its checksum; the template reports the release; cfn-lint passes on the bundled
+//! templates.
 //!
 //! The bundle is built once for the group. `make test-dist` runs the group, last in `make test`:
 //! its `make dist` then finds the template checks' `sam build` done.
@@ -12,7 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use autoproxy_tests::dist::{ARCH_RULE, Arch, elf_machine, zip_entry};
+use autoproxy_tests::dist::{
+    Arch, CARRIED, CHECKSUMS, NOTICES, RELEASE_OUTPUTS, elf_machine, zip_entry,
+};
 use autoproxy_tests::moto::Moto;
 use autoproxy_tests::{root, tool};
 use serde_yaml::Value;
@@ -155,36 +161,157 @@ fn the_bundle_holds_the_templates_and_a_readme_and_cfn_lint_passes() {
         readme.starts_with(&format!("# autoproxy {}\n", env!("CARGO_PKG_VERSION"))),
         "{readme}"
     );
+    // What the repository's files are, at the same paths: the docs name them by these.
+    for carried in CARRIED {
+        let shipped = std::fs::read(unpacked.dir.join(carried))
+            .unwrap_or_else(|e| panic!("the bundle has no {carried}: {e}"));
+        let source = std::fs::read(root().join(carried)).unwrap();
+        assert!(shipped == source, "{carried} differs from the repository's");
+    }
+    // Every docs/… file a text of the bundle names is in it.
+    for text in [
+        "README.md",
+        "template.yaml",
+        "docs/DEPLOY.md",
+        "docs/ARCHITECTURE.md",
+    ] {
+        let body = std::fs::read_to_string(unpacked.dir.join(text)).unwrap();
+        for named in body.split(|c: char| !(c.is_ascii_alphanumeric() || "/._-".contains(c))) {
+            let named = named.trim_end_matches('.');
+            if named.starts_with("docs/") && named.contains('.') {
+                assert!(
+                    unpacked.dir.join(named).is_file(),
+                    "{text} names {named}, which the bundle lacks"
+                );
+            }
+        }
+    }
     let templates = [
         "template.yaml",
-        "member-account.yaml",
-        "central-forwarding.yaml",
+        "docs/member-account.yaml",
+        "docs/central-forwarding.yaml",
     ];
-    for companion in &templates[1..] {
-        let shipped = std::fs::read(unpacked.dir.join(companion)).unwrap();
-        let source = std::fs::read(root().join("docs").join(companion)).unwrap();
-        assert!(
-            shipped == source,
-            "{companion} differs from docs/{companion}"
-        );
-    }
     // Warnings count as failures, as in .ci/check-templates.sh.
     let out = unpacked.run("cfn-lint", &templates, &[]);
     let report = succeeded("cfn-lint", &out);
     assert_eq!(report.trim(), "", "cfn-lint reported findings");
 }
 
-/// The architecture a parameter defaults to, which the bundle's rule must hold it to.
+#[test]
+fn the_checksum_the_licence_and_the_release_the_stack_reports() {
+    let dist = archive().parent().unwrap();
+    let check = Command::new("sha256sum")
+        .args(["-c", CHECKSUMS])
+        .current_dir(dist)
+        .output()
+        .unwrap();
+    let name = archive()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert_eq!(
+        succeeded("sha256sum -c SHA256SUMS", &check),
+        format!("{name}: OK\n")
+    );
+    let unpacked = Unpacked::new();
+    let licence = std::fs::read_to_string(unpacked.dir.join("LICENSE")).unwrap();
+    assert!(
+        licence.contains("Apache License\n                           Version 2.0"),
+        "{licence:.200}"
+    );
+    let head = Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let head = succeeded("git rev-parse HEAD", &head).trim().to_owned();
+    let template = unpacked.yaml("template.yaml");
+    let version = env!("CARGO_PKG_VERSION");
+    let outputs = &template["Outputs"];
+    assert_eq!(outputs[RELEASE_OUTPUTS[0]]["Value"], version);
+    let commit = outputs[RELEASE_OUTPUTS[1]]["Value"].as_str().unwrap();
+    assert!(
+        commit == head || commit == format!("{head}-dirty"),
+        "ReleaseCommit {commit}, HEAD {head}"
+    );
+    let description = template["Description"].as_str().unwrap();
+    assert!(
+        description.contains(&format!("Release {version} (commit {commit})")),
+        "{description}"
+    );
+    for (id, resource) in template["Resources"].as_mapping().unwrap() {
+        if resource["Type"] == "AWS::Serverless::Function" {
+            let described = resource["Properties"]["Description"]
+                .as_str()
+                .unwrap_or_default();
+            let short = commit.get(..12).unwrap_or(commit);
+            assert!(
+                described.contains(&format!("autoproxy {version} ({short}")),
+                "{id:?}: {described}"
+            );
+        }
+    }
+}
+
+/// The notices name every crate the shipped binaries link, at its locked version: what
+/// `cargo tree` resolves for them (normal dependencies, the build machine's target), the
+/// workspace's own crates aside.
+#[test]
+fn the_notices_cover_every_crate_the_binaries_link() {
+    let unpacked = Unpacked::new();
+    let notices = std::fs::read_to_string(unpacked.dir.join(NOTICES.1)).unwrap();
+    let tree = Command::new("cargo")
+        .args([
+            "tree",
+            "--locked",
+            "--offline",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}",
+        ])
+        .args(["-p", "autoproxy-generate", "-p", "autoproxy-configure"])
+        .args(["-p", "autoproxy-agent", "-p", "autoproxy-agent-publisher"])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let tree = succeeded("cargo tree", &tree);
+    let mut linked = std::collections::BTreeSet::new();
+    for line in tree.lines() {
+        let mut words = line.split_whitespace();
+        let (Some(name), Some(version)) = (words.next(), words.next()) else {
+            continue;
+        };
+        if !name.starts_with("autoproxy") {
+            linked.insert(format!("{name} {}", version.trim_start_matches('v')));
+        }
+    }
+    let missing: Vec<&String> = linked.iter().filter(|c| !notices.contains(*c)).collect();
+    let linked = linked.len();
+    assert!(
+        linked > 50,
+        "cargo tree listed only {linked} crates:\n{tree}"
+    );
+    assert!(
+        missing.is_empty(),
+        "{NOTICES:?} lacks {} of the {linked} linked crates: {missing:?} (make dist again; \
+         cargo-about reads Cargo.lock)",
+        missing.len()
+    );
+}
+
+/// The one architecture a parameter allows, its default.
 fn only_value(template: &Value, parameter: &str) -> Arch {
     let default = template["Parameters"][parameter]["Default"]
         .as_str()
         .unwrap();
-    let rule = serde_yaml::to_string(&template["Rules"][ARCH_RULE]).unwrap();
-    // As words: how deep serde_yaml indents the assertion's list is no part of it.
-    let words = rule.split_whitespace().collect::<Vec<_>>().join(" ");
-    assert!(
-        words.contains(&format!("!Equals - !Ref {parameter} - {default} ")),
-        "{ARCH_RULE} does not hold {parameter} to {default}:\n{rule}"
+    assert_eq!(
+        template["Parameters"][parameter]["AllowedValues"],
+        Value::Sequence(vec![default.into()]),
+        "{parameter} offers another architecture than its default"
     );
     Arch::parse(default).unwrap_or_else(|| panic!("{parameter}: {default}"))
 }
@@ -294,4 +421,92 @@ async fn sam_package_uploads_every_zip_each_a_binary_for_the_templates_architect
 #[tokio::test]
 async fn aws_cloudformation_package_uploads_them_as_well() {
     packaged_uploads_hold_the_binaries("aws", &["cloudformation", "package"]).await;
+}
+
+/// The bucket the docs' AWS CLI commands name for the artifacts.
+const DOCUMENTED_BUCKET: &str = "my-artifacts-us-east-1";
+
+/// The README's `## Deploy with the AWS CLI` block, as a script.
+fn aws_cli_block(readme: &str) -> String {
+    let from = readme
+        .find("## Deploy with the AWS CLI")
+        .expect("the README has a section `## Deploy with the AWS CLI`");
+    let rest = &readme[from..];
+    let start = rest.find("```sh\n").expect("a sh block in it") + "```sh\n".len();
+    let end = rest[start..].find("```").expect("the block ends") + start;
+    rest[start..end].to_owned()
+}
+
+/// The bundle's README's AWS CLI block, run as written (in the directory holding the archive)
+/// against moto with the bucket it names: `package` uploads the zips, then `deploy` takes the
+/// 121 KB template (over the CLI's inline limit of 51,200 bytes), uploads it to the bucket and
+/// asks CloudFormation for a change set from its URL. moto answers that request with an error
+/// for a URL of its own S3; getting that far is what shows the CLI accepts the command.
+#[tokio::test]
+async fn the_readmes_aws_cli_deploy_runs_as_written() {
+    let unpacked = Unpacked::new();
+    let parent = unpacked.dir.parent().unwrap().to_owned();
+    std::fs::copy(archive(), parent.join(archive().file_name().unwrap())).unwrap();
+    let moto = Moto::start();
+    let s3 = aws_sdk_s3::Client::new(&moto.sdk_config().await);
+    s3.create_bucket()
+        .bucket(DOCUMENTED_BUCKET)
+        .send()
+        .await
+        .unwrap();
+    let readme = std::fs::read_to_string(unpacked.dir.join("README.md")).unwrap();
+    let script = aws_cli_block(&readme);
+    assert!(script.contains("aws cloudformation deploy"), "{script}");
+    let out = Command::new("bash")
+        .args(["-c", &script])
+        .current_dir(&parent)
+        .env_clear()
+        .env("PATH", &unpacked.path)
+        .env("HOME", std::env::var_os("HOME").unwrap_or_default())
+        .envs(moto.env())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("51,200"),
+        "the AWS CLI refused the template before any call:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("CreateChangeSet"),
+        "expected the CLI to reach CreateChangeSet (which moto answers with an error), got {}:\n{}{stderr}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let packaged = std::fs::read(unpacked.dir.join("packaged.yaml")).unwrap();
+    assert!(
+        packaged.len() > 51_200,
+        "packaged.yaml: {} bytes",
+        packaged.len()
+    );
+    let listed = s3
+        .list_objects_v2()
+        .bucket(DOCUMENTED_BUCKET)
+        .send()
+        .await
+        .unwrap();
+    let templates: Vec<String> = listed
+        .contents()
+        .iter()
+        .filter_map(|o| o.key())
+        .filter(|k| k.ends_with(".template"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(templates.len(), 1, "the template uploaded once: {listed:?}");
+    let object = s3
+        .get_object()
+        .bucket(DOCUMENTED_BUCKET)
+        .key(&templates[0])
+        .send()
+        .await
+        .unwrap();
+    let uploaded = object.body.collect().await.unwrap().into_bytes();
+    assert!(
+        uploaded == packaged,
+        "the uploaded template is not packaged.yaml"
+    );
 }

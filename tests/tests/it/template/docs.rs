@@ -12,9 +12,10 @@ use serde_yaml::Value;
 use super::keys_at;
 
 mod as_written;
+mod aws_cli;
 
-/// The docs whose commands are checked.
-const DOCS: [&str; 2] = ["README.md", "docs/DEPLOY.md"];
+/// The docs whose commands are checked: the repository's, and the release bundle's README.
+const DOCS: [&str; 3] = ["README.md", "docs/DEPLOY.md", "tests/src/dist/README.md"];
 
 /// A code block: its info string (`sh`, `toml`, empty for an indented block) and its lines,
 /// the indentation of the block removed.
@@ -184,7 +185,16 @@ fn option_values<'a>(words: &'a [String], option: &str) -> Vec<&'a str> {
 /// `ParameterKey=Name,ParameterValue=value`), and of a `parameter_overrides` string.
 fn parameters<'a>(values: impl IntoIterator<Item = &'a str>) -> Vec<(String, String)> {
     let mut found = Vec::new();
-    for value in values.into_iter().flat_map(shell_words) {
+    // A word holding a command substitution was made one word by the command line's own
+    // quotes (`"RoutingRules=$(tr -d '\n' < rules.json)"`): its spaces split nothing.
+    let words = values.into_iter().flat_map(|value| {
+        if value.contains("$(") {
+            vec![value.to_owned()]
+        } else {
+            shell_words(value)
+        }
+    });
+    for value in words {
         if let Some(rest) = value.strip_prefix("ParameterKey=") {
             let (name, rest) = rest.split_once(',').unwrap_or((rest, ""));
             let value = rest.strip_prefix("ParameterValue=").unwrap_or(rest);

@@ -16,7 +16,7 @@ use serde_json::{Value as Json, json};
 use super::{Block, DOCS, blocks, commands, parameters, raw_commands, shell_words};
 
 /// The rules file the docs tell the operator to keep: JSON over several lines, with spaces.
-const RULES: &str = r#"[
+pub(super) const RULES: &str = r#"[
   {"id": "eks", "front": "proxy.eks", "back": "eks", "back_types": ["CNAME"], "sni": "back-target"},
   {"id": "kubeadm", "front": "proxy.api", "back": "api", "back_types": ["A"], "sni": "back", "port": 6443}
 ]
@@ -53,7 +53,7 @@ kubectl() { [ "$1" = config ] || return 0; command kubectl "$@"; }
 
 /// `line` with each `<placeholder>` (a `<` followed by a letter) made one word, as an operator
 /// fills it in.
-fn filled(line: &str) -> String {
+pub(super) fn filled(line: &str) -> String {
     let mut out = String::new();
     let mut rest = line;
     while let Some(at) = rest.find('<') {
@@ -79,7 +79,12 @@ fn filled(line: &str) -> String {
 }
 
 /// Runs `script` with bash in `dir` (`prelude` first); its stdout, or the failure.
-fn bash(dir: &Path, prelude: &str, script: &str, env: &[(&str, &Path)]) -> Result<Vec<u8>, String> {
+pub(super) fn bash(
+    dir: &Path,
+    prelude: &str,
+    script: &str,
+    env: &[(&str, &Path)],
+) -> Result<Vec<u8>, String> {
     let out = Command::new("bash")
         .arg("-c")
         .arg(format!("set -e\n{prelude}\n{script}"))
@@ -97,14 +102,11 @@ fn bash(dir: &Path, prelude: &str, script: &str, env: &[(&str, &Path)]) -> Resul
     Ok(out.stdout)
 }
 
-/// The argv of every `sam` call `line` makes, as bash hands it over.
-fn sam_argv(dir: &Path, line: &str) -> Result<Vec<Vec<String>>, String> {
-    let out = bash(
-        dir,
-        r#"sam() { printf '%s\0' "$#" "$@"; }"#,
-        &filled(line),
-        &[],
-    )?;
+/// The argv of every `program` call `line` makes, as bash hands it over (`program` a shell
+/// function that writes its argv).
+fn argv_of(dir: &Path, program: &str, line: &str) -> Result<Vec<Vec<String>>, String> {
+    let prelude = format!(r#"{program}() {{ printf '%s\0' "$#" "$@"; }}"#);
+    let out = bash(dir, &prelude, &filled(line), &[])?;
     let text = String::from_utf8(out).map_err(|err| err.to_string())?;
     let mut fields = text.split('\0');
     let mut calls = Vec::new();
@@ -115,8 +117,30 @@ fn sam_argv(dir: &Path, line: &str) -> Result<Vec<Vec<String>>, String> {
     Ok(calls)
 }
 
+/// The argv of every `program` call the lines of `block` that start with `command` make, and
+/// why a line could not run.
+pub(super) fn calls_in(
+    dir: &Path,
+    program: &str,
+    command: &str,
+    block: &Block,
+) -> (Vec<Vec<String>>, Vec<String>) {
+    let mut calls = Vec::new();
+    let mut failed = Vec::new();
+    for line in raw_commands(block) {
+        if !line.trim_start().starts_with(command) {
+            continue;
+        }
+        match argv_of(dir, program, &line) {
+            Ok(made) => calls.extend(made),
+            Err(err) => failed.push(err),
+        }
+    }
+    (calls, failed)
+}
+
 /// The words after `--parameter-overrides`, up to the next option.
-fn overrides(argv: &[String]) -> Option<Vec<String>> {
+pub(super) fn overrides(argv: &[String]) -> Option<Vec<String>> {
     let at = argv.iter().position(|w| w == "--parameter-overrides")?;
     Some(
         argv[at + 1..]
@@ -149,19 +173,32 @@ for item in json.load(sys.stdin):
     except Exception as err:
         print(json.dumps({"error": "%s: %s" % (type(err).__name__, err)}))
 "#;
-    let mut child = Command::new(sam_python())
-        .args(["-c", PARSER])
+    python_answers(&sam_python(), PARSER, &json!(inputs), &[])
+}
+
+/// Runs `script` with `python`, `input` on its stdin; each line it prints is `{"ok": …}` or
+/// `{"error": "…"}`.
+pub(super) fn python_answers(
+    python: &Path,
+    script: &str,
+    input: &Json,
+    env: &[(&str, &str)],
+) -> Vec<Result<Json, String>> {
+    let mut child = Command::new(python)
+        .args(["-c", script])
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("run the SAM CLI's python (.ci/tools.sh sam)");
-    let input = serde_json::to_vec(inputs).unwrap();
+        .unwrap_or_else(|e| panic!("run {} (.ci/tools.sh all): {e}", python.display()));
+    let input = serde_json::to_vec(input).unwrap();
     child.stdin.take().unwrap().write_all(&input).unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
-        "SAM CLI's parser: {}",
+        "{}: {}",
+        python.display(),
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout)
@@ -178,7 +215,7 @@ for item in json.load(sys.stdin):
 
 /// A word `Name=value` as the operator meant it: the value without one pair of surrounding
 /// double quotes, its `\"` meaning `"`.
-fn meant(word: &str) -> (String, String) {
+pub(super) fn meant(word: &str) -> (String, String) {
     let (name, value) = word.split_once('=').unwrap_or((word, ""));
     let value = value
         .strip_prefix('"')
@@ -187,17 +224,22 @@ fn meant(word: &str) -> (String, String) {
     (name.to_owned(), value.replace("\\\"", "\""))
 }
 
-/// The problems of one documented override set: what SAM got against what was meant.
-fn compare(at: &str, meant: &[(String, String)], got: &Result<Json, String>) -> Vec<String> {
+/// The problems of one documented override set: what `cli`'s parser got against what was meant.
+fn compare(
+    cli: &str,
+    at: &str,
+    meant: &[(String, String)],
+    got: &Result<Json, String>,
+) -> Vec<String> {
     let got = match got {
         Ok(got) => got,
-        Err(err) => return vec![format!("{at}: SAM CLI refuses it: {err}")],
+        Err(err) => return vec![format!("{at}: {cli} refuses it: {err}")],
     };
     let mut problems = Vec::new();
     let names: Vec<&String> = meant.iter().map(|(name, _)| name).collect();
     for name in got.as_object().into_iter().flat_map(|o| o.keys()) {
         if !names.contains(&name) {
-            problems.push(format!("{at}: SAM got a parameter {name} nobody named"));
+            problems.push(format!("{at}: {cli} got a parameter {name} nobody named"));
         }
     }
     for (name, value) in meant {
@@ -225,7 +267,7 @@ fn compare(at: &str, meant: &[(String, String)], got: &Result<Json, String>) -> 
 
 /// One override set to hand SAM's parser: where it is documented, what each parameter was meant
 /// to be, and the parser's input.
-type Check = (String, Vec<(String, String)>, Json);
+pub(super) type Check<T = Json> = (String, Vec<(String, String)>, T);
 
 /// Every problem of the `sam` commands and `samconfig.toml` lines of `doc`; and how many
 /// `RoutingRules` arrived whole.
@@ -250,31 +292,34 @@ fn sam_problems(doc: &str, text: &str) -> (Vec<String>, usize) {
             }
             continue;
         }
-        for line in raw_commands(block) {
-            if !line.trim_start().starts_with("sam ") {
-                continue;
-            }
-            let calls = match sam_argv(dir.path(), &line) {
-                Ok(calls) => calls,
-                Err(err) => {
-                    problems.push(format!("{at}: {err}"));
-                    continue;
-                }
-            };
-            for argv in calls {
-                let shown = format!("{at}: `sam {}`", argv.join(" "));
-                problems.extend(deploy_problems(&shown, &argv));
-                if let Some(words) = overrides(&argv) {
-                    let meant = words.iter().map(|w| meant(w)).collect();
-                    checks.push((shown, meant, json!(words)));
-                }
+        let (calls, failed) = calls_in(dir.path(), "sam", "sam ", block);
+        problems.extend(failed.into_iter().map(|err| format!("{at}: {err}")));
+        for argv in calls {
+            let shown = format!("{at}: `sam {}`", argv.join(" "));
+            problems.extend(deploy_problems(&shown, &argv));
+            if let Some(words) = overrides(&argv) {
+                let meant = words.iter().map(|w| meant(w)).collect();
+                checks.push((shown, meant, json!(words)));
             }
         }
     }
     let inputs: Vec<Json> = checks.iter().map(|(_, _, input)| input.clone()).collect();
+    let (found, rules) = judged("SAM CLI", &checks, sam_parses(&inputs));
+    problems.extend(found);
+    (problems, rules)
+}
+
+/// What `cli`'s parser answered for each check (where it is documented, what was meant),
+/// compared: every problem, and how many `RoutingRules` arrived whole.
+pub(super) fn judged<T>(
+    cli: &str,
+    checks: &[Check<T>],
+    answers: Vec<Result<Json, String>>,
+) -> (Vec<String>, usize) {
+    let mut problems = Vec::new();
     let mut rules = 0;
-    for ((at, meant, _), got) in checks.iter().zip(sam_parses(&inputs)) {
-        let found = compare(at, meant, &got);
+    for ((at, meant, _), got) in checks.iter().zip(answers) {
+        let found = compare(cli, at, meant, &got);
         if found.is_empty() && meant.iter().any(|(name, _)| name == "RoutingRules") {
             rules += 1;
         }
@@ -324,16 +369,23 @@ fn samconfig_problems(at: &str, block: &Block) -> Vec<String> {
     problems
 }
 
-#[test]
-fn every_documented_sam_command_hands_sam_each_parameter_whole() {
+/// `check` over every doc of [`DOCS`]: all their problems, and how many `RoutingRules` arrived
+/// whole.
+pub(super) fn over_docs(check: fn(&str, &str) -> (Vec<String>, usize)) -> (Vec<String>, usize) {
     let mut all = Vec::new();
     let mut rules = 0;
     for doc in DOCS {
         let text = std::fs::read_to_string(root().join(doc)).unwrap();
-        let (problems, whole) = sam_problems(doc, &text);
+        let (problems, whole) = check(doc, &text);
         all.extend(problems);
         rules += whole;
     }
+    (all, rules)
+}
+
+#[test]
+fn every_documented_sam_command_hands_sam_each_parameter_whole() {
+    let (all, rules) = over_docs(sam_problems);
     assert!(all.is_empty(), "{}", all.join("\n"));
     assert!(
         rules >= 1,

@@ -1,0 +1,80 @@
+//! docs/DEPLOY.md's removal of a release ("Day 2 with a release bundle", "Remove"), where moto
+//! allows it: the block that empties a retained, versioned bucket runs as written, with the
+//! AWS CLI against moto, on a bucket holding more versions than one page and a delete marker
+//! for each key, and the bucket is gone at the end.
+
+use std::process::Command;
+
+use autoproxy_tests::estate::versioned_bucket;
+use autoproxy_tests::moto::Moto;
+use autoproxy_tests::{root, tool};
+
+/// The DEPLOY block that empties and deletes one bucket: the one that lists its versions.
+fn emptying_block() -> String {
+    let text = std::fs::read_to_string(root().join("docs/DEPLOY.md")).unwrap();
+    let at = text
+        .find("list-object-versions --bucket \"$bucket\"")
+        .expect("DEPLOY.md empties a bucket with list-object-versions --bucket \"$bucket\"");
+    let start = text[..at].rfind("```sh\n").expect("in a sh block") + "```sh\n".len();
+    let end = text[start..].find("```").expect("the block ends") + start;
+    // Inside a list item: the block's lines are indented.
+    text[start..end]
+        .lines()
+        .map(str::trim_start)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn the_documented_removal_empties_a_versioned_bucket_and_deletes_it() {
+    let moto = Moto::start();
+    let sdk = moto.sdk_config().await;
+    let s3 = aws_sdk_s3::Client::new(&sdk);
+    let bucket = "autoproxy-configbucket-retained";
+    versioned_bucket(&sdk, bucket).await.unwrap();
+    // 520 versions of 260 keys (over one page of 500), then a delete marker on each key.
+    for key in 0..260 {
+        for version in 0..2 {
+            s3.put_object()
+                .bucket(bucket)
+                .key(format!("haproxy/{key}.cfg"))
+                .body(format!("version {version}").into_bytes().into())
+                .send()
+                .await
+                .unwrap();
+        }
+        s3.delete_object()
+            .bucket(bucket)
+            .key(format!("haproxy/{key}.cfg"))
+            .send()
+            .await
+            .unwrap();
+    }
+    let block = emptying_block().replace("<bucket name>", bucket);
+    assert!(block.contains("aws s3api delete-bucket"), "{block}");
+    let aws = tool("aws");
+    let path = format!(
+        "{}:{}",
+        aws.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("bash")
+        .args(["-e", "-c", &block])
+        .env("PATH", path)
+        .envs(moto.env())
+        .output()
+        .unwrap();
+    let said = [out.stdout, out.stderr].concat();
+    assert!(
+        out.status.success(),
+        "the block exited {}: {}",
+        out.status,
+        String::from_utf8_lossy(&said)
+    );
+    let buckets = s3.list_buckets().send().await.unwrap();
+    let left: Vec<_> = buckets.buckets().iter().filter_map(|b| b.name()).collect();
+    assert!(
+        !left.contains(&bucket),
+        "the bucket is still there: {left:?}"
+    );
+}
