@@ -122,14 +122,14 @@ local: core-tools
 ## without a Rust toolchain"). Built for this machine's architecture, functions and agent alike
 ## (x86_64 here: no aarch64 target), by `make sam-build`, the build .ci/check-templates.sh
 ## checks: after it (as in `make test`) cargo finds everything built. The notices come from
-## Cargo.lock through cargo-about (about.toml, about.hbs; a crate under a licence about.toml
+## Cargo.lock through cargo-about (.ci/about.toml, .ci/about.hbs; a crate under a licence it
 ## does not accept stops here), which reads every locked crate's sources: `cargo fetch` brings
 ## them (once; minutes on a fresh machine). tests/src/dist.rs says how the copy is made. The
 ## writer is built with --workspace, as `cargo test --workspace` builds (with -p cargo resolves
 ## the dependencies' features for one package and builds them all again).
 dist: tools sam-build
 	cargo fetch --locked -q
-	mkdir -p dist && cargo about generate --frozen about.hbs -o dist/THIRD-PARTY-NOTICES.md
+	mkdir -p dist && cargo about generate --frozen -c .ci/about.toml .ci/about.hbs -o dist/THIRD-PARTY-NOTICES.md
 	cargo build -q --workspace --bin dist && "$${CARGO_TARGET_DIR:-target}/debug/dist"
 
 ## `sam build` of template.yaml for this machine's architecture (the Architecture parameter and
