@@ -331,17 +331,24 @@ fn config_of(names: usize) -> BTreeSet<String> {
     (0..names).map(|i| format!("n{i}.example")).collect()
 }
 
-/// New names go at the fill's cap (800/s) until each has ended its first turn, then every
-/// second holds the steady cap (200/s), though the names' demand (1,000/s) is above it.
-#[test]
-fn a_fill_goes_at_the_fill_cap_then_at_the_steady_one() {
+/// An engine (refresh 2 s, steady cap 200/s, fill cap 800/s) that has just learnt `names`
+/// new names.
+fn filling(names: usize) -> (Engine, Instant) {
     let (mut engine, start) = engine_with(Knobs {
         refresh: Duration::from_secs(2),
         max_qps: 200,
         fill_qps: 800,
         ..Knobs::default()
     });
-    engine.set_config_names(&config_of(2_000), start);
+    engine.set_config_names(&config_of(names), start);
+    (engine, start)
+}
+
+/// New names go at the fill's cap (800/s) until each has ended its first turn, then every
+/// second holds the steady cap (200/s), though the names' demand (1,000/s) is above it.
+#[test]
+fn a_fill_goes_at_the_fill_cap_then_at_the_steady_one() {
+    let (mut engine, start) = filling(2_000);
     assert!(engine.filling());
     let (times, fill_end) = run_answering(&mut engine, start, 8, |_| true);
     let fill_end = fill_end.expect("the fill ends");
@@ -412,13 +419,7 @@ fn a_fill_that_loses_queries_backs_off() {
 /// pace keeps its full rate and no back-off is counted; the next fill starts at full pace.
 #[test]
 fn an_outage_outside_a_fill_leaves_the_fill_pace_alone() {
-    let (mut engine, start) = engine_with(Knobs {
-        refresh: Duration::from_secs(2),
-        max_qps: 200,
-        fill_qps: 800,
-        ..Knobs::default()
-    });
-    engine.set_config_names(&config_of(2_000), start);
+    let (mut engine, start) = filling(2_000);
     let outage = ms(start, 4_000);
     let (_, fill_end) = run_answering(&mut engine, start, 14, |now| now < outage);
     assert!(fill_end.is_some_and(|end| end < outage), "{fill_end:?}");
