@@ -113,18 +113,7 @@ impl fmt::Display for Warning {
                     .iter()
                     .map(|error| crate::excerpt(&error.to_string(), EXAMPLE_BYTES))
                     .collect();
-                match (skipped, errors.as_slice()) {
-                    (1, [error]) => {
-                        write!(f, "record in zone {zone_name} ({zone}) skipped: {error}")
-                    }
-                    _ => write!(
-                        f,
-                        "{skipped} records in zone {zone_name} ({zone}) skipped, their names not \
-                         plain host names; the first {}: {}",
-                        errors.len(),
-                        errors.join("; ")
-                    ),
-                }
+                record_names(f, &format!("zone {zone_name} ({zone})"), *skipped, &errors)
             }
             Warning::MissingBack {
                 zone,
@@ -193,6 +182,26 @@ impl fmt::Display for Warning {
                  rename it"
             ),
         }
+    }
+}
+
+/// The warning for `skipped` records of `zone` whose names are not host names, with the
+/// first few errors.
+fn record_names(
+    f: &mut fmt::Formatter<'_>,
+    zone: &str,
+    skipped: usize,
+    errors: &[String],
+) -> fmt::Result {
+    match (skipped, errors) {
+        (1, [error]) => write!(f, "record in {zone} skipped: {error}"),
+        _ => write!(
+            f,
+            "{skipped} records in {zone} skipped, their names not plain host names; the first \
+             {}: {}",
+            errors.len(),
+            errors.join("; ")
+        ),
     }
 }
 
