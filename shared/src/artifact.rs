@@ -128,6 +128,10 @@ pub struct MapFiles {
     pub generation: Option<String>,
 }
 
+/// How many labels HAProxy strips from an SNI to find its suffix route (the template's loop
+/// over `suffix_depth`): a name more labels below a suffix than this matches none.
+pub const SUFFIX_DEPTH: usize = 8;
+
 /// The directory of every map file, relative to the config's directory.
 pub const MAPS_DIR: &str = "autoproxy";
 /// The address map, relative to the config's directory: one for every generation.

@@ -182,6 +182,7 @@ impl Renderer {
                 options => Value::from(Serde(input.options)),
                 maps => Value::from(Serde(&maps)),
                 generation_key => artifact::GENERATION_KEY,
+                suffix_depth => artifact::SUFFIX_DEPTH,
             }
         };
         let draft = template

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use autoproxy::artifact::{self, ROUTE_LINE, SUFFIX_LINE};
+use autoproxy::artifact::{self, ROUTE_LINE, SUFFIX_DEPTH, SUFFIX_LINE};
 use autoproxy::manifest::{Manifest, ZoneEntry};
 use autoproxy::model::{RecordSet, SniMatch, Zone, ZoneKey, ZoneRecords};
 use autoproxy::names::{HostName, normalize};
@@ -16,7 +16,6 @@ use super::{CarriedRoute, Explanation, ZoneRef};
 
 /// Labels HAProxy strips from an SNI, one at a time, looking for a suffix route (the
 /// frontend's `field(2,.,0)` … `field(9,.,0)` lookups in the template).
-const SUFFIX_DEPTH: usize = 8;
 
 /// What Route53 answered for one zone just now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -222,9 +221,20 @@ pub fn carried(text: &str, sni: &str) -> Option<CarriedRoute> {
     if let Some(route) = exact.remove(sni) {
         return Some(route);
     }
-    let labels: Vec<&str> = sni.split('.').collect();
-    (1..labels.len().min(SUFFIX_DEPTH + 1))
-        .find_map(|strip| suffixes.remove(&labels[strip..].join(".")))
+    // The longest suffix: the fewest labels stripped.
+    suffixes
+        .into_iter()
+        .filter_map(|(key, route)| below(sni, &format!(".{key}")).map(|depth| (depth, route)))
+        .min_by_key(|(depth, _)| *depth)
+        .map(|(_, route)| route)
+}
+
+/// How many labels `name` has below `suffix` (its leading dot included, as a suffix route's SNI
+/// is written), if it lies below it within the [`SUFFIX_DEPTH`] labels HAProxy strips.
+fn below(name: &str, suffix: &str) -> Option<usize> {
+    let head = name.strip_suffix(suffix)?;
+    let stripped = head.split('.').count();
+    (!head.is_empty() && stripped <= SUFFIX_DEPTH).then_some(stripped)
 }
 
 fn unknown_step(out: &mut Explanation, manifest: Option<&Manifest>) {
@@ -344,11 +354,7 @@ fn fits(
         .chain(read.cloned())
         .filter_map(|route| match route.sni_match {
             SniMatch::Exact => (route.sni == name.as_str()).then_some(0),
-            SniMatch::Suffix => {
-                let head = name.as_str().strip_suffix(&route.sni)?;
-                let stripped = head.split('.').count();
-                (!head.is_empty() && stripped <= SUFFIX_DEPTH).then_some(stripped)
-            }
+            SniMatch::Suffix => below(name.as_str(), &route.sni),
         })
         .min()
 }
