@@ -42,21 +42,14 @@ impl Run {
         if new.is_empty() && installed.is_empty() {
             return;
         }
-        // A first install (nothing runs, or HAProxy runs a config not of ours, such as the
-        // distribution's own) serves no route of ours yet, so waiting gains nothing: the
-        // address service fills the map at its fill pace once this apply returns, and `/ready`
-        // gates the traffic.
-        if self.state.before == Before::Stopped || self.state.running_gen == 0 {
+        if self.state.before == Before::Stopped {
+            // Nothing serves yet, so waiting gains nothing: the address service fills the map
+            // at its fill pace once this apply returns, and `/ready` gates the traffic.
             let n = new.len() + installed.len();
-            let what = if self.state.before == Before::Stopped {
-                "HAProxy serves nothing yet"
-            } else {
-                "HAProxy serves no route of autoproxy's yet"
-            };
             log(
                 "addresses",
                 &format!(
-                    "{n} new host(s), none waited for: {what} (the address service resolves them; /ready waits for its first pass)"
+                    "{n} new host(s), none waited for: HAProxy serves nothing yet (the address service resolves them; /ready waits for its first pass)"
                 ),
             );
             return;

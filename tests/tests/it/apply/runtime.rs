@@ -149,39 +149,12 @@ fn route_changes_keep_the_worker_and_a_held_connection() {
 /// whole address budget on time-outs.
 #[test]
 fn a_first_install_does_not_spend_its_address_budget() {
-    assert_a_first_install_waits_for_no_address(&Fixture::new(&["a"]));
-}
-
-/// The same over the distribution's HAProxy: it runs the package's own config, which declares
-/// a stats socket (Debian's and Amazon Linux's do) and serves none of autoproxy's routes. The
-/// first install waits for no address there either: it has no route to keep serving.
-#[test]
-fn a_first_install_over_the_distributions_haproxy_does_not_spend_its_address_budget() {
     let f = Fixture::new(&["a"]);
-    let package = format!(
-        "global\n    maxconn 200\n    stats socket {} mode 600 level admin\n\ndefaults\n    \
-         mode http\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\n\n\
-         frontend package\n    bind {}\n    http-request return status 200\n",
-        f.haproxy.stats_socket().display(),
-        f.haproxy.http
-    );
-    std::fs::write(f.haproxy.config_path(), &package).unwrap();
-    let started = std::process::Command::new(f.haproxy.dir().join("reload.sh"))
-        .status()
-        .unwrap();
-    assert!(started.success(), "{}", f.haproxy.log());
-    assert!(f.haproxy.worker_pid().is_some(), "its stats socket answers");
-    assert_a_first_install_waits_for_no_address(&f);
-}
-
-/// The first install of a config with a route to [`NAMED`], whose queries the resolver drops
-/// (an apply that asked would spend its whole address budget on time-outs): it succeeds,
-/// waits for no address and asks DNS nothing itself.
-fn assert_a_first_install_waits_for_no_address(f: &Fixture) {
     let dns = DnsServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
-    dns.set(NAMED, &[a_ip(f)]);
+    dns.set(NAMED, &[a_ip(&f)]);
     dns.drop_queries(NAMED, true);
-    let run = f.apply(&f.upload(&named_config(f, 1, true, &[dns.addr()])));
+    let text = named_config(&f, 1, true, &[dns.addr()]);
+    let run = f.apply(&f.upload(&text));
     assert!(run.success(), "{run}");
     assert!(
         run.step("addresses")[0].contains("1 new host(s), none waited for"),
