@@ -14,9 +14,6 @@ use autoproxy::s3::CurrentConfig;
 
 use super::{CarriedRoute, Explanation, ZoneRef};
 
-/// Labels HAProxy strips from an SNI, one at a time, looking for a suffix route (the
-/// frontend's `field(2,.,0)` … `field(9,.,0)` lookups in the template).
-
 /// What Route53 answered for one zone just now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ZoneRead {
