@@ -45,17 +45,17 @@ impl Wants {
     }
 
     /// Readies the answers of the requests whose names all settled or whose time is up,
-    /// writing the map first if it changed; whether it readied any (a push is due then).
+    /// writing the map first if it changed ([`Wants::push_wanted`] then says a push is due).
     /// Never waits for the map's lock: while an apply holds it, the requests whose time is
     /// not up wait for a later turn.
-    pub fn answer(&mut self, engine: &mut Engine, output: &mut Output, now: Instant) -> bool {
+    pub fn answer(&mut self, engine: &mut Engine, output: &mut Output, now: Instant) {
         let ready: Vec<bool> = self
             .waiting
             .iter()
             .map(|w| now >= w.deadline || w.names.iter().all(|n| engine.settled(n)))
             .collect();
         if !ready.contains(&true) {
-            return false;
+            return;
         }
         // `ok` says the file holds the address: not when it could not be written.
         let written = if engine.dirty {
@@ -76,7 +76,7 @@ impl Wants {
             });
         self.waiting = waiting;
         if done.is_empty() {
-            return false;
+            return;
         }
         let unwritten = written != Tried::Wrote;
         for waiter in done {
@@ -94,7 +94,6 @@ impl Wants {
                 .collect();
             self.ready.push((waiter.reply, lines));
         }
-        true
     }
 
     /// Whether answers wait for a push to start.
@@ -174,11 +173,16 @@ mod tests {
         wants.add(want, &mut engine, start);
 
         let held = file.lock(crate::address_map::MAP_LOCK_WAIT).expect("locks");
-        assert!(!wants.answer(&mut engine, &mut output, Instant::now()));
+        wants.answer(&mut engine, &mut output, Instant::now());
+        assert!(
+            !wants.push_wanted(),
+            "nothing readied under another writer's lock"
+        );
         assert!(engine.dirty, "written under another writer's lock");
         assert!(output.next_write(&engine).is_some_and(|at| at > start));
         drop(held);
-        assert!(wants.answer(&mut engine, &mut output, Instant::now()));
+        wants.answer(&mut engine, &mut output, Instant::now());
+        assert!(wants.push_wanted(), "readied once the lock is free");
         wants.push_started();
         wants.push_ended(None);
         assert_eq!(
