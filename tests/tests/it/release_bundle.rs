@@ -398,6 +398,15 @@ async fn packaged_uploads_hold_the_binaries(program: &str, command: &[&str]) {
             "{id}: {executable} in {uri} is not an ELF for {}",
             arch.name()
         );
+        // Build paths are remapped (the Makefile's REMAP_PATHS): the workspace it was built in
+        // is named nowhere in it.
+        let workspace = root().to_string_lossy().into_owned();
+        assert!(
+            !binary
+                .windows(workspace.len())
+                .any(|window| window == workspace.as_bytes()),
+            "{id}: {executable} in {uri} names the build machine's workspace {workspace}"
+        );
     }
 }
 
