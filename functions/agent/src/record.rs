@@ -99,10 +99,7 @@ pub fn unresolved_routes(config: &str, addresses: &str) -> u64 {
         .lines()
         .chain(suffixes.lines())
         .filter_map(|line| line.split_once(' '))
-        .filter(|(_, target)| {
-            let host = target.rsplit_once(':').map_or(*target, |(host, _)| host);
-            host.parse::<std::net::IpAddr>().is_err() && !known.contains_key(host)
-        })
+        .filter(|(_, target)| !crate::routes::has_address(target, &known))
         .count();
     u64::try_from(unresolved).unwrap_or(u64::MAX)
 }

@@ -30,10 +30,21 @@ pub fn target_host(target: &str) -> &str {
     target.rsplit_once(':').map_or(target, |(host, _)| host)
 }
 
+/// The host of a `host:port` target as the address map keys it (lower-case, without a
+/// trailing dot); none for an IP literal of either family, which needs no address. The one
+/// judgement of which targets need an address: the tables as they may serve, the fleet
+/// record's and the address service's counts of routes without one all use it.
+pub fn host_needing_address(target: &str) -> Option<String> {
+    let host = target_host(target);
+    if host.parse::<IpAddr>().is_ok() {
+        return None;
+    }
+    Some(host.trim_end_matches('.').to_ascii_lowercase())
+}
+
 /// Whether a target can serve: its host is an IP literal or has an address.
 pub fn has_address(target: &str, addresses: &BTreeMap<String, IpAddr>) -> bool {
-    let host = target_host(target);
-    host.parse::<IpAddr>().is_ok() || addresses.contains_key(host)
+    host_needing_address(target).is_none_or(|host| addresses.contains_key(&host))
 }
 
 /// `wanted` (a table as the config says it) as it may serve, given the hosts' `addresses`
@@ -135,6 +146,14 @@ mod tests {
     fn hosts_and_targets() {
         assert_eq!(target_host("api.x:443"), "api.x");
         assert_eq!(target_host("api.x"), "api.x");
+        for (target, host) in [
+            ("api.x:443", Some("api.x")),
+            ("API.X.:6443", Some("api.x")),
+            ("10.0.0.9:443", None),
+            ("10.0.0.9", None),
+        ] {
+            assert_eq!(host_needing_address(target).as_deref(), host, "{target}");
+        }
         assert!(has_address("10.0.0.1:443", &BTreeMap::new()));
         assert!(!has_address("h:443", &BTreeMap::new()));
     }

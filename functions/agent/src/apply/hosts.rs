@@ -102,7 +102,7 @@ impl Run {
         );
     }
 
-    /// The route hosts of `text` without an address in the address map (IPv4 literals need
+    /// The route hosts of `text` without an address in the address map (IP literals need
     /// none): those new to this generation, and those the installed config routes already.
     fn unknown_hosts(&self, text: &str) -> (Vec<String>, Vec<String>) {
         let known = std::fs::read_to_string(self.paths.dir.join(crate::address_map::MAP))
@@ -118,7 +118,7 @@ impl Run {
         artifact::route_hosts(text)
             .into_iter()
             .filter(|host| {
-                host.parse::<std::net::Ipv4Addr>().is_err() && !known.contains(host.as_str())
+                host.parse::<std::net::IpAddr>().is_err() && !known.contains(host.as_str())
             })
             .partition(|host| !installed.contains(host))
     }

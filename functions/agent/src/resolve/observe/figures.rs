@@ -124,12 +124,9 @@ impl RouteHosts {
         for (_, target) in crate::routes::entries(&routes).chain(crate::routes::entries(&suffixes))
         {
             hosts.routes += 1;
-            let host = crate::routes::target_host(target);
-            if host.parse::<IpAddr>().is_ok() {
-                continue;
+            if let Some(name) = crate::routes::host_needing_address(target) {
+                *hosts.by_name.entry(name).or_default() += 1;
             }
-            let name = host.trim_end_matches('.').to_ascii_lowercase();
-            *hosts.by_name.entry(name).or_default() += 1;
         }
         hosts
     }
