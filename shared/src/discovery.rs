@@ -124,16 +124,7 @@ pub async fn sweep(
             swept.manifest.zones = base.zones.clone();
             swept.manifest.pending = base.pending.clone();
             swept.manifest.unread = base.unread.clone();
-            for key in keys {
-                let Some(account) = accounts.iter().find(|a| a.account == key.account) else {
-                    swept.warnings.push(format!(
-                        "event for zone {key}: that account is not configured (ACCOUNT_ROLE_ARNS, \
-                         or an onboarded member of MEMBER_ACCOUNTS); ignored"
-                    ));
-                    continue;
-                };
-                read_one_zone(&mut swept, account, key, matching).await;
-            }
+            read_zones(&mut swept, accounts, keys, matching).await;
         }
     }
     if !swept.failures.is_empty() && previous.is_none() {
@@ -336,30 +327,75 @@ fn merge_zone(swept: &mut Swept, base: &Manifest, zone: &Zone, read: ZoneRead) {
 
 /// Re-reads one zone named by an event: a known zone costs only its record pages; a new one
 /// one GetHostedZone more.
-async fn read_one_zone(
+/// A zone an event named, with what the manifest knows of it.
+type ZoneToRead<'a> = (&'a ZoneKey, Option<Zone>);
+
+/// Reads the zones events named: each account's in turn at its own pace, the accounts side by
+/// side, so one account's many changed zones do not hold another's.
+async fn read_zones(
     swept: &mut Swept,
-    account: &AccountRoute53,
-    key: &ZoneKey,
+    accounts: &[AccountRoute53],
+    keys: &[ZoneKey],
     matching: Matching<'_>,
 ) {
-    let manifest_key = zone_key(key);
-    let known = swept.manifest.zones.get(&manifest_key).map(|entry| Zone {
-        account: entry.account.clone(),
-        id: entry.id.clone(),
-        name: entry.name.clone(),
-        private: true,
+    let mut by_account: BTreeMap<&str, (&AccountRoute53, Vec<ZoneToRead>)> = BTreeMap::new();
+    for key in keys {
+        let Some(account) = accounts.iter().find(|a| a.account == key.account) else {
+            swept.warnings.push(format!(
+                "event for zone {key}: that account is not configured (ACCOUNT_ROLE_ARNS, \
+                 or an onboarded member of MEMBER_ACCOUNTS); ignored"
+            ));
+            continue;
+        };
+        let known = swept.manifest.zones.get(&zone_key(key)).map(|entry| Zone {
+            account: entry.account.clone(),
+            id: entry.id.clone(),
+            name: entry.name.clone(),
+            private: true,
+        });
+        by_account
+            .entry(&account.account)
+            .or_insert_with(|| (account, Vec::new()))
+            .1
+            .push((key, known));
+    }
+    let reads = by_account.into_values().map(|(account, zones)| async move {
+        let mut results = Vec::with_capacity(zones.len());
+        for (key, known) in zones {
+            results.push((key, read_one_zone(account, key, known, matching).await));
+        }
+        results
     });
+    for results in futures_util::future::join_all(reads).await {
+        for (key, result) in results {
+            merge_one_zone(swept, key, result);
+        }
+    }
+}
+
+/// One zone an event named: its records (one listing when the manifest knows the zone, else
+/// its details first), or `None` when it is gone, not private or ignored.
+async fn read_one_zone(
+    account: &AccountRoute53,
+    key: &ZoneKey,
+    known: Option<Zone>,
+    matching: Matching<'_>,
+) -> Result<Option<ZoneEntry>, ScanError> {
     let zone = match known {
         Some(zone) => Ok(Some(zone)),
         None => account.get_zone(&key.id).await,
     };
-    let result = match zone {
+    match zone {
         Ok(Some(zone)) if zone.private && !matching.ignores(&zone) => {
             read_zone(account, &zone, matching).await
         }
         Ok(_) => Ok(None),
         Err(err) => Err(err),
-    };
+    }
+}
+
+fn merge_one_zone(swept: &mut Swept, key: &ZoneKey, result: Result<Option<ZoneEntry>, ScanError>) {
+    let manifest_key = zone_key(key);
     match result {
         Ok(Some(entry)) => {
             swept.zones_scanned += 1;

@@ -184,6 +184,28 @@ impl ConfigStore {
         }))
     }
 
+    /// When the current config was last written (its `Last-Modified`), or `None` before the
+    /// first publish. One `HeadObject`: the config's bytes are not read.
+    pub async fn config_modified(&self) -> Result<Option<std::time::SystemTime>, StoreError> {
+        let response = match self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(&self.config_key)
+            .send()
+            .await
+        {
+            Ok(response) => response,
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_not_found()) => {
+                return Ok(None);
+            }
+            Err(err) => return Err(self.call_error("HeadObject", &self.config_key, err)),
+        };
+        Ok(response
+            .last_modified()
+            .and_then(|time| std::time::SystemTime::try_from(*time).ok()))
+    }
+
     /// The manifest, checked against `rules` (see [`Manifest::from_json`]); `None` when there
     /// is none yet, or it is of another format.
     pub async fn manifest(&self, rules: &[Rule]) -> Result<Option<Manifest>, StoreError> {

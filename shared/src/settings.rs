@@ -33,6 +33,7 @@ pub const GENERATE_VARIABLES: &[&str] = &[
     "MEMBER_ROLE_NAME",
     "ROUTING_RULES",
     "OWNERSHIP_GRACE_HOURS",
+    "EVENT_QUEUE_URL",
 ];
 
 /// Every variable the configure function reads.
@@ -236,6 +237,9 @@ pub struct GenerateSettings {
     /// How long a zone keeps an SNI outside every zone after its record for it disappeared
     /// (docs/ARCHITECTURE.md, "Who may route a name outside every zone").
     pub ownership_grace_hours: u64,
+    /// The queue the Route53 events wait in (`EVENT_QUEUE_URL`, set by the stack): a run
+    /// started by a batch of it also takes what else waits there. `None`: only the batch.
+    pub event_queue_url: Option<String>,
 }
 
 impl GenerateSettings {
@@ -291,6 +295,7 @@ impl GenerateSettings {
                 |p: &u8| *p <= 100,
             )?,
             template_key,
+            event_queue_url: queue_url(get("EVENT_QUEUE_URL"))?,
             render_options: render_options(get("RENDER_OPTIONS"), get("ROUTING_RULES").is_some())?,
             route53_requests_per_second: number(
                 "ROUTE53_REQUESTS_PER_SECOND",
@@ -533,6 +538,27 @@ fn list(raw: Option<String>) -> std::vec::IntoIter<String> {
         .map(str::to_owned)
         .collect::<Vec<_>>()
         .into_iter()
+}
+
+/// `EVENT_QUEUE_URL`: an SQS queue URL, as CloudFormation's `Ref` of a queue gives it.
+fn queue_url(raw: Option<String>) -> Result<Option<String>, SettingsError> {
+    let Some(url) = raw else {
+        return Ok(None);
+    };
+    let valid = (url.starts_with("https://") || url.starts_with("http://"))
+        && url.len() <= 1024
+        && !url
+            .bytes()
+            .any(|b| b.is_ascii_whitespace() || b.is_ascii_control());
+    if valid {
+        Ok(Some(url))
+    } else {
+        Err(invalid(
+            "EVENT_QUEUE_URL",
+            "an SQS queue URL (https://sqs.<region>.amazonaws.com/<account>/<name>)",
+            &url,
+        ))
+    }
 }
 
 fn object_key(variable: &'static str, raw: Option<String>) -> Result<String, SettingsError> {

@@ -15,6 +15,7 @@ use aws_config::{BehaviorVersion, SdkConfig};
 use tracing::info;
 
 use crate::members::Members;
+use crate::queue::EventQueue;
 
 /// The SDK configuration the function runs with: the environment's, with adaptive retries
 /// that back off on Route53's Throttling and PriorRequestNotComplete.
@@ -37,6 +38,8 @@ pub struct Deps {
     pub vpc_owner: Option<AccountRoute53>,
     /// The accounts of `MEMBER_ACCOUNTS`, listed at each run.
     pub members: Option<Members>,
+    /// The Route53 event queue a queue run drains (`EVENT_QUEUE_URL`).
+    pub queue: Option<EventQueue>,
     pub default_renderer: Renderer,
 }
 
@@ -102,6 +105,10 @@ impl Deps {
             &settings.config_key,
             &settings.manifest_key(),
         );
+        let queue = settings
+            .event_queue_url
+            .as_deref()
+            .map(|url| EventQueue::new(sdk, url));
         Ok(Deps {
             default_renderer: Renderer::new(DEFAULT_TEMPLATE)?,
             settings,
@@ -109,6 +116,7 @@ impl Deps {
             accounts,
             vpc_owner: None,
             members: None,
+            queue,
         })
     }
 }

@@ -17,18 +17,22 @@ use serde::Serialize;
 use serde_json::Value;
 use tracing::{info, warn};
 
+use crate::batch::{self, Batch, BatchError, ItemFailure};
 pub use crate::deps::{Deps, ProxyVpcsError, sdk_config, vpc_zones};
 use crate::explain::{self, ExplainError, ExplainFailed, Explanation};
 use crate::members::Members;
 use crate::plan::{self, Plan, Write};
+use crate::queue::{self, QueueRun};
 use crate::report::{Costs, Route53Calls, report_run};
-use crate::trigger::{self, TriggerError};
+use crate::trigger::{self, Trigger, TriggerError};
 
 /// Why a run failed. Nothing was published.
 #[derive(Debug, thiserror::Error)]
 pub enum GenerateError {
     #[error(transparent)]
     Trigger(#[from] TriggerError),
+    #[error(transparent)]
+    Batch(#[from] BatchError),
     #[error(transparent)]
     Explain(#[from] ExplainError),
     #[error(transparent)]
@@ -57,7 +61,9 @@ pub enum GenerateError {
 impl From<GenerateError> for Diagnostic {
     fn from(err: GenerateError) -> Self {
         let kind = match &err {
-            GenerateError::Trigger(_) | GenerateError::Explain(_) => "InvalidEvent",
+            GenerateError::Trigger(_) | GenerateError::Batch(_) | GenerateError::Explain(_) => {
+                "InvalidEvent"
+            }
             GenerateError::Store(_) => "S3Error",
             GenerateError::Sweep(_) => "ScanFailed",
             GenerateError::Members(_) => "OrganizationsFailed",
@@ -90,6 +96,9 @@ pub struct Summary {
     /// while every other account publishes. Absent when none.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub unread_zones: BTreeMap<String, usize>,
+    /// A run of the event queue: its batch, what it took from the queue, how long it waited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueRun>,
     /// The EMF metric documents the run wrote to its log (not part of the JSON answer).
     #[serde(skip)]
     pub metrics: Vec<Value>,
@@ -107,6 +116,18 @@ pub enum Reply {
     Run(Box<Summary>),
     /// For `{"explain": "<name>"}`.
     Explain(Box<Explanation>),
+    /// For a batch of the event queue.
+    Batch(Box<BatchReply>),
+}
+
+/// What a batch of the event queue gets back: the run's summary, and the records SQS must
+/// keep (`ReportBatchItemFailures`; empty when every record was read).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BatchReply {
+    #[serde(flatten)]
+    pub summary: Summary,
+    #[serde(rename = "batchItemFailures")]
+    pub batch_item_failures: Vec<ItemFailure>,
 }
 
 /// Time kept back from the Lambda deadline for rendering and publishing after the sweep.
@@ -130,21 +151,37 @@ pub async fn function_handler(
     // A deadline already past when the invocation starts is not one Lambda sends: `cargo lambda
     // watch` (1.9) sends the timeout itself (600000 ms), which reads as 1970. Under it every
     // run would read no zone at all; run without a budget instead.
-    let Ok(remaining) = event
+    let deadline = match event
         .context
         .deadline()
         .duration_since(std::time::SystemTime::now())
-    else {
-        warn!(
-            deadline_ms = event.context.deadline,
-            "the invocation's deadline has already passed (a local emulator?): no time budget"
-        );
-        return handle_until(deps, &event.payload, &now_rfc3339(), None)
-            .await
-            .map(|summary| Reply::Run(Box::new(summary)));
+    {
+        Ok(remaining) => {
+            Some(tokio::time::Instant::now() + remaining.saturating_sub(PUBLISH_RESERVE))
+        }
+        Err(_) => {
+            warn!(
+                deadline_ms = event.context.deadline,
+                "the invocation's deadline has already passed (a local emulator?): no time budget"
+            );
+            None
+        }
     };
-    let deadline = tokio::time::Instant::now() + remaining.saturating_sub(PUBLISH_RESERVE);
-    handle_until(deps, &event.payload, &now_rfc3339(), Some(deadline))
+    handle_payload(deps, &event.payload, deadline).await
+}
+
+/// One invocation's run, callable from tests: a batch of the event queue, or any other event
+/// (stamped now).
+pub async fn handle_payload(
+    deps: &Deps,
+    payload: &Value,
+    deadline: Option<tokio::time::Instant>,
+) -> Result<Reply, GenerateError> {
+    if let Some(batch) = batch::parse(payload) {
+        let reply = handle_batch(deps, batch?, deadline).await?;
+        return Ok(Reply::Batch(Box::new(reply)));
+    }
+    handle_until(deps, payload, &now_rfc3339(), deadline)
         .await
         .map(|summary| Reply::Run(Box::new(summary)))
 }
@@ -159,21 +196,94 @@ pub async fn handle(
     handle_until(deps, payload, generated_at, None).await
 }
 
-/// One run whose full sweep starts no zone read after `deadline`: the reads, the [`plan`],
-/// then the writes it decided.
+/// One run whose full sweep starts no zone read after `deadline`.
 pub async fn handle_until(
     deps: &Deps,
     payload: &Value,
     generated_at: &str,
     deadline: Option<tokio::time::Instant>,
 ) -> Result<Summary, GenerateError> {
-    let started = Instant::now();
     let trigger = trigger::parse(payload)?;
+    run(deps, &trigger, generated_at, deadline).await
+}
+
+/// A batch of the event queue as one run (see [`queue`]): wait out what is left of the
+/// publish spacing, take what else waits in the queue, read each zone named once, write, then
+/// delete the messages taken. A failed run deletes nothing: SQS shows the batch and the taken
+/// messages again.
+pub async fn handle_batch(
+    deps: &Deps,
+    mut batch: Batch,
+    deadline: Option<tokio::time::Instant>,
+) -> Result<BatchReply, GenerateError> {
+    let records = batch.changes.events() + batch.refused.len();
+    // Only the mapping's own records are its to keep (an id it did not deliver would fail the
+    // whole batch); a taken message that is refused is simply not deleted.
+    let batch_item_failures = batch.failures();
+    let published = deps.store.config_modified().await?;
+    let wait = queue::spacing_wait(published, std::time::SystemTime::now());
+    if !wait.is_zero() {
+        info!(
+            wait_ms = millis(wait),
+            "the last publish was recent: waiting out the spacing"
+        );
+        tokio::time::sleep(wait).await;
+    }
+    // Taken messages stay hidden for the rest of this invocation, and then some.
+    let hold = deadline.map_or(Duration::from_secs(900), |deadline| {
+        deadline.saturating_duration_since(tokio::time::Instant::now()) + PUBLISH_RESERVE
+    });
+    let drained = match &deps.queue {
+        Some(queue) => queue.drain(&mut batch, hold).await,
+        None => queue::Drained::default(),
+    };
+    info!(
+        records,
+        drained = drained.messages,
+        events = batch.changes.events(),
+        zones = batch.changes.zones.len(),
+        refused = batch.refused.len(),
+        "queue run"
+    );
+    let trigger = Trigger::Route53(batch.changes.clone());
+    let mut summary = run(deps, &trigger, &now_rfc3339(), deadline).await?;
+    if let Some(queue) = &deps.queue
+        && !drained.receipts.is_empty()
+    {
+        queue.delete(&drained.receipts).await;
+    }
+    summary.queue = Some(QueueRun {
+        records,
+        drained: drained.messages,
+        refused: batch.refused.len(),
+        waited_ms: millis(wait),
+    });
+    for refused in &batch.refused {
+        warn!(message_id = %refused.message_id, error = %refused.error, "queued message holds no Route53 event: left to SQS's retries");
+    }
+    Ok(BatchReply {
+        summary,
+        batch_item_failures,
+    })
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// One run of `trigger`: the reads, the [`plan`], then the writes it decided.
+async fn run(
+    deps: &Deps,
+    trigger: &Trigger,
+    generated_at: &str,
+    deadline: Option<tokio::time::Instant>,
+) -> Result<Summary, GenerateError> {
+    let started = Instant::now();
     let now_unix = unix_seconds(generated_at)?;
     info!(trigger = %trigger.label(), "run started");
 
     let (current, previous) = read_state(deps).await?;
-    let scope = plan::scope(&trigger, previous.as_ref());
+    let scope = plan::scope(trigger, previous.as_ref());
     let SweepRun { swept, costs } = sweep(deps, &scope, previous.as_ref(), deadline).await?;
     let zones_scanned = swept.zones_scanned;
     let associated = match deps.settings.proxy_vpcs.as_slice() {
@@ -196,7 +306,7 @@ pub async fn handle_until(
     };
     let location = format!("s3://{}/{}", deps.store.bucket, deps.store.config_key);
     let inputs = plan::Inputs {
-        trigger: &trigger,
+        trigger,
         current: current.as_ref(),
         previous: previous.as_ref(),
         swept,
@@ -227,6 +337,7 @@ pub async fn handle_until(
         warnings: plan.warnings,
         accounts: accounts::counts(&plan.manifest.accounts),
         unread_zones: plan.unread,
+        queue: None,
         metrics,
     })
 }

@@ -20,13 +20,13 @@ mod accounts;
 mod unread;
 use accounts::{AccountGuard, guard_accounts};
 
-/// An event names one zone: with a manifest to merge into, only that zone is read again. A
+/// Events name zones: with a manifest to merge into, only those zones are read again. A
 /// manifest whose routes the rule table no longer makes all (a `ROUTING_RULES` change) is no
 /// base to merge into: every zone is read again.
 pub fn scope(trigger: &Trigger, previous: Option<&Manifest>) -> Scope {
     match (trigger, previous) {
-        (Trigger::Route53 { zone, .. }, Some(previous)) if previous.stale_routes == 0 => {
-            Scope::Zones(vec![zone.clone()])
+        (Trigger::Route53(changes), Some(previous)) if previous.stale_routes == 0 => {
+            Scope::Zones(changes.zones.iter().cloned().collect())
         }
         _ => Scope::Full,
     }

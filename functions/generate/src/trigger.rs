@@ -1,6 +1,8 @@
 //! What started this invocation (docs/ARCHITECTURE.md, "Generator events"). A CloudTrail event is only a
 //! hint of which zone changed: its payload echoes the caller's request and is never applied.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use autoproxy::excerpt;
 use autoproxy::model::{ZoneKey, is_account_id, is_zone_id};
 use autoproxy::publish::Force;
@@ -20,8 +22,8 @@ pub const ROUTE53_EVENTS: &[&str] = &[
 pub enum Trigger {
     /// EventBridge schedule: full reconciliation.
     Schedule,
-    /// A Route53 change: re-read these zones.
-    Route53 { event_name: String, zone: ZoneKey },
+    /// Route53 changes, one event or a queue's batch of them: re-read the zones they name.
+    Route53(Changes),
     /// `cargo lambda invoke` or a console test: full reconciliation.
     Manual { dry_run: bool, force: Force },
 }
@@ -31,7 +33,7 @@ impl Trigger {
     pub fn label(&self) -> String {
         match self {
             Trigger::Schedule => "schedule".to_owned(),
-            Trigger::Route53 { event_name, .. } => format!("route53:{event_name}"),
+            Trigger::Route53(changes) => changes.label(),
             Trigger::Manual { dry_run: true, .. } => "manual-dry-run".to_owned(),
             Trigger::Manual { .. } => "manual".to_owned(),
         }
@@ -49,6 +51,44 @@ impl Trigger {
     }
 }
 
+/// What Route53 events name: the calls made, and the zones to read again. A CloudTrail event
+/// names one zone; a batch of them names each zone once, however many events name it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Each call's name, and how many events made it.
+    pub calls: BTreeMap<String, usize>,
+    pub zones: BTreeSet<ZoneKey>,
+}
+
+impl Changes {
+    pub fn one(event_name: &str, zone: ZoneKey) -> Changes {
+        Changes {
+            calls: BTreeMap::from([(event_name.to_owned(), 1)]),
+            zones: BTreeSet::from([zone]),
+        }
+    }
+
+    /// Adds another event's (or batch's) changes.
+    pub fn add(&mut self, other: Changes) {
+        for (call, count) in other.calls {
+            *self.calls.entry(call).or_default() += count;
+        }
+        self.zones.extend(other.zones);
+    }
+
+    /// How many events these are.
+    pub fn events(&self) -> usize {
+        self.calls.values().sum()
+    }
+
+    /// `route53:` and the calls' names (one event: its call, as it has always been named).
+    /// Bounded: there are five such calls.
+    fn label(&self) -> String {
+        let names: Vec<&str> = self.calls.keys().map(String::as_str).collect();
+        format!("route53:{}", names.join("+"))
+    }
+}
+
 /// A payload that is none of the accepted shapes. Nothing is read or written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TriggerError {
@@ -61,6 +101,17 @@ pub enum TriggerError {
     Unrecognised { got: String },
     #[error("expected a Route53 CloudTrail event {expected}; got {got}")]
     Route53 { expected: &'static str, got: String },
+}
+
+/// One EventBridge event as a Route53 change: what a queued message's body must be.
+pub fn route53_change(event: &Value) -> Result<Changes, TriggerError> {
+    match parse(event)? {
+        Trigger::Route53(changes) => Ok(changes),
+        _ => Err(TriggerError::Route53 {
+            expected: "(a queued message holds only Route53 events)",
+            got: excerpt(&event.to_string(), QUOTED_CHARS),
+        }),
+    }
 }
 
 /// Classifies an invocation payload.
@@ -146,13 +197,11 @@ fn route53(event: &Value) -> Result<Trigger, TriggerError> {
             got: quoted(raw_id),
         });
     }
-    Ok(Trigger::Route53 {
-        event_name: event_name.to_owned(),
-        zone: ZoneKey {
-            account: account.to_owned(),
-            id,
-        },
-    })
+    let zone = ZoneKey {
+        account: account.to_owned(),
+        id,
+    };
+    Ok(Trigger::Route53(Changes::one(event_name, zone)))
 }
 
 /// How much of a refused payload or field an error quotes.
@@ -196,24 +245,24 @@ mod tests {
         };
         assert_eq!(
             parse(&event_file("change-resource-record-sets.json")),
-            Ok(Trigger::Route53 {
-                event_name: "ChangeResourceRecordSets".into(),
-                zone: zone("Z0123456789ABCDEFGHIJ"),
-            })
+            Ok(Trigger::Route53(Changes::one(
+                "ChangeResourceRecordSets",
+                zone("Z0123456789ABCDEFGHIJ")
+            )))
         );
         assert_eq!(
             parse(&event_file("create-hosted-zone.json")),
-            Ok(Trigger::Route53 {
-                event_name: "CreateHostedZone".into(),
-                zone: zone("Z0NEWZONE0000000000001"),
-            })
+            Ok(Trigger::Route53(Changes::one(
+                "CreateHostedZone",
+                zone("Z0NEWZONE0000000000001")
+            )))
         );
         assert_eq!(
             parse(&event_file("delete-hosted-zone.json")),
-            Ok(Trigger::Route53 {
-                event_name: "DeleteHostedZone".into(),
-                zone: zone("Z0123456789ABCDEFGHIJ"),
-            })
+            Ok(Trigger::Route53(Changes::one(
+                "DeleteHostedZone",
+                zone("Z0123456789ABCDEFGHIJ")
+            )))
         );
     }
 
@@ -227,13 +276,13 @@ mod tests {
         assert_eq!(forwarded["region"], "us-east-1");
         assert_eq!(
             parse(&forwarded),
-            Ok(Trigger::Route53 {
-                event_name: "ChangeResourceRecordSets".into(),
-                zone: ZoneKey {
+            Ok(Trigger::Route53(Changes::one(
+                "ChangeResourceRecordSets",
+                ZoneKey {
                     account: "111111111111".into(),
                     id: "Z0FORWARDED0000000001".into(),
-                },
-            })
+                }
+            )))
         );
         // The central account's own event, forwarded: the local sample, unchanged.
         let local = event_file("change-resource-record-sets.json");
@@ -254,17 +303,13 @@ mod tests {
             member["account"] = json!("111111111111");
             member["detail"]["recipientAccountId"] = json!("111111111111");
             member["detail"]["userIdentity"]["accountId"] = json!("111111111111");
-            let (
-                Ok(Trigger::Route53 { event_name, zone }),
-                Ok(Trigger::Route53 {
-                    event_name: local_name,
-                    zone: local_zone,
-                }),
-            ) = (parse(&member), parse(&local))
-            else {
+            let (Ok(member), Ok(local)) = (route53_change(&member), route53_change(&local)) else {
                 panic!("{name}: not a Route53 trigger");
             };
-            assert_eq!(event_name, local_name, "{name}");
+            assert_eq!(member.calls, local.calls, "{name}");
+            let (Some(zone), Some(local_zone)) = (member.zones.first(), local.zones.first()) else {
+                panic!("{name}: no zone");
+            };
             assert_eq!(zone.id, local_zone.id, "{name}");
             assert_eq!(zone.account, "111111111111", "{name}");
         }
@@ -333,7 +378,8 @@ mod tests {
         assert!(matches!(parse(&event), Err(TriggerError::Route53 { .. })));
         let mut event = event_file("change-resource-record-sets.json");
         event["detail"]["requestParameters"]["hostedZoneId"] = json!("/hostedzone/z0abc");
-        assert!(matches!(parse(&event), Ok(Trigger::Route53 { zone, .. }) if zone.id == "Z0ABC"));
+        let changes = route53_change(&event).unwrap();
+        assert!(changes.zones.iter().all(|zone| zone.id == "Z0ABC"));
         // A huge field is quoted, not carried whole into the error.
         let mut event = event_file("change-resource-record-sets.json");
         event["detail"]["requestParameters"]["hostedZoneId"] = json!("Z".repeat(100_000) + "!");

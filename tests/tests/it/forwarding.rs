@@ -108,15 +108,14 @@ fn resource(template: &Value, stack: &Stack, name: &str) -> Option<Json> {
     Some(stack.resolve(&resource["Properties"]).unwrap())
 }
 
-/// The generator's own rule: template.yaml, GenerateFunction's `Route53Change` pattern.
+/// The generator's own rule: template.yaml's `Route53ChangeRule` pattern.
 fn generator_pattern() -> Json {
     let template = template("template.yaml");
     let stack = Stack::new(&template, CENTRAL, STACK_REGION, "stack");
-    let pattern = &template["Resources"]["GenerateFunction"]["Properties"]["Events"]["Route53Change"]
-        ["Properties"]["Pattern"];
+    let pattern = &template["Resources"]["Route53ChangeRule"]["Properties"]["EventPattern"];
     assert!(
         !pattern.is_null(),
-        "GenerateFunction has no Route53Change pattern"
+        "template.yaml has no Route53ChangeRule pattern"
     );
     stack.resolve(pattern).unwrap()
 }

@@ -30,6 +30,7 @@ mod backlog;
 mod costs;
 mod explain;
 mod generations;
+mod queue;
 mod rules;
 mod safety;
 mod spelling;

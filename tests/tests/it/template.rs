@@ -17,6 +17,7 @@ mod fleet;
 mod grants;
 mod linted;
 mod parameters;
+mod queue;
 pub(super) mod stack;
 mod variables;
 

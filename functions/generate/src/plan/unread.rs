@@ -217,8 +217,8 @@ mod tests {
             account: B.into(),
             id: "ZC".into(),
         };
-        let event_name = "ChangeResourceRecordSets".into();
-        let event = Trigger::Route53 { event_name, zone };
+        let changes = crate::trigger::Changes::one("ChangeResourceRecordSets", zone);
+        let event = Trigger::Route53(changes);
         for trigger in [&Trigger::Schedule, &event] {
             let previous = Some(&done.manifest);
             let swept = swept(zones.clone(), &NEVER);

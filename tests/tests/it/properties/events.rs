@@ -207,7 +207,7 @@ pub(super) fn check_trigger(payload: &Value, tally: &Tally) -> Result<(), TestCa
         match &parsed {
             Ok(Trigger::Schedule) => "schedule",
             Ok(Trigger::Manual { .. }) => "manual",
-            Ok(Trigger::Route53 { .. }) => "zone hint",
+            Ok(Trigger::Route53(_)) => "zone hint",
             Err(TriggerError::Unrecognised { .. }) => "refused (shape)",
             Err(TriggerError::Route53 { .. }) => "refused (route53 field)",
         },
@@ -240,10 +240,20 @@ pub(super) fn check_trigger(payload: &Value, tally: &Tally) -> Result<(), TestCa
             let forced_all = force == publish::Force::All;
             prop_assert_eq!(forced_all, flag("force"));
         }
-        Ok(Trigger::Route53 { event_name, zone }) => {
+        Ok(Trigger::Route53(changes)) => {
             prop_assert_eq!(detail_type, Some("AWS API Call via CloudTrail"));
             prop_assert_eq!(payload["source"].as_str(), Some("aws.route53"));
-            prop_assert!(ROUTE53_EVENTS.contains(&event_name.as_str()));
+            prop_assert_eq!(changes.events(), 1);
+            prop_assert!(
+                changes
+                    .calls
+                    .keys()
+                    .all(|name| ROUTE53_EVENTS.contains(&name.as_str()))
+            );
+            prop_assert_eq!(changes.zones.len(), 1);
+            let Some(zone) = changes.zones.first() else {
+                return Err(TestCaseError::fail("no zone"));
+            };
             let account = &zone.account;
             prop_assert!(
                 account.len() == 12 && account.bytes().all(|b| b.is_ascii_digit()),

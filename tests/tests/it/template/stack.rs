@@ -22,6 +22,10 @@ pub(crate) fn stack(template: &serde_yaml::Value) -> Stack {
     stack
         .attributes
         .insert("ConfigBucket.Arn".into(), format!("arn:aws:s3:::{BUCKET}"));
+    stack.attributes.insert(
+        "Route53EventsQueue.Arn".into(),
+        format!("arn:aws:sqs:{REGION}:{OWN_ACCOUNT}:autoproxy-Route53EventsQueue"),
+    );
     for (condition, holds) in [
         ("HasTemplateKey", true),
         ("HasAccountRoles", false),

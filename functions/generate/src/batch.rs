@@ -1,0 +1,191 @@
+//! A batch of the Route53 event queue, as the SQS event source mapping delivers it
+//! (docs/ARCHITECTURE.md, "Generator events"): `Records` whose `eventSource` is `aws:sqs`, each
+//! `body` one EventBridge event. The batch is one run: the zones its events name are read once
+//! each, however many events name them. A record whose body is no Route53 event is reported
+//! back on its own (`batchItemFailures`), so SQS retries only it and, past the queue's
+//! `maxReceiveCount`, moves it to the dead-letter queue.
+
+use autoproxy::excerpt;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::trigger::{Changes, TriggerError, route53_change};
+
+/// What a batch asks for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Batch {
+    /// The changes of every record that holds a Route53 event.
+    pub changes: Changes,
+    /// The records that hold none: their message ids and why.
+    pub refused: Vec<Refused>,
+}
+
+/// A record (or a message) whose body is no Route53 event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub message_id: String,
+    pub error: TriggerError,
+}
+
+/// One `batchItemFailures` entry: the record SQS keeps for a retry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ItemFailure {
+    #[serde(rename = "itemIdentifier")]
+    pub item_identifier: String,
+}
+
+/// A batch that cannot be answered record by record: nothing was read or written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "expected an SQS batch whose every record has a \"messageId\" and a \"body\" string; got {got}"
+)]
+pub struct BatchError {
+    pub got: String,
+}
+
+/// How much of a refused record an error quotes.
+const QUOTED_CHARS: usize = 200;
+
+/// `Some` when `payload` is an SQS batch: any record of `Records` with `eventSource`
+/// `aws:sqs`. Anything else is no batch (`None`) and is judged as an event of its own.
+pub fn parse(payload: &Value) -> Option<Result<Batch, BatchError>> {
+    let records = payload.get("Records")?.as_array()?;
+    let from_sqs = |record: &Value| record["eventSource"].as_str() == Some("aws:sqs");
+    if !records.iter().any(from_sqs) {
+        return None;
+    }
+    let mut batch = Batch::default();
+    for record in records {
+        let (Some(message_id), Some(body)) =
+            (record["messageId"].as_str(), record["body"].as_str())
+        else {
+            return Some(Err(BatchError {
+                got: excerpt(&record.to_string(), QUOTED_CHARS),
+            }));
+        };
+        batch.add(message_id, body);
+    }
+    Some(Ok(batch))
+}
+
+impl Batch {
+    /// Adds one message: its changes, or its refusal.
+    pub fn add(&mut self, message_id: &str, body: &str) {
+        match body_changes(body) {
+            Ok(changes) => self.changes.add(changes),
+            Err(error) => self.refused.push(Refused {
+                message_id: message_id.to_owned(),
+                error,
+            }),
+        }
+    }
+
+    /// The records SQS must keep: those refused.
+    pub fn failures(&self) -> Vec<ItemFailure> {
+        self.refused
+            .iter()
+            .map(|refused| ItemFailure {
+                item_identifier: refused.message_id.clone(),
+            })
+            .collect()
+    }
+}
+
+/// A message body: one EventBridge event of a Route53 call.
+pub fn body_changes(body: &str) -> Result<Changes, TriggerError> {
+    let event: Value = serde_json::from_str(body).map_err(|_| TriggerError::Unrecognised {
+        got: excerpt(body, QUOTED_CHARS),
+    })?;
+    route53_change(&event)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use autoproxy::model::ZoneKey;
+    use serde_json::json;
+
+    fn sample(name: &str) -> Value {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../events/");
+        let text = std::fs::read_to_string(format!("{path}{name}")).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    fn record(id: &str, body: &Value) -> Value {
+        json!({"messageId": id, "eventSource": "aws:sqs", "body": body.to_string()})
+    }
+
+    /// The sample batch, as AWS delivers it: two records naming one zone, one naming another
+    /// (a zone created), read as two zones.
+    #[test]
+    fn the_sample_batch_names_each_zone_once() {
+        let batch = parse(&sample("sqs-batch.json")).unwrap().unwrap();
+        assert_eq!(batch.refused, vec![]);
+        assert_eq!(batch.changes.events(), 3);
+        let zones: Vec<&str> = batch.changes.zones.iter().map(|z| z.id.as_str()).collect();
+        assert_eq!(zones, ["Z0123456789ABCDEFGHIJ", "Z0NEWZONE0000000000001"]);
+        assert_eq!(
+            batch.changes.calls.keys().collect::<Vec<_>>(),
+            ["ChangeResourceRecordSets", "CreateHostedZone"]
+        );
+    }
+
+    #[test]
+    fn a_batch_of_many_events_reads_each_zone_once() {
+        let event = sample("change-resource-record-sets.json");
+        let records: Vec<Value> = (0..500)
+            .map(|i| {
+                let mut event = event.clone();
+                event["detail"]["requestParameters"]["hostedZoneId"] =
+                    json!(format!("Z{:020}", i % 20));
+                record(&format!("m{i}"), &event)
+            })
+            .collect();
+        let batch = parse(&json!({ "Records": records })).unwrap().unwrap();
+        assert_eq!(batch.changes.events(), 500);
+        assert_eq!(batch.changes.zones.len(), 20);
+        assert!(
+            batch
+                .changes
+                .zones
+                .iter()
+                .all(|ZoneKey { account, .. }| account == "123456789012")
+        );
+        assert_eq!(batch.failures(), vec![]);
+    }
+
+    /// A record that holds no Route53 event fails alone; the others are read.
+    #[test]
+    fn a_record_without_a_route53_event_fails_alone() {
+        let change = sample("change-resource-record-sets.json");
+        let payload = json!({"Records": [
+            record("good", &change),
+            record("schedule", &sample("schedule.json")),
+            {"messageId": "not-json", "eventSource": "aws:sqs", "body": "{not json"},
+        ]});
+        let batch = parse(&payload).unwrap().unwrap();
+        assert_eq!(batch.changes.events(), 1);
+        let failed: Vec<String> = batch
+            .failures()
+            .into_iter()
+            .map(|f| f.item_identifier)
+            .collect();
+        assert_eq!(failed, ["schedule", "not-json"]);
+        let answer = serde_json::to_value(batch.failures()).unwrap();
+        assert_eq!(
+            answer,
+            json!([{"itemIdentifier": "schedule"}, {"itemIdentifier": "not-json"}])
+        );
+        assert!(batch.refused[1].error.to_string().contains("{not json"));
+    }
+
+    #[test]
+    fn only_sqs_records_are_a_batch() {
+        assert_eq!(parse(&sample("s3-put.json")), None);
+        assert_eq!(parse(&sample("schedule.json")), None);
+        assert_eq!(parse(&json!({"Records": "x"})), None);
+        let unnamed = json!({"Records": [{"eventSource": "aws:sqs", "body": "{}"}]});
+        let err = parse(&unnamed).unwrap().unwrap_err();
+        assert!(err.to_string().contains("messageId"), "{err}");
+    }
+}

@@ -1,0 +1,173 @@
+//! A run started by the Route53 event queue (docs/ARCHITECTURE.md, "Generator events"). The
+//! event source mapping hands over at most ten events at once and invokes at once; the run
+//! then takes everything else that waits in the queue, so a member's burst is read in a few
+//! runs, each zone once per run. Runs that follow a publish closely first wait until
+//! [`PUBLISH_SPACING`] has passed since it: the events of that wait join the run, and a burst
+//! costs the proxies a few applies, not one per event.
+
+use std::time::{Duration, SystemTime};
+
+use aws_config::SdkConfig;
+use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
+use serde::Serialize;
+use tracing::{info, warn};
+
+use crate::batch::Batch;
+
+/// The least time between two publishes of queued events. A lone event after a quiet spell
+/// waits for nothing; an event within this time of a publish waits at most this long.
+pub const PUBLISH_SPACING: Duration = Duration::from_secs(15);
+
+/// The most messages a run takes from the queue besides its batch: a bound on its memory
+/// (SQS holds messages of up to 1 MiB; CloudTrail events are a few KiB). The rest wait for the
+/// next run.
+pub const DRAIN_LIMIT: usize = 2_000;
+
+/// SQS's most messages per `ReceiveMessage` and per `DeleteMessageBatch`.
+const SQS_BATCH: usize = 10;
+
+/// The Route53 event queue (`EVENT_QUEUE_URL`).
+#[derive(Debug, Clone)]
+pub struct EventQueue {
+    client: aws_sdk_sqs::Client,
+    url: String,
+}
+
+/// What a queue run did besides its run, for the summary.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct QueueRun {
+    /// Records of the batch the mapping delivered.
+    pub records: usize,
+    /// Messages the run took from the queue itself.
+    pub drained: usize,
+    /// Records and messages that hold no Route53 event (left to SQS's retries).
+    pub refused: usize,
+    /// How long the run waited for [`PUBLISH_SPACING`].
+    pub waited_ms: u64,
+}
+
+/// Messages taken from the queue: their receipt handles, to delete once the run has written.
+#[derive(Debug, Default)]
+pub struct Drained {
+    pub receipts: Vec<String>,
+    pub messages: usize,
+}
+
+impl EventQueue {
+    pub fn new(sdk: &SdkConfig, url: &str) -> EventQueue {
+        EventQueue {
+            client: aws_sdk_sqs::Client::new(sdk),
+            url: url.to_owned(),
+        }
+    }
+
+    /// Takes what waits in the queue now, up to [`DRAIN_LIMIT`] messages, each hidden from
+    /// every other consumer for `hold`, and adds their events to `batch`. A message that holds
+    /// no Route53 event is left: SQS shows it again after `hold` and, past the queue's
+    /// `maxReceiveCount`, moves it to the dead-letter queue. A failed receive ends the drain:
+    /// what was taken is read, the rest waits for the next run.
+    pub async fn drain(&self, batch: &mut Batch, hold: Duration) -> Drained {
+        let mut drained = Drained::default();
+        let hold_secs = i32::try_from(hold.as_secs().clamp(1, 43_200)).unwrap_or(43_200);
+        while drained.messages < DRAIN_LIMIT {
+            let want = (DRAIN_LIMIT - drained.messages).min(SQS_BATCH);
+            let received = self
+                .client
+                .receive_message()
+                .queue_url(&self.url)
+                .max_number_of_messages(i32::try_from(want).unwrap_or(10))
+                .visibility_timeout(hold_secs)
+                .wait_time_seconds(0)
+                .send()
+                .await;
+            let messages = match received {
+                Ok(out) => out.messages.unwrap_or_default(),
+                Err(err) => {
+                    warn!(error = %autoproxy::aws_error::reason(&err), "draining the event queue failed: reading what was taken");
+                    break;
+                }
+            };
+            if messages.is_empty() {
+                break;
+            }
+            for message in messages {
+                drained.messages += 1;
+                let (Some(id), Some(receipt)) = (message.message_id(), message.receipt_handle())
+                else {
+                    continue;
+                };
+                let refused_before = batch.refused.len();
+                batch.add(id, message.body().unwrap_or_default());
+                if batch.refused.len() == refused_before {
+                    drained.receipts.push(receipt.to_owned());
+                }
+            }
+        }
+        drained
+    }
+
+    /// Deletes the messages a run has read and written. One that fails to go is shown again
+    /// after its hold and read again by a later run: its zone costs one more read, nothing else.
+    pub async fn delete(&self, receipts: &[String]) {
+        for (chunk_index, chunk) in receipts.chunks(SQS_BATCH).enumerate() {
+            let entries = chunk.iter().enumerate().filter_map(|(i, receipt)| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(format!("m{}", chunk_index * SQS_BATCH + i))
+                    .receipt_handle(receipt)
+                    .build()
+                    .ok()
+            });
+            let answer = self
+                .client
+                .delete_message_batch()
+                .queue_url(&self.url)
+                .set_entries(Some(entries.collect()))
+                .send()
+                .await;
+            match answer {
+                Ok(out) if out.failed.is_empty() => {}
+                Ok(out) => warn!(
+                    failed = out.failed.len(),
+                    "some taken messages were not deleted: SQS shows them again later"
+                ),
+                Err(err) => {
+                    warn!(error = %autoproxy::aws_error::reason(&err), "deleting taken messages failed: SQS shows them again later")
+                }
+            }
+        }
+        info!(
+            messages = receipts.len(),
+            "deleted the messages taken from the event queue"
+        );
+    }
+}
+
+/// How long a queue run waits before it reads: what is left of [`PUBLISH_SPACING`] since the
+/// config was last written at `published` (`None`: never). A time in the future (clocks
+/// apart) counts as now: the wait is never longer than the spacing.
+pub fn spacing_wait(published: Option<SystemTime>, now: SystemTime) -> Duration {
+    let Some(published) = published else {
+        return Duration::ZERO;
+    };
+    let since = now.duration_since(published).unwrap_or(Duration::ZERO);
+    PUBLISH_SPACING.saturating_sub(since)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_waits_only_for_what_is_left_of_the_spacing() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_403_642);
+        let ago = |secs: u64| Some(now - Duration::from_secs(secs));
+        assert_eq!(spacing_wait(None, now), Duration::ZERO);
+        assert_eq!(spacing_wait(ago(3600), now), Duration::ZERO);
+        assert_eq!(spacing_wait(ago(15), now), Duration::ZERO);
+        assert_eq!(spacing_wait(ago(5), now), Duration::from_secs(10));
+        assert_eq!(spacing_wait(ago(0), now), PUBLISH_SPACING);
+        // A publish stamped in the future (clocks apart): no longer than the spacing.
+        let ahead = Some(now + Duration::from_secs(120));
+        assert_eq!(spacing_wait(ahead, now), PUBLISH_SPACING);
+    }
+}
