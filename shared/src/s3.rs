@@ -66,6 +66,13 @@ impl CurrentConfig {
     }
 }
 
+/// When the config was last published, and by which trigger (`route53:…` for an event run).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastPublish {
+    pub at: std::time::SystemTime,
+    pub trigger: Option<String>,
+}
+
 /// One object fetched: its text, metadata, ETag and version.
 #[derive(Debug)]
 struct Fetched {
@@ -184,9 +191,10 @@ impl ConfigStore {
         }))
     }
 
-    /// When the current config was last written (its `Last-Modified`), or `None` before the
-    /// first publish. One `HeadObject`: the config's bytes are not read.
-    pub async fn config_modified(&self) -> Result<Option<std::time::SystemTime>, StoreError> {
+    /// When the current config was last written (its `Last-Modified`) and by which trigger
+    /// (its metadata), or `None` before the first publish. One `HeadObject`: the config's
+    /// bytes are not read.
+    pub async fn last_publish(&self) -> Result<Option<LastPublish>, StoreError> {
         let response = match self
             .client
             .head_object()
@@ -201,9 +209,14 @@ impl ConfigStore {
             }
             Err(err) => return Err(self.call_error("HeadObject", &self.config_key, err)),
         };
-        Ok(response
+        let at = response
             .last_modified()
-            .and_then(|time| std::time::SystemTime::try_from(*time).ok()))
+            .and_then(|time| std::time::SystemTime::try_from(*time).ok());
+        let trigger = response
+            .metadata()
+            .and_then(|metadata| metadata.get(META_TRIGGER))
+            .cloned();
+        Ok(at.map(|at| LastPublish { at, trigger }))
     }
 
     /// The manifest, checked against `rules` (see [`Manifest::from_json`]); `None` when there

@@ -220,23 +220,7 @@ pub async fn handle_batch(
     // Only the mapping's own records are its to keep (an id it did not deliver would fail the
     // whole batch); a taken message that is refused is simply not deleted.
     let batch_item_failures = batch.failures();
-    let published = deps.store.config_modified().await?;
-    let wait = queue::spacing_wait(published, std::time::SystemTime::now());
-    if !wait.is_zero() {
-        info!(
-            wait_ms = millis(wait),
-            "the last publish was recent: waiting out the spacing"
-        );
-        tokio::time::sleep(wait).await;
-    }
-    // Taken messages stay hidden for the rest of this invocation, and then some.
-    let hold = deadline.map_or(Duration::from_secs(900), |deadline| {
-        deadline.saturating_duration_since(tokio::time::Instant::now()) + PUBLISH_RESERVE
-    });
-    let drained = match &deps.queue {
-        Some(queue) => queue.drain(&mut batch, hold).await,
-        None => queue::Drained::default(),
-    };
+    let (drained, wait) = gather(deps, &mut batch, deadline).await?;
     info!(
         records,
         drained = drained.messages,
@@ -265,6 +249,43 @@ pub async fn handle_batch(
         summary,
         batch_item_failures,
     })
+}
+
+/// Takes what else waits in the queue. When an event run published less than the spacing ago,
+/// waits out the rest of it, then takes what came meanwhile (see [`queue`]). Returns what was
+/// taken, and the wait.
+async fn gather(
+    deps: &Deps,
+    batch: &mut Batch,
+    deadline: Option<tokio::time::Instant>,
+) -> Result<(queue::Drained, Duration), GenerateError> {
+    // Taken messages stay hidden for the rest of this invocation, and then some.
+    let hold = || {
+        deadline.map_or(Duration::from_secs(900), |deadline| {
+            deadline.saturating_duration_since(tokio::time::Instant::now()) + PUBLISH_RESERVE
+        })
+    };
+    let mut drained = match &deps.queue {
+        Some(queue) => queue.drain(batch, hold()).await,
+        None => queue::Drained::default(),
+    };
+    let last = deps.store.last_publish().await?;
+    let wait = queue::spacing_wait(last.as_ref(), std::time::SystemTime::now());
+    if wait.is_zero() {
+        return Ok((drained, wait));
+    }
+    info!(
+        wait_ms = millis(wait),
+        events = batch.changes.events(),
+        "a burst soon after the last publish: waiting out the spacing"
+    );
+    tokio::time::sleep(wait).await;
+    if let Some(queue) = &deps.queue {
+        let more = queue.drain(batch, hold()).await;
+        drained.messages += more.messages;
+        drained.receipts.extend(more.receipts);
+    }
+    Ok((drained, wait))
 }
 
 fn millis(duration: Duration) -> u64 {

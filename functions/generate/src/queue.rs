@@ -1,12 +1,14 @@
 //! A run started by the Route53 event queue (docs/ARCHITECTURE.md, "Generator events"). The
 //! event source mapping hands over at most ten events at once and invokes at once; the run
 //! then takes everything else that waits in the queue, so a member's burst is read in a few
-//! runs, each zone once per run. Runs that follow a publish closely first wait until
-//! [`PUBLISH_SPACING`] has passed since it: the events of that wait join the run, and a burst
-//! costs the proxies a few applies, not one per event.
+//! runs, each zone once per run. A run that follows an event run's publish closely first waits
+//! until [`PUBLISH_SPACING`] has passed since it: the events of that wait join the run, and a
+//! burst costs the proxies a few applies, not one per event. The first change after a quiet
+//! spell (or after a scheduled, manual or deploy run) waits for nothing.
 
 use std::time::{Duration, SystemTime};
 
+use autoproxy::s3::LastPublish;
 use aws_config::SdkConfig;
 use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
 use serde::Serialize;
@@ -14,9 +16,10 @@ use tracing::{info, warn};
 
 use crate::batch::Batch;
 
-/// The least time between two publishes of queued events. A lone event after a quiet spell
-/// waits for nothing; an event within this time of a publish waits at most this long.
-pub const PUBLISH_SPACING: Duration = Duration::from_secs(15);
+/// The least time between two publishes of event runs: an event run within this time of
+/// another's publish waits at most this long. The first event after a quiet spell waits for
+/// nothing.
+pub const PUBLISH_SPACING: Duration = Duration::from_secs(20);
 
 /// The most messages a run takes from the queue besides its batch: a bound on its memory
 /// (SQS holds messages of up to 1 MiB; CloudTrail events are a few KiB). The rest wait for the
@@ -143,13 +146,21 @@ impl EventQueue {
 }
 
 /// How long a queue run waits before it reads: what is left of [`PUBLISH_SPACING`] since the
-/// config was last written at `published` (`None`: never). A time in the future (clocks
-/// apart) counts as now: the wait is never longer than the spacing.
-pub fn spacing_wait(published: Option<SystemTime>, now: SystemTime) -> Duration {
-    let Some(published) = published else {
+/// last publish, when an event run made it (its trigger `route53:…`); nothing after any other
+/// publish, or none. A time in the future (clocks apart) counts as now: the wait is never
+/// longer than the spacing.
+pub fn spacing_wait(last: Option<&LastPublish>, now: SystemTime) -> Duration {
+    let Some(last) = last else {
         return Duration::ZERO;
     };
-    let since = now.duration_since(published).unwrap_or(Duration::ZERO);
+    if !last
+        .trigger
+        .as_deref()
+        .is_some_and(|trigger| trigger.starts_with("route53:"))
+    {
+        return Duration::ZERO;
+    }
+    let since = now.duration_since(last.at).unwrap_or(Duration::ZERO);
     PUBLISH_SPACING.saturating_sub(since)
 }
 
@@ -158,16 +169,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_run_waits_only_for_what_is_left_of_the_spacing() {
+    fn a_run_waits_only_for_what_is_left_of_the_spacing_after_an_event_run() {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_403_642);
-        let ago = |secs: u64| Some(now - Duration::from_secs(secs));
+        let by = |trigger: &str, at: SystemTime| LastPublish {
+            at,
+            trigger: Some(trigger.to_owned()),
+        };
+        let ago = |secs: u64| {
+            by(
+                "route53:ChangeResourceRecordSets",
+                now - Duration::from_secs(secs),
+            )
+        };
+        let wait = |last: LastPublish| spacing_wait(Some(&last), now);
         assert_eq!(spacing_wait(None, now), Duration::ZERO);
-        assert_eq!(spacing_wait(ago(3600), now), Duration::ZERO);
-        assert_eq!(spacing_wait(ago(15), now), Duration::ZERO);
-        assert_eq!(spacing_wait(ago(5), now), Duration::from_secs(10));
-        assert_eq!(spacing_wait(ago(0), now), PUBLISH_SPACING);
+        assert_eq!(wait(ago(3600)), Duration::ZERO);
+        assert_eq!(wait(ago(15)), Duration::ZERO);
+        assert_eq!(wait(ago(5)), Duration::from_secs(10));
+        assert_eq!(wait(ago(0)), PUBLISH_SPACING);
+        // After any other run's publish, the first event waits for nothing.
+        for trigger in ["schedule", "manual", "manual-dry-run"] {
+            assert_eq!(wait(by(trigger, now)), Duration::ZERO, "{trigger}");
+        }
+        let unknown = LastPublish {
+            at: now,
+            trigger: None,
+        };
+        assert_eq!(wait(unknown), Duration::ZERO);
         // A publish stamped in the future (clocks apart): no longer than the spacing.
-        let ahead = Some(now + Duration::from_secs(120));
-        assert_eq!(spacing_wait(ahead, now), PUBLISH_SPACING);
+        let ahead = by("route53:CreateHostedZone", now + Duration::from_secs(120));
+        assert_eq!(wait(ahead), PUBLISH_SPACING);
     }
 }

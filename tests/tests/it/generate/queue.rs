@@ -93,8 +93,8 @@ async fn one_batch_of_500_records_is_one_run() {
         versions_before + 1,
         "one publish"
     );
-    // The first run published just now: this one waited out the spacing first.
-    assert!(queue.waited_ms > 0 && queue.waited_ms <= PUBLISH_SPACING.as_millis() as u64);
+    // The run before was a manual one: the first event run after it waits for nothing.
+    assert_eq!(queue.waited_ms, 0);
     let routed = snis(&estate.artifact().await.text);
     for zone in &zones {
         let sni = api_sni(&zone.name);
@@ -103,6 +103,31 @@ async fn one_batch_of_500_records_is_one_run() {
             "{}: its change is missing",
             zone.name
         );
+    }
+}
+
+/// The first change after another kind of run publishes at once; a change right after an
+/// event run's publish waits out the rest of the spacing, then publishes.
+#[tokio::test]
+async fn the_first_change_waits_for_nothing_the_next_for_the_spacing() {
+    let (estate, zones, _) = burst_estate().await;
+    let deps = estate.deps(&[]).await;
+    run(&deps, &json!({}), AT).await;
+    for (n, zone) in zones[..2].iter().enumerate() {
+        change(&estate.own, zone, 0).await;
+        let payload = json!({"Records": [record(&format!("m{n}"), OWN_ACCOUNT, &zone.id)]});
+        let summary = batch_run(&deps, &payload).await.summary;
+        assert!(summary.published, "{summary:?}");
+        assert!(snis(&estate.artifact().await.text).contains(&api_sni(&zone.name)));
+        let waited = Duration::from_millis(summary.queue.unwrap().waited_ms);
+        if n == 0 {
+            assert_eq!(waited, Duration::ZERO);
+        } else {
+            assert!(
+                waited > PUBLISH_SPACING - Duration::from_secs(5) && waited <= PUBLISH_SPACING,
+                "{waited:?}"
+            );
+        }
     }
 }
 
