@@ -64,6 +64,8 @@ pub const BUCKET: &str = "autoproxy-config-demo";
 pub const CONFIG_KEY: &str = "haproxy/haproxy.cfg";
 /// The apply document's name in moto's SSM.
 pub const DOCUMENT: &str = "autoproxy-apply-config";
+/// The Route53 event queue, as the stack's `Route53EventsQueue`.
+pub const EVENT_QUEUE: &str = "autoproxy-route53-events";
 pub const TAG_KEY: &str = "Role";
 pub const TAG_VALUE: &str = "peering-proxy";
 /// Peering-proxy instances created in moto's EC2.
@@ -137,6 +139,14 @@ impl Pipeline {
         let sdk = moto.sdk_config().await;
 
         estate::versioned_bucket(&sdk, BUCKET).await?;
+        let queue_url = aws_sdk_sqs::Client::new(&sdk)
+            .create_queue()
+            .queue_name(EVENT_QUEUE)
+            .send()
+            .await
+            .map_err(|e| step_error("CreateQueue", autoproxy::aws_error::reason(&e)))?
+            .queue_url
+            .unwrap_or_default();
         let own = Account::own(&sdk);
         let member = Account::assume(&sdk, MEMBER_ACCOUNT).await?;
         let zones = seed_clusters(&own, &member, &INITIAL).await?;
@@ -169,7 +179,7 @@ impl Pipeline {
         let addresses = start_address_agent(&haproxy, &resolver, say);
 
         let options = haproxy.options(backends.port);
-        let env = function_env(&moto, &resolver, &options)?;
+        let env = function_env(&moto, &resolver, &options, &queue_url)?;
         let lambda = match runner {
             Runner::InProcess => None,
             Runner::LambdaRuntime => {
@@ -255,10 +265,11 @@ impl Pipeline {
                 let deps = handler::Deps::new(settings, &self.sdk, OWN_ACCOUNT)
                     .await
                     .map_err(|e| step_error(function, e))?;
-                let summary = handler::handle(&deps, payload, &handler::now_rfc3339())
+                // As the Lambda entry point runs it (a queued batch included), without a budget.
+                let reply = handler::handle_payload(&deps, payload, None)
                     .await
                     .map_err(|e| step_error(function, e))?;
-                serde_json::to_value(summary).map_err(|e| step_error(function, e))
+                serde_json::to_value(reply).map_err(|e| step_error(function, e))
             }
             "autoproxy-configure" => {
                 use autoproxy_configure::handler;
@@ -289,7 +300,9 @@ impl Pipeline {
         extra_env: &[(&str, &str)],
     ) -> Result<Rollout, PipelineError> {
         let started = Instant::now();
-        let summary = self.invoke("autoproxy-generate", event, extra_env).await?;
+        let summary = self
+            .invoke("autoproxy-generate", &delivered(event), extra_env)
+            .await?;
         let generate_time = started.elapsed();
         let mut rollout = Rollout {
             summary,
@@ -482,6 +495,7 @@ fn function_env(
     moto: &Moto,
     resolver: &Resolver,
     options: &autoproxy::render::RenderOptions,
+    queue_url: &str,
 ) -> Result<Vec<(String, String)>, PipelineError> {
     let mut env = moto.env();
     env.extend(
@@ -500,6 +514,7 @@ fn function_env(
                 serde_json::to_string(&options).map_err(|e| step_error("RENDER_OPTIONS", e))?,
             ),
             ("ROUTE53_REQUESTS_PER_SECOND", "50".to_owned()),
+            ("EVENT_QUEUE_URL", queue_url.to_owned()),
             ("APPLY_DOCUMENT", DOCUMENT.to_owned()),
             ("TARGET_TAG_KEY", TAG_KEY.to_owned()),
             ("TARGET_TAG_VALUE", TAG_VALUE.to_owned()),

@@ -207,9 +207,9 @@ pub async fn handle_until(
     run(deps, &trigger, generated_at, deadline).await
 }
 
-/// A batch of the event queue as one run (see [`queue`]): wait out what is left of the
-/// publish spacing, take what else waits in the queue, read each zone named once, write, then
-/// delete the messages taken. A failed run deletes nothing: SQS shows the batch and the taken
+/// A batch of the event queue as one run (see [`queue`]): take what else waits in the queue
+/// (a burst soon after an event run's publish waits out the spacing first), read each zone
+/// named once, write, then delete the messages taken. A failed run deletes nothing: SQS shows the batch and the taken
 /// messages again.
 pub async fn handle_batch(
     deps: &Deps,
@@ -220,7 +220,13 @@ pub async fn handle_batch(
     // Only the mapping's own records are its to keep (an id it did not deliver would fail the
     // whole batch); a taken message that is refused is simply not deleted.
     let batch_item_failures = batch.failures();
-    let (drained, wait) = gather(deps, &mut batch, deadline).await?;
+    // Taken messages stay hidden for the rest of this invocation, and then some.
+    let hold = || {
+        deadline.map_or(Duration::from_secs(900), |deadline| {
+            deadline.saturating_duration_since(tokio::time::Instant::now()) + PUBLISH_RESERVE
+        })
+    };
+    let (drained, wait) = queue::gather(deps.queue.as_ref(), &deps.store, &mut batch, hold).await?;
     info!(
         records,
         drained = drained.messages,
@@ -249,43 +255,6 @@ pub async fn handle_batch(
         summary,
         batch_item_failures,
     })
-}
-
-/// Takes what else waits in the queue. When an event run published less than the spacing ago,
-/// waits out the rest of it, then takes what came meanwhile (see [`queue`]). Returns what was
-/// taken, and the wait.
-async fn gather(
-    deps: &Deps,
-    batch: &mut Batch,
-    deadline: Option<tokio::time::Instant>,
-) -> Result<(queue::Drained, Duration), GenerateError> {
-    // Taken messages stay hidden for the rest of this invocation, and then some.
-    let hold = || {
-        deadline.map_or(Duration::from_secs(900), |deadline| {
-            deadline.saturating_duration_since(tokio::time::Instant::now()) + PUBLISH_RESERVE
-        })
-    };
-    let mut drained = match &deps.queue {
-        Some(queue) => queue.drain(batch, hold()).await,
-        None => queue::Drained::default(),
-    };
-    let last = deps.store.last_publish().await?;
-    let wait = queue::spacing_wait(last.as_ref(), std::time::SystemTime::now());
-    if wait.is_zero() {
-        return Ok((drained, wait));
-    }
-    info!(
-        wait_ms = millis(wait),
-        events = batch.changes.events(),
-        "a burst soon after the last publish: waiting out the spacing"
-    );
-    tokio::time::sleep(wait).await;
-    if let Some(queue) = &deps.queue {
-        let more = queue.drain(batch, hold()).await;
-        drained.messages += more.messages;
-        drained.receipts.extend(more.receipts);
-    }
-    Ok((drained, wait))
 }
 
 fn millis(duration: Duration) -> u64 {

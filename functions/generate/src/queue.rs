@@ -1,14 +1,15 @@
 //! A run started by the Route53 event queue (docs/ARCHITECTURE.md, "Generator events"). The
 //! event source mapping hands over at most ten events at once and invokes at once; the run
 //! then takes everything else that waits in the queue, so a member's burst is read in a few
-//! runs, each zone once per run. A run that follows an event run's publish closely first waits
-//! until [`PUBLISH_SPACING`] has passed since it: the events of that wait join the run, and a
-//! burst costs the proxies a few applies, not one per event. The first change after a quiet
-//! spell (or after a scheduled, manual or deploy run) waits for nothing.
+//! runs, each zone once per run. A lone event gives the queue [`BURST_WINDOW`] to show whether
+//! more are coming; a burst (more than one event) that follows an event run's publish closely
+//! first waits until [`PUBLISH_SPACING`] has passed since it: the events of that wait join the
+//! run, and a burst costs the proxies a few applies, not one per event. A lone change, and the
+//! first burst after a quiet spell or a scheduled, manual or deploy run, wait for no spacing.
 
 use std::time::{Duration, SystemTime};
 
-use autoproxy::s3::LastPublish;
+use autoproxy::s3::{ConfigStore, LastPublish, StoreError};
 use aws_config::SdkConfig;
 use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
 use serde::Serialize;
@@ -16,10 +17,15 @@ use tracing::{info, warn};
 
 use crate::batch::Batch;
 
-/// The least time between two publishes of event runs: an event run within this time of
-/// another's publish waits at most this long. The first event after a quiet spell waits for
-/// nothing.
+/// The least time between two publishes of event runs of a burst: a burst's run within this
+/// time of an event run's publish waits at most this long.
 pub const PUBLISH_SPACING: Duration = Duration::from_secs(20);
+
+/// How long a lone event waits for company before it is read alone. A burst's events come
+/// tens of milliseconds apart (external-dns, Terraform and CloudFormation change records one
+/// call after another); a person's next change, seconds later. Added to a lone event's
+/// latency: half a second.
+pub const BURST_WINDOW: Duration = Duration::from_millis(500);
 
 /// The most messages a run takes from the queue besides its batch: a bound on its memory
 /// (SQS holds messages of up to 1 MiB; CloudTrail events are a few KiB). The rest wait for the
@@ -142,6 +148,57 @@ impl EventQueue {
             messages = receipts.len(),
             "deleted the messages taken from the event queue"
         );
+    }
+}
+
+/// Takes what else waits in the queue for a batch (see the module's comment): a lone event
+/// waits [`BURST_WINDOW`] and looks again; a burst within [`PUBLISH_SPACING`] of an event
+/// run's publish waits out the rest of it, then takes what came meanwhile. `hold`: how long a
+/// taken message stays hidden, asked at each take. Returns what was taken, and the time
+/// waited.
+pub async fn gather(
+    queue: Option<&EventQueue>,
+    store: &ConfigStore,
+    batch: &mut Batch,
+    hold: impl Fn() -> Duration,
+) -> Result<(Drained, Duration), StoreError> {
+    let mut drained = Drained::default();
+    take(queue, &mut drained, batch, hold()).await;
+    let mut waited = Duration::ZERO;
+    if batch.changes.events() == 1 && queue.is_some() {
+        tokio::time::sleep(BURST_WINDOW).await;
+        waited += BURST_WINDOW;
+        take(queue, &mut drained, batch, hold()).await;
+    }
+    if batch.changes.events() <= 1 {
+        return Ok((drained, waited));
+    }
+    let last = store.last_publish().await?;
+    let wait = spacing_wait(last.as_ref(), SystemTime::now());
+    if !wait.is_zero() {
+        info!(
+            wait_ms = wait.as_millis(),
+            events = batch.changes.events(),
+            "a burst soon after an event run's publish: waiting out the spacing"
+        );
+        tokio::time::sleep(wait).await;
+        waited += wait;
+        take(queue, &mut drained, batch, hold()).await;
+    }
+    Ok((drained, waited))
+}
+
+/// One more take from the queue, if there is one, into `drained`.
+async fn take(
+    queue: Option<&EventQueue>,
+    drained: &mut Drained,
+    batch: &mut Batch,
+    hold: Duration,
+) {
+    if let Some(queue) = queue {
+        let more = queue.drain(batch, hold).await;
+        drained.messages += more.messages;
+        drained.receipts.extend(more.receipts);
     }
 }
 

@@ -44,6 +44,21 @@ pub fn zone_deleted_event(account: &str, zone_id: &str) -> Value {
     event
 }
 
+/// An event as the generator receives it: a Route53 CloudTrail event arrives through the
+/// event queue, as a batch of one record of the event source mapping (`events/sqs-batch.json`);
+/// any other event as it is.
+pub fn delivered(event: &Value) -> Value {
+    if event["source"] != "aws.route53" {
+        return event.clone();
+    }
+    let mut batch = event_file("sqs-batch.json");
+    let mut record = batch["Records"][0].take();
+    record["body"] = json!(event.to_string());
+    record["md5OfBody"] = json!("");
+    batch["Records"] = json!([record]);
+    batch
+}
+
 /// `events/s3-put.json` for one new version of the config.
 pub fn s3_put_event(bucket: &str, key: &str, version_id: &str) -> Value {
     let mut event = event_file("s3-put.json");

@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 
 use autoproxy_generate::handler::{Reply, handle_payload};
-use autoproxy_generate::queue::PUBLISH_SPACING;
+use autoproxy_generate::queue::{BURST_WINDOW, PUBLISH_SPACING};
 use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
 
 use super::*;
@@ -106,29 +106,55 @@ async fn one_batch_of_500_records_is_one_run() {
     }
 }
 
-/// The first change after another kind of run publishes at once; a change right after an
-/// event run's publish waits out the rest of the spacing, then publishes.
+/// A lone change waits only for the burst window, even right after an event run's publish; a
+/// burst right after one waits out the rest of the spacing, then publishes.
 #[tokio::test]
-async fn the_first_change_waits_for_nothing_the_next_for_the_spacing() {
+async fn a_lone_change_waits_for_no_spacing_a_burst_does() {
     let (estate, zones, _) = burst_estate().await;
-    let deps = estate.deps(&[]).await;
+    let url = queue(&estate).await;
+    let deps = estate.deps(&[("EVENT_QUEUE_URL", url.as_str())]).await;
     run(&deps, &json!({}), AT).await;
-    for (n, zone) in zones[..2].iter().enumerate() {
-        change(&estate.own, zone, 0).await;
-        let payload = json!({"Records": [record(&format!("m{n}"), OWN_ACCOUNT, &zone.id)]});
-        let summary = batch_run(&deps, &payload).await.summary;
-        assert!(summary.published, "{summary:?}");
-        assert!(snis(&estate.artifact().await.text).contains(&api_sni(&zone.name)));
-        let waited = Duration::from_millis(summary.queue.unwrap().waited_ms);
-        if n == 0 {
-            assert_eq!(waited, Duration::ZERO);
-        } else {
-            assert!(
-                waited > PUBLISH_SPACING - Duration::from_secs(5) && waited <= PUBLISH_SPACING,
-                "{waited:?}"
-            );
+    let mut waits = Vec::new();
+    for (n, group) in [&zones[0..1], &zones[1..2], &zones[2..4]]
+        .into_iter()
+        .enumerate()
+    {
+        let mut records = Vec::new();
+        for zone in group {
+            change(&estate.own, zone, 0).await;
+            records.push(record(&format!("m{n}-{}", zone.id), OWN_ACCOUNT, &zone.id));
         }
+        let summary = batch_run(&deps, &json!({ "Records": records }))
+            .await
+            .summary;
+        assert!(summary.published, "{summary:?}");
+        let routed = snis(&estate.artifact().await.text);
+        assert!(
+            group
+                .iter()
+                .all(|zone| routed.contains(&api_sni(&zone.name)))
+        );
+        waits.push(Duration::from_millis(summary.queue.unwrap().waited_ms));
     }
+    // Two lone changes: the window each, no spacing; then a burst of two: the spacing.
+    assert_eq!(waits[..2], [BURST_WINDOW, BURST_WINDOW], "{waits:?}");
+    let burst = waits[2];
+    assert!(
+        burst > PUBLISH_SPACING - Duration::from_secs(5) && burst <= PUBLISH_SPACING,
+        "{waits:?}"
+    );
+}
+
+/// A queue for the generator to drain, as the stack's `Route53EventsQueue`.
+async fn queue(estate: &Estate) -> String {
+    aws_sdk_sqs::Client::new(&estate.sdk)
+        .create_queue()
+        .queue_name("route53-events")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap()
 }
 
 /// What the harness's event source mapping saw of one run.
@@ -233,14 +259,7 @@ async fn send_event(sqs: &aws_sdk_sqs::Client, url: &str, account: &str, zone_id
 async fn a_members_burst_costs_a_few_runs_and_others_wait_little() {
     let (estate, zones, other) = burst_estate().await;
     let sqs = aws_sdk_sqs::Client::new(&estate.sdk);
-    let url = sqs
-        .create_queue()
-        .queue_name("route53-events")
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let url = queue(&estate).await;
     // Half the routes come and go at once: not what the mass-deletion guard is for here.
     let settings = [
         ("EVENT_QUEUE_URL", url.as_str()),
