@@ -215,8 +215,8 @@ impl MapFiles {
 }
 
 /// A route line's `host:port`, its host normalised the one way every reader of the tables
-/// uses (the map files, the address service): lower-cased, without a trailing dot. `None`
-/// without a port or a host.
+/// uses (the map files, the address service, the agent's judgement of which targets need an
+/// address): lower-cased, without a trailing dot. `None` without a port or a host.
 pub fn target_host(target: &str) -> Option<(String, &str)> {
     let (host, port) = target.rsplit_once(':')?;
     let host = host.trim_end_matches('.').to_ascii_lowercase();

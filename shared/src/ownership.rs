@@ -208,7 +208,7 @@ fn zone_refusal(
 /// Settles the SNIs that lie outside their own zone (docs/ARCHITECTURE.md, "Who may route a
 /// name outside every zone"), among the routes the zone names let through. A route whose SNI
 /// lies inside a deeper zone than its own (a child zone, another account's) is that zone's,
-/// unless [`nested::first_holds`] says the claiming zone held it first.
+/// unless [`nested::Known::first_holds`] says the claiming zone held it first.
 fn outside_names(owned: &mut Owned, previous: &Holders, known: &nested::Known, grace: Grace) {
     let mut claims: BTreeMap<String, BTreeSet<ZoneKey>> = BTreeMap::new();
     let mut refused: BTreeMap<(String, ZoneKey), Refusal> = BTreeMap::new();

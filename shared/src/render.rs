@@ -309,13 +309,20 @@ mod tests {
     }
 
     fn render_with(routes: &[Route], template: &str) -> Result<Rendered, RenderError> {
+        render_options(routes, template, &RenderOptions::default())
+    }
+
+    fn render_options(
+        routes: &[Route],
+        template: &str,
+        options: &RenderOptions,
+    ) -> Result<Rendered, RenderError> {
         let resolvers = ["169.254.169.253:53".parse().unwrap()];
-        let options = RenderOptions::default();
         Renderer::new(template)?.render(&RenderInput {
             routes,
             resolvers: &resolvers,
             proxies: &[],
-            options: &options,
+            options,
             generation: 3,
             generated_at: "2026-01-01T00:00:00Z",
             trigger: "manual",
@@ -440,22 +447,12 @@ mod tests {
             "{}",
             rendered.text
         );
-        let resolvers = ["169.254.169.253:53".parse().unwrap()];
-        let renderer = Renderer::new(DEFAULT_TEMPLATE).unwrap();
         for bad in ["/run/a.sock\n    server x 10.0.0.1:80", "/run/a#b.sock"] {
             let options = RenderOptions {
                 agent_socket: bad.to_owned(),
                 ..RenderOptions::default()
             };
-            let err = renderer.render(&RenderInput {
-                routes: &routes,
-                resolvers: &resolvers,
-                proxies: &[],
-                options: &options,
-                generation: 3,
-                generated_at: "2026-01-01T00:00:00Z",
-                trigger: "manual",
-            });
+            let err = render_options(&routes, DEFAULT_TEMPLATE, &options);
             assert!(
                 matches!(err, Err(RenderError::Render(_))),
                 "{bad:?}: {err:?}"

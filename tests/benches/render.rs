@@ -5,8 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, RenderOptions, Renderer};
-use autoproxy_tests::bench::synthetic_routes;
+use autoproxy_tests::bench::{render_times, synthetic_routes};
 
 fn main() {
     let started = Instant::now();
@@ -14,28 +13,8 @@ fn main() {
     let matching = started.elapsed();
     assert_eq!(routes.len(), 10_000);
 
-    let renderer = Renderer::new(DEFAULT_TEMPLATE).unwrap();
-    let resolvers = ["169.254.169.253:53".parse().unwrap()];
-    let options = RenderOptions::default();
-    let mut times: Vec<Duration> = Vec::new();
-    let mut size = 0;
-    for _ in 0..7 {
-        let started = Instant::now();
-        let rendered = renderer
-            .render(&RenderInput {
-                routes: &routes,
-                resolvers: &resolvers,
-                proxies: &[],
-                options: &options,
-                generation: 1,
-                generated_at: "2026-01-01T00:00:00Z",
-                trigger: "bench",
-            })
-            .unwrap();
-        times.push(started.elapsed());
-        size = rendered.text.len();
-    }
-    times.sort();
+    let (times, text) = render_times(&routes, 7);
+    let size = text.len();
     println!("routes                               {}", routes.len());
     println!(
         "build, match, resolve (5,000 zones)  {:>8.1} ms",

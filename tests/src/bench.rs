@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use autoproxy::model::{RecordSet, Route, Zone, ZoneRecords};
 use autoproxy::names::HostName;
@@ -260,6 +260,13 @@ fn output(program: &str, args: &[&str]) -> String {
 
 /// Median of five renders, in ms, and the rendered text.
 pub fn time_render(routes: &[Route]) -> (f64, String) {
+    let (times, text) = render_times(routes, 5);
+    (times[2].as_secs_f64() * 1000.0, text)
+}
+
+/// `runs` renders of `routes` with the default template and options: their times, fastest
+/// first, and the rendered text.
+pub fn render_times(routes: &[Route], runs: usize) -> (Vec<Duration>, String) {
     let renderer = Renderer::new(DEFAULT_TEMPLATE).expect("default template");
     let resolvers = ["169.254.169.253:53".parse().unwrap()];
     let options = RenderOptions::default();
@@ -274,13 +281,13 @@ pub fn time_render(routes: &[Route]) -> (f64, String) {
     };
     let mut times = Vec::new();
     let mut text = String::new();
-    for _ in 0..5 {
+    for _ in 0..runs {
         let started = Instant::now();
         text = renderer.render(&input).expect("render").text;
-        times.push(started.elapsed().as_secs_f64() * 1000.0);
+        times.push(started.elapsed());
     }
-    times.sort_by(f64::total_cmp);
-    (times[2], text)
+    times.sort();
+    (times, text)
 }
 
 /// `haproxy -c -dW` as the tests run it (server names mapped in a private /etc/hosts), ms.

@@ -4,8 +4,8 @@
 //! Under an exclusive lock beside the config, as stages that pass values along (`stages.rs`):
 //! state (what runs: the service, and the installed config's stats socket, `running.rs`) →
 //! fetch (download, verify its sha256, skip unless newer than what runs) → prepare (the new
-//! hosts' addresses for 2 s, the route maps staged as they may serve: a route whose host has
-//! no address is held, `crate::routes`) → `haproxy -c` on the config as it reads the staged
+//! hosts' addresses for 2 s, none on a first install, the route maps staged as they may
+//! serve: a route whose host has no address is held, `crate::routes`) → `haproxy -c` on the config as it reads the staged
 //! maps → keep the current config as last-known-good (only if HAProxy runs it) → install (the
 //! route maps renamed into place, the way decided) → activate, one of two ways:
 //! * only the route tables changed (the config's structure equals what runs): replace the

@@ -1,5 +1,5 @@
 //! `resolver.sock`, the control socket between the two programs, both ends: an apply asks the
-//! address service to resolve names now ([`ask`], which [`crate::addresses::ensure`] calls),
+//! address service to resolve names now ([`ask()`], which [`crate::addresses::ensure`] calls),
 //! and the service answers ([`Control`]). A Unix stream in `<config dir>/autoproxy/`, root
 //! only. One request per connection:
 //!

@@ -159,9 +159,8 @@ async fn run(config: &Path, knobs: Knobs, metrics: Option<Duration>) -> Result<(
             observer.follow(&installed, now);
             pushing.set_stats_socket(installed.stats_socket, now);
         }
-        // Ready once the config was read (or found missing, which the log says); then alive
-        // for as long as this loop turns: a wedged loop stops the pings and systemd restarts
-        // the unit (WatchdogSec=).
+        // Ready once the config was read (or found missing); then alive while this loop turns:
+        // a wedged loop stops the pings and systemd restarts the unit (WatchdogSec=).
         watchdog.turned(now);
         // The pacer counts the cap on the time the queries leave, not on when this turn began:
         // reading a config and asking HAProxy above can take tens of milliseconds.
@@ -182,7 +181,8 @@ async fn run(config: &Path, knobs: Knobs, metrics: Option<Duration>) -> Result<(
             wants.push_started();
         }
         cycle.report(&mut engine, knobs.refresh, now);
-        observer.update(&mut engine, output.written(), now);
+        let pushed = pushing.holds(output.written());
+        observer.update(&mut engine, output.written(), pushed, now);
         let wake = [
             engine.next_wake(now),
             Some(watched.next_check()),

@@ -25,21 +25,21 @@ pub struct Serving {
     pub held: BTreeSet<String>,
 }
 
-/// The host of a `host:port` target.
-pub fn target_host(target: &str) -> &str {
-    target.rsplit_once(':').map_or(target, |(host, _)| host)
-}
-
-/// The host of a `host:port` target as the address map keys it (lower-case, without a
-/// trailing dot); none for an IP literal of either family, which needs no address. The one
+/// The host of a `host:port` target as the address map keys it (the artifact's one reading
+/// of a target, [`autoproxy::artifact::target_host`]); none for an IP literal of either
+/// family, which needs no address. A target that is not `host:port` (no route line the
+/// generator writes) never serves: the whole of it stands for a host no map holds. The one
 /// judgement of which targets need an address: the tables as they may serve, the fleet
-/// record's and the address service's counts of routes without one all use it.
+/// record's and the address service's counts of routes without one, and the hosts the
+/// address service keeps current all use it.
 pub fn host_needing_address(target: &str) -> Option<String> {
-    let host = target_host(target);
+    let Some((host, _)) = autoproxy::artifact::target_host(target) else {
+        return Some(target.to_owned());
+    };
     if host.parse::<IpAddr>().is_ok() {
         return None;
     }
-    Some(host.trim_end_matches('.').to_ascii_lowercase())
+    Some(host)
 }
 
 /// Whether a target can serve: its host is an IP literal or has an address.
@@ -144,13 +144,13 @@ mod tests {
 
     #[test]
     fn hosts_and_targets() {
-        assert_eq!(target_host("api.x:443"), "api.x");
-        assert_eq!(target_host("api.x"), "api.x");
         for (target, host) in [
             ("api.x:443", Some("api.x")),
             ("API.X.:6443", Some("api.x")),
             ("10.0.0.9:443", None),
-            ("10.0.0.9", None),
+            // Not `host:port`: never serves.
+            ("api.x", Some("api.x")),
+            ("10.0.0.9", Some("10.0.0.9")),
         ] {
             assert_eq!(host_needing_address(target).as_deref(), host, "{target}");
         }

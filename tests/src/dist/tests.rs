@@ -212,36 +212,45 @@ fn dates_are_quoted_for_yaml_1_1_readers() {
 
 #[test]
 fn what_the_bundle_cannot_ship_is_refused() {
-    let check = |text: &str, arch: Arch, expected: &str| {
-        let err = bundled(text, arch).unwrap_err().to_string();
+    // The template with one text replaced, for one architecture: what the refusal names.
+    for (from, to, arch, expected) in [
+        (
+            "AllowedValues: [arm64, x86_64]",
+            "AllowedValues: [arm64]",
+            Arch::X86_64,
+            "parameter Architecture does not offer x86_64",
+        ),
+        (
+            "BuildMethod: makefile",
+            "BuildMethod: go1.x",
+            Arch::X86_64,
+            "AgentLayer: expected a rust-cargolambda function or a makefile layer",
+        ),
+        (
+            "        Binary: autoproxy-generate\n",
+            "        Other: x\n",
+            Arch::X86_64,
+            "GenerateFunction: rust-cargolambda without BuildProperties.Binary",
+        ),
+        // A function without a build leaned on Globals' CodeUri, which the bundle drops.
+        (
+            "      BuildMethod: rust-cargolambda\n",
+            "",
+            Arch::X86_64,
+            "GenerateFunction: a function with neither a build method nor CodeUri/InlineCode",
+        ),
+        (
+            "      BuildMethod: makefile\n",
+            "",
+            Arch::Arm64,
+            "no layer built by sam build",
+        ),
+    ] {
+        let err = bundled(&TEMPLATE.replace(from, to), arch)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(expected), "{expected:?} not in {err:?}");
-    };
-    check(
-        &TEMPLATE.replace("AllowedValues: [arm64, x86_64]", "AllowedValues: [arm64]"),
-        Arch::X86_64,
-        "parameter Architecture does not offer x86_64",
-    );
-    check(
-        &TEMPLATE.replace("BuildMethod: makefile", "BuildMethod: go1.x"),
-        Arch::X86_64,
-        "AgentLayer: expected a rust-cargolambda function or a makefile layer",
-    );
-    check(
-        &TEMPLATE.replace("        Binary: autoproxy-generate\n", "        Other: x\n"),
-        Arch::X86_64,
-        "GenerateFunction: rust-cargolambda without BuildProperties.Binary",
-    );
-    // A function without a build leaned on Globals' CodeUri, which the bundle drops.
-    check(
-        &TEMPLATE.replace("      BuildMethod: rust-cargolambda\n", ""),
-        Arch::X86_64,
-        "GenerateFunction: a function with neither a build method nor CodeUri/InlineCode",
-    );
-    check(
-        &TEMPLATE.replace("      BuildMethod: makefile\n", ""),
-        Arch::Arm64,
-        "no layer built by sam build",
-    );
+    }
 }
 
 #[test]

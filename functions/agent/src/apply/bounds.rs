@@ -24,7 +24,7 @@ pub const RUNNING_TIMEOUT: Duration = Duration::from_secs(15);
 pub const UPDATE_BUDGET: Duration = Duration::from_secs(10);
 /// How long the steps under the lock may take, all together, from the lock taken to the new
 /// generation running (download, state, addresses, check, update or reload, running check):
-/// past it the run stops where it is, as at a signal, and [`Run::finish`] undoes what it
+/// past it the run stops where it is, as at a signal, and `Run::finish` undoes what it
 /// installed. Each step keeps its own bound too (a child past it is killed at once).
 pub const LOCKED_BUDGET: Duration = Duration::from_secs(170);
 /// How long the ending may take, all together: the rollback, the fleet record and, after a

@@ -1,5 +1,6 @@
 //! The routes' hosts before the swap: the address map seeded from a running per-route
-//! config, and the hosts new to this generation resolved within the apply's budget.
+//! config, and the hosts new to this generation resolved within the apply's budget, unless
+//! HAProxy runs no generation of ours yet (a first install waits for no address).
 
 use autoproxy::artifact;
 
@@ -42,14 +43,22 @@ impl Run {
         if new.is_empty() && installed.is_empty() {
             return;
         }
-        if self.state.before == Before::Stopped {
-            // Nothing serves yet, so waiting gains nothing: the address service fills the map
-            // at its fill pace once this apply returns, and `/ready` gates the traffic.
+        if self.state.running_gen == 0 {
+            // A first install: no HAProxy runs, or it runs no generation of ours (the
+            // distribution's default config, a hand-written one). No route of ours serves yet,
+            // so waiting gains nothing: the address service fills the map at its fill pace once
+            // this apply returns, and `/ready` gates the traffic until the worker holds what
+            // its first pass found.
             let n = new.len() + installed.len();
+            let runs = if self.state.before == Before::Stopped {
+                "HAProxy serves nothing yet"
+            } else {
+                "HAProxy serves no route of ours yet"
+            };
             log(
                 "addresses",
                 &format!(
-                    "{n} new host(s), none waited for: HAProxy serves nothing yet (the address service resolves them; /ready waits for its first pass)"
+                    "{n} new host(s), none waited for: {runs} (the address service resolves them; /ready waits for its first pass)"
                 ),
             );
             return;

@@ -84,9 +84,8 @@ impl Installed {
         for path in [maps.routes, maps.suffixes] {
             let table = std::fs::read_to_string(config_dir.join(path)).unwrap_or_default();
             for (_, target) in crate::routes::entries(&table) {
-                let host = crate::routes::target_host(target);
-                if host.parse::<IpAddr>().is_err()
-                    && let Ok(name) = autoproxy::names::HostName::parse(host)
+                if let Some(host) = crate::routes::host_needing_address(target)
+                    && let Ok(name) = autoproxy::names::HostName::parse(&host)
                 {
                     self.names.insert(name.as_str().to_owned());
                 }

@@ -201,10 +201,13 @@ impl Observer {
     }
 
     /// Stores the loop's figures (every turn of the loop: a few stores; the routes without an
-    /// address are counted again only when the map changed).
-    pub fn update(&mut self, engine: &mut Engine, written: &Addresses, now: Instant) {
+    /// address are counted again only when the map changed); `pushed`: the last push that
+    /// ended brought the worker to `written` (and put the held routes in).
+    pub fn update(&mut self, engine: &mut Engine, written: &Addresses, pushed: bool, now: Instant) {
+        // The worker holds the engine's map: written, and pushed.
+        let pushed = pushed && !engine.dirty;
         let unresolved = self.count_unresolved(written);
-        self.first_pass = self.next_first_pass(engine, now);
+        self.first_pass = self.next_first_pass(engine, pushed, now);
         // Explained once the first pass is over: before, most hosts are merely not asked yet.
         if self.first_pass == FirstPass::Over && unresolved != self.explained {
             self.explained = unresolved;
@@ -252,29 +255,40 @@ impl Observer {
     }
 
     /// The first pass as of `now`: it starts when an installed config was read and ends once
-    /// every name ended a turn or the warm-up is over (logged once).
-    fn next_first_pass(&self, engine: &Engine, now: Instant) -> FirstPass {
+    /// every name ended a turn and the worker holds what they found (`pushed`), or the
+    /// warm-up is over (logged once).
+    fn next_first_pass(&self, engine: &Engine, pushed: bool, now: Instant) -> FirstPass {
         let pending = u64::try_from(engine.first_pending()).unwrap_or(u64::MAX);
         let next = match self.first_pass {
             FirstPass::NotStarted if !self.installed => return FirstPass::NotStarted,
             FirstPass::NotStarted => FirstPass::Running {
                 since: now,
                 pending,
+                pushed,
             },
-            FirstPass::Running { since, .. } => FirstPass::Running { since, pending },
+            FirstPass::Running { since, .. } => FirstPass::Running {
+                since,
+                pending,
+                pushed,
+            },
             FirstPass::Over => return FirstPass::Over,
         };
         if !ready::first_pass_over(next, now) {
             return next;
         }
-        if let FirstPass::Running { since, pending } = next {
+        if let FirstPass::Running { since, pending, .. } = next {
             log(format_args!(
-                "first pass over the hosts over after {:.1}s: {pending} names still without a first answer{}",
+                "first pass over the hosts over after {:.1}s: {pending} names still without a first answer{}{}",
                 now.saturating_duration_since(since).as_secs_f64(),
                 if pending > 0 {
                     " (warm-up over: their routes are held)"
                 } else {
                     ""
+                },
+                if pushed {
+                    ""
+                } else {
+                    "; HAProxy does not hold every address found yet (warm-up over)"
                 }
             ));
         }

@@ -2,7 +2,8 @@
 //! stuck worker must not stop the resolving; every command on its socket has a deadline), one
 //! push at a time, after each write of the file, and every few seconds when nothing changed, so a
 //! reload (a new worker that loaded an older file) is caught up on. After a push that left the
-//! worker holding the addresses, the same task has the [`Releaser`] put the held routes in.
+//! worker holding the addresses, the same task has the [`Releaser`] put the held routes in;
+//! then the worker holds that map ([`Pushing::holds`], which `/ready`'s first pass waits for).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -37,8 +38,16 @@ pub struct Pushing {
     /// None while its push is in flight.
     pusher: Option<Workers>,
     task: Option<JoinHandle<(Workers, Synced)>>,
+    /// The map the push in flight brings the worker to.
+    in_flight: Option<Target>,
+    /// The map the last push that ended brought the worker to (its held routes put in); none
+    /// after a push that failed, or when the socket changed.
+    held: Option<Target>,
     due: Instant,
 }
+
+/// The address map a push brings the worker to.
+type Target = Arc<BTreeMap<Arc<str>, IpAddr>>;
 
 impl Pushing {
     /// Nowhere to push yet: the config names the stats socket.
@@ -48,6 +57,8 @@ impl Pushing {
             stats_socket: None,
             pusher: Some((Pusher::new(None), Releaser::new(config.to_path_buf()))),
             task: None,
+            in_flight: None,
+            held: None,
             due: now,
         }
     }
@@ -63,6 +74,8 @@ impl Pushing {
         if let Some(task) = self.task.take() {
             task.abort();
         }
+        self.in_flight = None;
+        self.held = None;
         self.pusher = Some(self.fresh());
         self.due = now;
     }
@@ -75,12 +88,7 @@ impl Pushing {
     /// Starts a push of `written` when one is due and none is in flight; `file_current`:
     /// whether the file holds the engine's map (a push waits for the write). Whether it
     /// started one.
-    pub fn start(
-        &mut self,
-        written: &Arc<BTreeMap<Arc<str>, IpAddr>>,
-        file_current: bool,
-        now: Instant,
-    ) -> bool {
+    pub fn start(&mut self, written: &Target, file_current: bool, now: Instant) -> bool {
         if now < self.due || !file_current {
             return false;
         }
@@ -88,6 +96,7 @@ impl Pushing {
             return false;
         };
         let target = Arc::clone(written);
+        self.in_flight = Some(Arc::clone(written));
         self.task = Some(tokio::spawn(async move {
             let synced = pusher.sync(&target).await;
             if !matches!(synced, Synced::Failed(_)) {
@@ -116,6 +125,8 @@ impl Pushing {
     /// it may not.
     pub fn ended(&mut self, pushed: Pushed, now: Instant) -> Option<String> {
         self.task = None;
+        let target = self.in_flight.take();
+        self.held = None;
         match pushed {
             Ok((workers, synced)) => {
                 if self.pusher.is_none() {
@@ -130,7 +141,10 @@ impl Pushing {
                     };
                 match synced {
                     Synced::Failed(why) => Some(why),
-                    Synced::Held | Synced::NoWorker => None,
+                    Synced::Held | Synced::NoWorker => {
+                        self.held = target;
+                        None
+                    }
                 }
             }
             // The push panicked: start over with a fresh view of HAProxy.
@@ -139,6 +153,14 @@ impl Pushing {
                 Some(format!("the push ended early: {err}"))
             }
         }
+    }
+
+    /// Whether the last push that ended brought the worker to `written` (and put the held
+    /// routes in), or found no worker to bring: nothing of `written` waits for a push.
+    pub fn holds(&self, written: &Target) -> bool {
+        self.held
+            .as_ref()
+            .is_some_and(|held| Arc::ptr_eq(held, written))
     }
 
     /// A new pusher to the stats socket, with a new releaser.
@@ -173,5 +195,33 @@ mod tests {
         let took = started.elapsed();
         assert!(pushing.task.is_none() && pushing.pusher.is_some());
         assert!(took < Duration::from_secs(2), "the change waited {took:?}");
+    }
+
+    /// The worker holds a map once a push of that very map ended: not while it is in flight,
+    /// not another map, not after a push that failed or a change of socket.
+    #[tokio::test]
+    async fn the_worker_holds_a_map_once_its_push_ended() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = dir.path().join("haproxy.cfg");
+        let now = Instant::now();
+        let mut pushing = Pushing::new(&config, now);
+        let written: Target = Arc::new(BTreeMap::new());
+        assert!(pushing.start(&written, true, now));
+        assert!(!pushing.holds(&written), "in flight");
+        let pushed = pushing.finished().await;
+        assert_eq!(pushing.ended(pushed, Instant::now()), None);
+        assert!(
+            pushing.holds(&written),
+            "no worker: nothing waits for a push"
+        );
+        assert!(!pushing.holds(&Arc::new(BTreeMap::new())), "another map");
+
+        // Nothing listens on the new socket: the push fails.
+        pushing.set_stats_socket(Some(dir.path().join("none.sock")), Instant::now());
+        assert!(!pushing.holds(&written), "a new socket");
+        assert!(pushing.start(&written, true, Instant::now()));
+        let pushed = pushing.finished().await;
+        assert!(pushing.ended(pushed, Instant::now()).is_some());
+        assert!(!pushing.holds(&written), "a failed push");
     }
 }

@@ -1,11 +1,11 @@
 use std::collections::BTreeMap;
 
 use autoproxy::manifest::{Manifest, ZoneEntry, zone_key};
-use autoproxy::model::{RecordSet, Route, Zone, ZoneKey, ZoneRecords};
+use autoproxy::model::{RecordSet, Route, Zone, ZoneKey};
 use autoproxy::names::HostName;
 use autoproxy::ownership::{self, Grace, Holders, Mode};
 use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, RenderOptions, Renderer};
-use autoproxy::rules::{DEFAULT_RULES, Rule, merge_claims, parse_rules, zone_routes};
+use autoproxy::rules::{DEFAULT_RULES, Rule, merge_claims, parse_rules};
 use autoproxy::s3::CurrentConfig;
 use serde_json::json;
 
@@ -74,13 +74,7 @@ fn run_with(rules: &[Rule], zones: &[Seed<'_>], previous: Option<&Manifest>) -> 
             name: format!("{name}."),
             private: true,
         };
-        let zone_records = ZoneRecords {
-            zone: zone.clone(),
-            records: records.clone(),
-        };
-        let outcome = zone_routes(rules, &zone_records, &proxies());
-        let warnings = outcome.warnings.iter().map(ToString::to_string).collect();
-        let entry = ZoneEntry::new(&zone, outcome.routes, warnings);
+        let entry = ZoneEntry::matched(&zone, records.clone(), rules, &proxies());
         manifest.zones.insert(zone_key(&zone.key()), entry);
         reads.insert(zone.key(), ZoneRead::Records(records.clone()));
     }

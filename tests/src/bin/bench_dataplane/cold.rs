@@ -104,7 +104,7 @@ fn cold_install(env: &Env, routes: &[Route]) -> Cold {
     let agent_socket = haproxy
         .stats_socket()
         .with_file_name("autoproxy-agent.sock");
-    let (run, second_run, probed, maps, ready) = std::thread::scope(|scope| {
+    let runs = std::thread::scope(|scope| {
         let prober = scope.spawn(|| probe_until_served(haproxy.https, &sample, origin + limit));
         let ready = scope.spawn(|| ready_at(&agent_socket, origin + limit));
         let run = applier.run(&config);
@@ -133,11 +133,6 @@ fn cold_install(env: &Env, routes: &[Route]) -> Cold {
                 .saturating_duration_since(Instant::now()),
         );
         drop(resolver);
-        (run, second_run, probed, maps, ready)
-    });
-    measured(
-        env,
-        routes.len(),
         Runs {
             run,
             second_run,
@@ -146,8 +141,9 @@ fn cold_install(env: &Env, routes: &[Route]) -> Cold {
             ready,
             limit,
             load,
-        },
-    )
+        }
+    });
+    measured(env, routes.len(), &runs)
 }
 
 /// What [`cold_install`] saw, to be measured.
@@ -162,16 +158,8 @@ struct Runs {
 }
 
 /// The figures of one cold install of `routes` routes.
-fn measured(env: &Env, routes: usize, runs: Runs) -> Cold {
-    let Runs {
-        run,
-        second_run,
-        probed,
-        maps,
-        ready,
-        limit,
-        load,
-    } = runs;
+fn measured(env: &Env, routes: usize, runs: &Runs) -> Cold {
+    let (run, probed, maps, limit) = (&runs.run, &runs.probed, &runs.maps, runs.limit);
     let since = |at: Instant| at.saturating_duration_since(run.started);
     let served: Vec<Option<Duration>> = probed.served.iter().map(|s| s.map(since)).collect();
     let end = probed
@@ -196,8 +184,8 @@ fn measured(env: &Env, routes: usize, runs: Runs) -> Cold {
     Cold {
         routes,
         apply: run.elapsed(),
-        resolved_by_apply: logged_number(&run, "addresses", ": ", " resolved").or(Some(0)),
-        held: logged_number(&run, "maps", "; ", " held"),
+        resolved_by_apply: logged_number(run, "addresses", ": ", " resolved").or(Some(0)),
+        held: logged_number(run, "maps", "; ", " held"),
         served,
         wrong: probed.wrong,
         limit,
@@ -207,9 +195,9 @@ fn measured(env: &Env, routes: usize, runs: Runs) -> Cold {
         during_apply: queries.iter().filter(|q| q.at <= run.finished).count(),
         names: distinct_names(queries.iter()),
         max_per_second: max_per_second(queries),
-        load: (load, load_average()),
-        ready: ready.map(since),
-        second_apply: second_run.elapsed(),
+        load: (runs.load.clone(), load_average()),
+        ready: runs.ready.map(since),
+        second_apply: runs.second_run.elapsed(),
         fill_end: fill_end.map(since),
         fill_busiest: max_per_second(&all[..filling]),
         steady_busiest: max_per_second(&all[steady..]),

@@ -13,14 +13,7 @@ use autoproxy_tests::resolver::{Knobs, Resolver};
 use super::runtime::{assert_maps_equal_files, file_map, held_map};
 use super::*;
 
-/// The resolver as the instances run it, asking every name again each 2 s.
-pub(super) const QUICK: Knobs = Knobs {
-    refresh_seconds: 2.0,
-    max_qps: 50,
-    fill_qps: 50,
-    query_timeout: 0.3,
-    max_stale_seconds: 900.0,
-};
+pub(super) const QUICK: Knobs = Knobs::QUICK;
 
 pub(super) fn ip(f: &Fixture, backend: &str) -> Ipv4Addr {
     match f.backends.get(backend).addr.ip() {
@@ -53,6 +46,15 @@ pub(super) fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> b
     true
 }
 
+/// Whether `sni` serves with backend `backend` within 10 s.
+fn serves_soon(f: &Fixture, sni: &str, backend: &str) -> bool {
+    wait_until(Duration::from_secs(10), || {
+        f.haproxy
+            .probe(sni)
+            .is_ok_and(|banner| banner == f.backends.get(backend).banner())
+    })
+}
+
 #[test]
 fn a_route_to_a_name_that_does_not_resolve_is_held_then_put_in_by_the_resolver() {
     let f = Fixture::new(&["a", "b"]);
@@ -81,12 +83,7 @@ fn a_route_to_a_name_that_does_not_resolve_is_held_then_put_in_by_the_resolver()
     // Its host appears: the resolver gives the worker its address, and the route serves.
     let resolver = Resolver::start(&f.haproxy.config_path(), QUICK);
     dns.set("api.new.test", &[ip(&f, "b")]);
-    let live = wait_until(Duration::from_secs(10), || {
-        f.haproxy
-            .probe(key)
-            .is_ok_and(|banner| banner == f.backends.get("b").banner())
-    });
-    assert!(live, "{}", resolver.output());
+    assert!(serves_soon(&f, key, "b"), "{}", resolver.output());
     assert_maps_equal_files(&f);
     assert_eq!(f.haproxy.running_generation(), Some(1), "no further apply");
 
@@ -104,12 +101,7 @@ fn a_route_to_a_name_that_does_not_resolve_is_held_then_put_in_by_the_resolver()
         resolver.output()
     );
     dns.set("api.moved.test", &[ip(&f, "a")]);
-    let moved = wait_until(Duration::from_secs(10), || {
-        f.haproxy
-            .probe(key)
-            .is_ok_and(|banner| banner == f.backends.get("a").banner())
-    });
-    assert!(moved, "{}", resolver.output());
+    assert!(serves_soon(&f, key, "a"), "{}", resolver.output());
     assert_maps_equal_files(&f);
 }
 
@@ -187,19 +179,14 @@ fn an_apply_asks_the_address_service_only_for_the_hosts_new_to_its_generation() 
 
 /// `count` routes `n<i>.test` to hosts `h<i>.named.test`, all by name.
 fn named_config(f: &Fixture, dns: &DnsServer, generation: u64, count: usize) -> String {
-    let routes: Vec<_> = (0..count)
-        .map(|i| {
-            let mut route = proxy::api_route(&format!("n{i}.test"), f.backends.get("a"));
-            route.back = HostName::parse(&format!("h{i}.named.test")).unwrap();
-            route
-        })
+    let named: Vec<(String, String)> = (0..count)
+        .map(|i| (format!("n{i}"), format!("h{i}.named.test")))
         .collect();
-    proxy::render_with(
-        generation,
-        &routes,
-        &f.haproxy.options(f.backends.port),
-        &[dns.addr()],
-    )
+    let named: Vec<(&str, &str)> = named
+        .iter()
+        .map(|(s, h)| (s.as_str(), h.as_str()))
+        .collect();
+    named_routes(f, dns.addr(), generation, &named)
 }
 
 /// While the address service runs it is the one writer of the worker's address map: an apply

@@ -143,25 +143,46 @@ fn route_changes_keep_the_worker_and_a_held_connection() {
     );
 }
 
-/// A first install (no HAProxy runs yet) does not wait for its hosts' addresses: nothing is
-/// served, so waiting gains nothing, and `/ready` gates the traffic while the address service
+/// The distribution's HAProxy as a package leaves it running: its default config, a stats
+/// socket (where this instance's configs declare theirs) and no frontend, no generation of ours.
+fn distribution_default(f: &Fixture) -> String {
+    format!(
+        "global\n\tstats socket {} mode 660 level admin\n\tstats timeout 30s\n\ndefaults\n\tmode\thttp\n\toption\thttplog\n\ttimeout connect 5000\n\ttimeout client  50000\n\ttimeout server  50000\n",
+        f.haproxy.stats_socket().display()
+    )
+}
+
+/// A first install does not wait for its hosts' addresses, whether no HAProxy runs yet or the
+/// distribution's runs its default config (with a stats socket that answers): no route of ours
+/// serves, so waiting gains nothing, and `/ready` gates the traffic while the address service
 /// fills the map. Here the resolver drops every query: an apply that asked would spend its
 /// whole address budget on time-outs.
 #[test]
 fn a_first_install_does_not_spend_its_address_budget() {
-    let f = Fixture::new(&["a"]);
-    let dns = DnsServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
-    dns.set(NAMED, &[a_ip(&f)]);
-    dns.drop_queries(NAMED, true);
-    let text = named_config(&f, 1, true, &[dns.addr()]);
-    let run = f.apply(&f.upload(&text));
-    assert!(run.success(), "{run}");
-    assert!(
-        run.step("addresses")[0].contains("1 new host(s), none waited for"),
-        "{run}"
-    );
-    let asked = dns.queries().iter().filter(|q| q.name == NAMED).count();
-    assert_eq!(asked, 0, "the apply asked DNS itself:\n{run}");
+    for distribution_runs in [false, true] {
+        let f = Fixture::new(&["a"]);
+        if distribution_runs {
+            std::fs::write(f.haproxy.config_path(), distribution_default(&f)).unwrap();
+            let started = std::process::Command::new(f.haproxy.dir().join("reload.sh"))
+                .status()
+                .unwrap();
+            assert!(started.success(), "{}", f.haproxy.log());
+            assert!(f.haproxy.worker_pid().is_some(), "{}", f.haproxy.log());
+        }
+        let dns = DnsServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
+        dns.set(NAMED, &[a_ip(&f)]);
+        dns.drop_queries(NAMED, true);
+        let text = named_config(&f, 1, true, &[dns.addr()]);
+        let run = f.apply(&f.upload(&text));
+        assert!(run.success(), "{run}");
+        assert!(
+            run.step("addresses")[0].contains("1 new host(s), none waited for"),
+            "distribution's HAProxy running: {distribution_runs}\n{run}"
+        );
+        let asked = dns.queries().iter().filter(|q| q.name == NAMED).count();
+        assert_eq!(asked, 0, "the apply asked DNS itself:\n{run}");
+        assert_eq!(f.haproxy.running_generation(), Some(1), "{run}");
+    }
 }
 
 #[test]

@@ -136,15 +136,10 @@ fn sweep(rules: &[Rule], states: &[ZoneState]) -> (Manifest, BTreeMap<ZoneKey, V
             name: format!("{name}."),
             private: true,
         };
-        let zone_records = ZoneRecords {
-            zone: zone.clone(),
-            records: records(name, state),
-        };
-        let routes = zone_routes(rules, &zone_records, &proxies).routes;
-        manifest
-            .zones
-            .insert(zone_key(&zone.key()), ZoneEntry::new(&zone, routes, vec![]));
-        estate.insert(zone.key(), zone_records.records);
+        let records = records(name, state);
+        let entry = ZoneEntry::matched(&zone, records.clone(), rules, &proxies);
+        manifest.zones.insert(zone_key(&zone.key()), entry);
+        estate.insert(zone.key(), records);
     }
     (manifest, estate)
 }

@@ -185,14 +185,7 @@ pub(super) fn asked(dns: &DnsServer, name: &str, since: Instant) -> usize {
         .count()
 }
 
-/// A short refresh and timeout, so changes and failures show within seconds.
-pub(super) const QUICK: Knobs = Knobs {
-    refresh_seconds: 2.0,
-    max_qps: 50,
-    fill_qps: 50,
-    query_timeout: 0.3,
-    max_stale_seconds: 900.0,
-};
+pub(super) const QUICK: Knobs = Knobs::QUICK;
 
 /// The queries for `name` at or after `since` that came over TCP.
 pub(super) fn asked_over_tcp(dns: &DnsServer, name: &str, since: Instant) -> usize {

@@ -46,14 +46,19 @@ pub struct Figures {
 }
 
 /// The first pass over the hosts: every name the service knows without an address has had
-/// one turn (an answer, or its tries spent).
+/// one turn (an answer, or its tries spent), and the running worker holds what they found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FirstPass {
     /// No installed config read yet.
     NotStarted,
     /// Under way since `since` (when the service first read an installed config): `pending`
-    /// names have not ended a turn yet.
-    Running { since: Instant, pending: u64 },
+    /// names have not ended a turn yet; `pushed`: the running worker holds every address the
+    /// service has (written, pushed, and the held routes put in).
+    Running {
+        since: Instant,
+        pending: u64,
+        pushed: bool,
+    },
     /// Over, for as long as the service runs: names a later config adds never make a serving
     /// instance unready.
     Over,

@@ -6,8 +6,9 @@
 //! resolver is current (its loop runs, the name due first is less than one refresh period
 //! late, and a DNS answer came within the last two refresh periods whenever there are names
 //! to keep), and the first pass over the hosts is over: every host has had its first answer,
-//! or its first turn's tries are spent, or [`WARM_UP`] has passed since the service read the
-//! installed config.
+//! or its first turn's tries are spent, and the running worker holds the addresses found (a
+//! first install waits for none: its routes serve once the service has pushed them); or
+//! [`WARM_UP`] has passed since the service read the installed config.
 //!
 //! A route whose host does not resolve (a deleted cluster, a zone the proxies cannot see, a
 //! typo, a host that resolves to this proxy) is one member's problem: it is held, counted
@@ -50,12 +51,16 @@ pub fn reasons(figures: &Figures, haproxy: &Seen, now: Instant) -> Vec<String> {
     reasons
 }
 
-/// Whether the first pass over the hosts is over at `now`: every name ended a turn, or the
-/// warm-up is over.
+/// Whether the first pass over the hosts is over at `now`: every name ended a turn and the
+/// worker holds what they found, or the warm-up is over.
 pub fn first_pass_over(first_pass: FirstPass, now: Instant) -> bool {
     match first_pass {
         FirstPass::NotStarted => false,
-        FirstPass::Running { since, pending } => pending == 0 || now >= since + WARM_UP,
+        FirstPass::Running {
+            since,
+            pending,
+            pushed,
+        } => (pending == 0 && pushed) || now >= since + WARM_UP,
         FirstPass::Over => true,
     }
 }
@@ -65,16 +70,23 @@ fn first_pass_reason(first_pass: FirstPass, now: Instant) -> Option<String> {
     if first_pass_over(first_pass, now) {
         return None;
     }
-    Some(match first_pass {
-        FirstPass::Running { since, pending } => format!(
+    let FirstPass::Running { since, pending, .. } = first_pass else {
+        return Some("the address service has not read the installed config yet".to_owned());
+    };
+    let ends = (since + WARM_UP)
+        .saturating_duration_since(now)
+        .as_secs()
+        .max(1);
+    Some(if pending > 0 {
+        format!(
             "the first pass over the hosts is not over: {pending} names have had no answer yet \
-             (the warm-up ends in {} s)",
-            (since + WARM_UP)
-                .saturating_duration_since(now)
-                .as_secs()
-                .max(1)
-        ),
-        _ => "the address service has not read the installed config yet".to_owned(),
+             (the warm-up ends in {ends} s)"
+        )
+    } else {
+        format!(
+            "the first pass over the hosts is not over: HAProxy does not hold the addresses it \
+             found yet (the warm-up ends in {ends} s)"
+        )
     })
 }
 
@@ -208,25 +220,37 @@ mod tests {
     fn the_first_pass_holds_readiness_back_until_it_is_over_or_the_warm_up_is() {
         // A member's host that does not resolve is held and counted, never a reason.
         check(&|f, _| f.unresolved_routes = 3, &worker(7), &[]);
-        let running = |since: u64, pending: u64| {
+        let running = |since: u64, pending: u64, pushed: bool| {
             move |f: &mut Figures, now: Instant| {
                 f.first_pass = FirstPass::Running {
                     since: now - Duration::from_secs(since),
                     pending,
+                    pushed,
                 };
             }
         };
         check(
-            &running(10, 2),
+            &running(10, 2, true),
             &worker(7),
             &[
                 "the first pass over the hosts is not over: 2 names have had no answer yet \
                (the warm-up ends in 5 s)",
             ],
         );
-        check(&running(10, 0), &worker(7), &[]);
+        check(&running(10, 0, true), &worker(7), &[]);
+        // Every name answered, but the worker does not hold the answers yet: their routes
+        // would not serve (a first install waits for no address).
+        check(
+            &running(10, 0, false),
+            &worker(7),
+            &[
+                "the first pass over the hosts is not over: HAProxy does not hold the addresses \
+               it found yet (the warm-up ends in 5 s)",
+            ],
+        );
         // The warm-up bounds it.
-        check(&running(15, 2), &worker(7), &[]);
+        check(&running(15, 2, false), &worker(7), &[]);
+        check(&running(15, 0, false), &worker(7), &[]);
         check(
             &|f, _| f.first_pass = FirstPass::NotStarted,
             &worker(7),
