@@ -140,6 +140,7 @@ dist: tools sam-build
 ## directory, and each dependency is compiled once, not once for each.
 sam-build:
 	. .ci/zig.sh && SAM_CLI_TELEMETRY=0 AGENT_ARCH=$(HOST_ARCH) RUSTFLAGS="-C target-cpu=$(AGENT_CPU_$(HOST_ARCH)) $(REMAP_PATHS)" \
+	  CFLAGS="$(BUILD_CFLAGS)" \
 	  sam build --template template.yaml --build-dir .aws-sam/build --cache-dir .aws-sam/cache \
 	  --parameter-overrides "Architecture=$(HOST_ARCH)"
 HOST_ARCH := $(patsubst aarch64,arm64,$(shell uname -m))
@@ -179,7 +180,16 @@ WORKSPACE := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
 ## (the crates' sources) as `cargo`. Panic messages and debug info then name `autoproxy/shared/…`
 ## and `cargo/registry/src/…`, not the build machine's directories (rustc names its own
 ## library `/rustc/<commit>` already).
-REMAP_PATHS := --remap-path-prefix=$(WORKSPACE)=autoproxy --remap-path-prefix=$(or $(CARGO_HOME),$(HOME)/.cargo)=cargo
+CARGO_HOME_DIR := $(or $(CARGO_HOME),$(HOME)/.cargo)
+REMAP_PATHS := --remap-path-prefix=$(WORKSPACE)=autoproxy --remap-path-prefix=$(CARGO_HOME_DIR)=cargo
+## The same for the C that aws-lc-sys compiles (its `__FILE__`s, in error reports, and debug
+## info): rustc's flag does not reach the C compiler; the cc crate adds CFLAGS to every C
+## compile (Zig's clang, through cargo-zigbuild, takes the flag). aws-lc-sys maps its own
+## directory away itself only at opt-level 3 (the suite's build is opt-level 0).
+## Added once to any CFLAGS given: the agent's build, under `sam build` from `make sam-build`,
+## sees the same value as the functions' and shares their build of aws-lc-sys.
+REMAP_CFLAGS := -ffile-prefix-map=$(CARGO_HOME_DIR)=cargo
+BUILD_CFLAGS := $(strip $(filter-out $(REMAP_CFLAGS),$(CFLAGS)) $(REMAP_CFLAGS))
 AGENT_RUSTFLAGS := -C target-cpu=$(AGENT_CPU_$(AGENT_ARCH)) $(REMAP_PATHS)
 ifeq ($(strip $(RUSTFLAGS)),$(strip $(AGENT_RUSTFLAGS)))
 AGENT_TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(WORKSPACE)/target)
@@ -187,7 +197,7 @@ else
 AGENT_TARGET_DIR := $(WORKSPACE)/target/agent
 endif
 AGENT_BINARY := $(AGENT_TARGET_DIR)/lambda/autoproxy-agent/bootstrap
-AGENT_BUILD = . .ci/zig.sh && CARGO_TARGET_DIR="$(AGENT_TARGET_DIR)" RUSTFLAGS="$(AGENT_RUSTFLAGS)" \
+AGENT_BUILD = . .ci/zig.sh && CARGO_TARGET_DIR="$(AGENT_TARGET_DIR)" RUSTFLAGS="$(AGENT_RUSTFLAGS)" CFLAGS="$(BUILD_CFLAGS)" \
   cargo lambda build --release --bin autoproxy-agent --target $(AGENT_TARGET_$(AGENT_ARCH))
 
 tools:

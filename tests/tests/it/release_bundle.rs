@@ -2,11 +2,11 @@
 //! cargo, rustc, cargo-lambda and zig off PATH (and no cargo variable in the environment),
 //! `sam package` and `aws cloudformation package` upload every function's zip and the agent
 //! layer's to (moto's) S3; each uploaded zip holds a binary for the bundled template's
-//! architecture; the AWS CLI block of the bundle's README runs as written as far as moto
-//! allows (the template uploaded, a change set asked for); the bundle carries what the docs
-//! name at the paths they name it by, its LICENSE, notices covering every crate the binaries
-//! link, and its checksum; the template reports the release; cfn-lint passes on the bundled
-//! templates.
+//! architecture, which names neither the workspace nor cargo's home; the AWS CLI block of the
+//! bundle's README runs as written as far as moto allows (the template uploaded, a change set
+//! asked for); the bundle carries what the docs name at the paths they name it by, its
+//! LICENSE, notices covering every crate the binaries link, and its checksum; the template
+//! reports the release; cfn-lint passes on the bundled templates.
 //!
 //! The bundle is built once for the group. `make test-dist` runs the group, last in `make test`:
 //! its `make dist` then finds the template checks' `sam build` done.
@@ -398,15 +398,29 @@ async fn packaged_uploads_hold_the_binaries(program: &str, command: &[&str]) {
             "{id}: {executable} in {uri} is not an ELF for {}",
             arch.name()
         );
-        // Build paths are remapped (the Makefile's REMAP_PATHS): the workspace it was built in
-        // is named nowhere in it.
-        let workspace = root().to_string_lossy().into_owned();
-        assert!(
-            !binary
-                .windows(workspace.len())
-                .any(|window| window == workspace.as_bytes()),
-            "{id}: {executable} in {uri} names the build machine's workspace {workspace}"
-        );
+        // Build paths are remapped (the Makefile's REMAP_PATHS for Rust, REMAP_CFLAGS for the
+        // C that aws-lc-sys compiles): neither the workspace it was built in nor cargo's home
+        // (the crates' sources) is named anywhere in it.
+        for (what, dir) in [("workspace", root()), ("cargo home", cargo_home())] {
+            let dir = dir.to_string_lossy().into_owned();
+            let named = binary
+                .windows(dir.len())
+                .filter(|window| *window == dir.as_bytes())
+                .count();
+            assert_eq!(
+                named, 0,
+                "{id}: {executable} in {uri} names the build machine's {what} {dir} {named} times"
+            );
+        }
+    }
+}
+
+/// Cargo's home on the build machine, as the Makefile's REMAP_PATHS takes it: `CARGO_HOME`, or
+/// `~/.cargo`.
+fn cargo_home() -> PathBuf {
+    match std::env::var_os("CARGO_HOME") {
+        Some(home) if !home.is_empty() => PathBuf::from(home),
+        _ => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo"),
     }
 }
 

@@ -7,23 +7,8 @@ use std::process::Command;
 
 use autoproxy_tests::estate::versioned_bucket;
 use autoproxy_tests::moto::Moto;
-use autoproxy_tests::{root, tool};
 
-/// The DEPLOY block that empties and deletes one bucket: the one that lists its versions.
-fn emptying_block() -> String {
-    let text = std::fs::read_to_string(root().join("docs/DEPLOY.md")).unwrap();
-    let at = text
-        .find("list-object-versions --bucket \"$bucket\"")
-        .expect("DEPLOY.md empties a bucket with list-object-versions --bucket \"$bucket\"");
-    let start = text[..at].rfind("```sh\n").expect("in a sh block") + "```sh\n".len();
-    let end = text[start..].find("```").expect("the block ends") + start;
-    // Inside a list item: the block's lines are indented.
-    text[start..end]
-        .lines()
-        .map(str::trim_start)
-        .collect::<Vec<_>>()
-        .join("\n")
-}
+use super::{aws_first_on_path, deploy_block};
 
 #[tokio::test]
 async fn the_documented_removal_empties_a_versioned_bucket_and_deletes_it() {
@@ -50,17 +35,13 @@ async fn the_documented_removal_empties_a_versioned_bucket_and_deletes_it() {
             .await
             .unwrap();
     }
-    let block = emptying_block().replace("<bucket name>", bucket);
+    // The block that empties and deletes one bucket: the one that lists its versions.
+    let block =
+        deploy_block("list-object-versions --bucket \"$bucket\"").replace("<bucket name>", bucket);
     assert!(block.contains("aws s3api delete-bucket"), "{block}");
-    let aws = tool("aws");
-    let path = format!(
-        "{}:{}",
-        aws.parent().unwrap().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     let out = Command::new("bash")
         .args(["-e", "-c", &block])
-        .env("PATH", path)
+        .env("PATH", aws_first_on_path())
         .envs(moto.env())
         .output()
         .unwrap();
