@@ -139,14 +139,7 @@ impl Pipeline {
         let sdk = moto.sdk_config().await;
 
         estate::versioned_bucket(&sdk, BUCKET).await?;
-        let queue_url = aws_sdk_sqs::Client::new(&sdk)
-            .create_queue()
-            .queue_name(EVENT_QUEUE)
-            .send()
-            .await
-            .map_err(|e| step_error("CreateQueue", autoproxy::aws_error::reason(&e)))?
-            .queue_url
-            .unwrap_or_default();
+        let queue_url = event_queue(&sdk).await?;
         let own = Account::own(&sdk);
         let member = Account::assume(&sdk, MEMBER_ACCOUNT).await?;
         let zones = seed_clusters(&own, &member, &INITIAL).await?;
@@ -488,6 +481,17 @@ fn work_dir(dir: Option<PathBuf>) -> Result<(PathBuf, Option<tempfile::TempDir>)
     std::fs::create_dir_all(dir.join("events"))
         .map_err(|e| step_error("create the work dir", e))?;
     Ok((dir, temp))
+}
+
+/// The Route53 event queue the generator drains, as the stack's `Route53EventsQueue`: its URL.
+async fn event_queue(sdk: &SdkConfig) -> Result<String, PipelineError> {
+    let created = aws_sdk_sqs::Client::new(sdk)
+        .create_queue()
+        .queue_name(EVENT_QUEUE)
+        .send()
+        .await
+        .map_err(|e| step_error("CreateQueue", autoproxy::aws_error::reason(&e)))?;
+    Ok(created.queue_url.unwrap_or_default())
 }
 
 /// The functions' environment, as the stack would set it for this machine's estate.

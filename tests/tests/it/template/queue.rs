@@ -3,48 +3,65 @@
 //! encrypted and gives up on a message into the queue the failed-invocations alarm watches, and
 //! only the rule may send to it.
 
+use autoproxy_tests::cfn::Stack;
 use serde_json::{Value as Json, json};
 
 use super::stack::stack;
 use super::template;
 
-#[test]
-fn route53_events_reach_the_generator_through_its_queue() {
+const FAILED_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:autoproxy-FailedInvocationsQueue";
+const FAILED_NAME: &str = "autoproxy-FailedInvocationsQueue";
+const RULE_ARN: &str = "arn:aws:events:us-east-1:123456789012:rule/autoproxy-Route53ChangeRule";
+const QUEUE_URL: &str =
+    "https://sqs.us-east-1.amazonaws.com/123456789012/autoproxy-Route53EventsQueue";
+
+/// The template, and a stack that knows the queues' and the rule's names.
+fn deployed() -> (serde_yaml::Value, Stack) {
     let template = template();
     let mut stack = stack(&template);
-    let failed_arn = "arn:aws:sqs:us-east-1:123456789012:autoproxy-FailedInvocationsQueue";
-    let rule_arn = "arn:aws:events:us-east-1:123456789012:rule/autoproxy-Route53ChangeRule";
-    let queue_url = "https://sqs.us-east-1.amazonaws.com/123456789012/autoproxy-Route53EventsQueue";
     for (name, value) in [
-        ("FailedInvocationsQueue.Arn", failed_arn),
-        (
-            "FailedInvocationsQueue.QueueName",
-            "autoproxy-FailedInvocationsQueue",
-        ),
-        ("Route53ChangeRule.Arn", rule_arn),
+        ("FailedInvocationsQueue.Arn", FAILED_ARN),
+        ("FailedInvocationsQueue.QueueName", FAILED_NAME),
+        ("Route53ChangeRule.Arn", RULE_ARN),
     ] {
         stack.attributes.insert(name.into(), value.into());
     }
     stack
         .refs
-        .insert("Route53EventsQueue".into(), json!(queue_url));
-    let resolve = |path: &[&str]| -> Json {
-        let mut value = &template["Resources"];
-        for key in path {
-            value = &value[*key];
-        }
-        assert!(!value.is_null(), "template.yaml has no {}", path.join("."));
-        stack.resolve(value).unwrap()
-    };
-    let queue_arn = json!(stack.attributes["Route53EventsQueue.Arn"]);
+        .insert("Route53EventsQueue".into(), json!(QUEUE_URL));
+    (template, stack)
+}
 
-    // The rule targets the queue alone, not the function.
-    let targets = resolve(&["Route53ChangeRule", "Properties", "Targets"]);
+/// A resource's value at `path` below `Resources`, resolved as the stack deploys it.
+fn resolved(template: &serde_yaml::Value, stack: &Stack, path: &[&str]) -> Json {
+    let mut value = &template["Resources"];
+    for key in path {
+        value = &value[*key];
+    }
+    assert!(!value.is_null(), "template.yaml has no {}", path.join("."));
+    stack.resolve(value).unwrap()
+}
+
+fn queue_arn(stack: &Stack) -> Json {
+    json!(stack.attributes["Route53EventsQueue.Arn"])
+}
+
+/// The rule targets the queue alone; the mapping delivers ten at once, with no window,
+/// records failed one by one, two pollers; one run at a time.
+#[test]
+fn route53_events_reach_the_generator_through_its_queue() {
+    let (template, stack) = deployed();
+    let targets = resolved(
+        &template,
+        &stack,
+        &["Route53ChangeRule", "Properties", "Targets"],
+    );
     let targets = targets.as_array().unwrap();
     assert_eq!(targets.len(), 1, "{targets:?}");
-    assert_eq!(targets[0]["Arn"], queue_arn);
-    let events = &template["Resources"]["GenerateFunction"]["Properties"]["Events"];
-    let kinds: Vec<&str> = events
+    assert_eq!(targets[0]["Arn"], queue_arn(&stack));
+    assert_eq!(targets[0]["DeadLetterConfig"]["Arn"], json!(FAILED_ARN));
+    let function = &template["Resources"]["GenerateFunction"]["Properties"];
+    let kinds: Vec<&str> = function["Events"]
         .as_mapping()
         .unwrap()
         .values()
@@ -55,17 +72,15 @@ fn route53_events_reach_the_generator_through_its_queue() {
         ["SQS", "Schedule"],
         "the schedule stays; no direct rule"
     );
-
-    // The mapping: ten at once, no window, records failed one by one, two pollers; one run at
-    // a time.
-    let mapping = resolve(&[
+    let path = [
         "GenerateFunction",
         "Properties",
         "Events",
         "Route53Events",
         "Properties",
-    ]);
-    assert_eq!(mapping["Queue"], queue_arn);
+    ];
+    let mapping = resolved(&template, &stack, &path);
+    assert_eq!(mapping["Queue"], queue_arn(&stack));
     assert_eq!(mapping["BatchSize"], json!(10));
     assert_eq!(mapping["MaximumBatchingWindowInSeconds"], json!(0));
     assert_eq!(
@@ -73,53 +88,58 @@ fn route53_events_reach_the_generator_through_its_queue() {
         json!(["ReportBatchItemFailures"])
     );
     assert_eq!(mapping["ScalingConfig"], json!({"MaximumConcurrency": 2}));
-    let function = &template["Resources"]["GenerateFunction"]["Properties"];
     assert_eq!(function["ReservedConcurrentExecutions"].as_u64(), Some(1));
     let url = stack.resolve(&function["Environment"]["Variables"]["EVENT_QUEUE_URL"]);
-    assert_eq!(url.unwrap(), json!(queue_url));
+    assert_eq!(url.unwrap(), json!(QUEUE_URL));
+}
 
-    // The queue: encrypted; hidden long enough for a throttled batch's retries (six times
-    // the function's timeout, AWS's advice); a message failing five deliveries goes where the
-    // alarm looks.
-    let queue = resolve(&["Route53EventsQueue", "Properties"]);
+/// The queue: encrypted; hidden long enough for a throttled batch's retries (six times the
+/// function's timeout, AWS's advice); a message failing five deliveries goes where the alarm
+/// looks.
+#[test]
+fn the_event_queue_is_encrypted_and_gives_up_where_the_alarm_looks() {
+    let (template, stack) = deployed();
+    let queue = resolved(&template, &stack, &["Route53EventsQueue", "Properties"]);
     assert_eq!(queue["SqsManagedSseEnabled"], json!(true));
-    let timeout = function["Timeout"].as_u64().unwrap();
-    assert_eq!(timeout, 900);
-    assert!(
-        queue["VisibilityTimeout"].as_u64().unwrap() >= 6 * timeout,
-        "{queue}"
+    let timeout = template["Resources"]["GenerateFunction"]["Properties"]["Timeout"].as_u64();
+    assert_eq!(timeout, Some(900));
+    let hidden = queue["VisibilityTimeout"].as_u64().unwrap();
+    assert!(hidden >= 6 * 900, "{queue}");
+    assert_eq!(
+        queue["RedrivePolicy"]["deadLetterTargetArn"],
+        json!(FAILED_ARN)
     );
-    let failed = json!(failed_arn);
-    assert_eq!(queue["RedrivePolicy"]["deadLetterTargetArn"], failed);
     assert_eq!(queue["RedrivePolicy"]["maxReceiveCount"], json!(5));
-    assert_eq!(targets[0]["DeadLetterConfig"]["Arn"], failed);
-    let alarm = resolve(&["FailedInvocationsAlarm", "Properties", "Dimensions"]);
-    assert_eq!(alarm[0]["Value"], json!("autoproxy-FailedInvocationsQueue"));
+    let dimensions = resolved(
+        &template,
+        &stack,
+        &["FailedInvocationsAlarm", "Properties", "Dimensions"],
+    );
+    assert_eq!(dimensions[0]["Value"], json!(FAILED_NAME));
+}
 
-    // The run drains that queue and no other.
+/// The generator drains that queue and no other; only the rule sends to it.
+#[test]
+fn only_the_rule_sends_and_only_the_generator_drains() {
+    let (template, stack) = deployed();
     let statements = super::stack::statements_in(&template, "GenerateFunction", &stack);
     let drain = statements
         .iter()
         .find(|s| s["Sid"] == "DrainRoute53Events")
         .expect("a DrainRoute53Events statement");
+    let actions = [
+        "sqs:ChangeMessageVisibility",
+        "sqs:DeleteMessage",
+        "sqs:GetQueueAttributes",
+        "sqs:ReceiveMessage",
+    ];
+    let queue = queue_arn(&stack).as_str().unwrap().to_owned();
     assert_eq!(
         super::grants::grant(drain),
-        (
-            [
-                "sqs:ChangeMessageVisibility",
-                "sqs:DeleteMessage",
-                "sqs:GetQueueAttributes",
-                "sqs:ReceiveMessage",
-            ]
-            .map(str::to_owned)
-            .to_vec(),
-            vec![queue_arn.as_str().unwrap().to_owned()]
-        )
+        (actions.map(str::to_owned).to_vec(), vec![queue])
     );
-
-    // Only the rule sends.
-    let policy = resolve(&["Route53EventsQueuePolicy", "Properties", "PolicyDocument"]);
-    let sends = &policy["Statement"][0];
+    let path = ["Route53EventsQueuePolicy", "Properties", "PolicyDocument"];
+    let sends = &resolved(&template, &stack, &path)["Statement"][0];
     assert_eq!(
         sends["Principal"],
         json!({"Service": "events.amazonaws.com"})
@@ -127,6 +147,6 @@ fn route53_events_reach_the_generator_through_its_queue() {
     assert_eq!(sends["Action"], json!("sqs:SendMessage"));
     assert_eq!(
         sends["Condition"]["ArnEquals"]["aws:SourceArn"],
-        json!(rule_arn)
+        json!(RULE_ARN)
     );
 }
