@@ -240,9 +240,10 @@ mod tests {
         };
         let wait = |last: LastPublish| spacing_wait(Some(&last), now);
         assert_eq!(spacing_wait(None, now), Duration::ZERO);
+        let spacing = PUBLISH_SPACING.as_secs();
         assert_eq!(wait(ago(3600)), Duration::ZERO);
-        assert_eq!(wait(ago(15)), Duration::ZERO);
-        assert_eq!(wait(ago(5)), Duration::from_secs(10));
+        assert_eq!(wait(ago(spacing)), Duration::ZERO);
+        assert_eq!(wait(ago(spacing - 5)), Duration::from_secs(5));
         assert_eq!(wait(ago(0)), PUBLISH_SPACING);
         // After any other run's publish, the first event waits for nothing.
         for trigger in ["schedule", "manual", "manual-dry-run"] {

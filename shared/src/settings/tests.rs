@@ -27,6 +27,14 @@ fn defaults_follow_the_design() {
     assert!((s.route53_requests_per_second - 5.0).abs() < f64::EPSILON);
     assert!(s.scan_own_account);
     assert!(s.proxy_vpcs.is_empty());
+    assert_eq!(s.event_queue_url, None);
+    let url = "https://sqs.us-east-1.amazonaws.com/123456789012/autoproxy-Route53EventsQueue-X";
+    let mut vars = MINIMAL.to_vec();
+    vars.push(("EVENT_QUEUE_URL", url));
+    assert_eq!(
+        generate(&vars).unwrap().event_queue_url.as_deref(),
+        Some(url)
+    );
     let mut vars = MINIMAL.to_vec();
     vars.push(("ACCOUNT_ROLE_ARNS", "arn:aws:iam::222222222222:role/r"));
     vars.push(("SCAN_OWN_ACCOUNT", "false"));
@@ -109,6 +117,8 @@ fn bad_values_name_the_variable_expectation_and_value() {
         ("PROXY_VPCS", "eu-west-1:vpc-XYZ", "region:vpc-id"),
         ("OWNERSHIP_GRACE_HOURS", "8761", "0 to 8760"),
         ("OWNERSHIP_GRACE_HOURS", "a day", "0 to 8760"),
+        ("EVENT_QUEUE_URL", "route53-events", "SQS queue URL"),
+        ("EVENT_QUEUE_URL", "https://sqs.x/1/a b", "SQS queue URL"),
     ];
     for (variable, value, expected) in cases {
         let mut vars = MINIMAL.to_vec();

@@ -29,6 +29,10 @@ fn deployed() -> (serde_yaml::Value, Stack) {
     stack
         .refs
         .insert("Route53EventsQueue".into(), json!(QUEUE_URL));
+    stack.refs.insert(
+        "GenerateFunction".into(),
+        json!("autoproxy-GenerateFunction"),
+    );
     (template, stack)
 }
 
@@ -67,20 +71,14 @@ fn route53_events_reach_the_generator_through_its_queue() {
         .values()
         .filter_map(|event| event["Type"].as_str())
         .collect();
-    assert_eq!(
-        kinds,
-        ["SQS", "Schedule"],
-        "the schedule stays; no direct rule"
+    assert_eq!(kinds, ["Schedule"], "the schedule stays; no direct rule");
+    let mapping = resolved(
+        &template,
+        &stack,
+        &["GenerateFromRoute53Events", "Properties"],
     );
-    let path = [
-        "GenerateFunction",
-        "Properties",
-        "Events",
-        "Route53Events",
-        "Properties",
-    ];
-    let mapping = resolved(&template, &stack, &path);
-    assert_eq!(mapping["Queue"], queue_arn(&stack));
+    assert_eq!(mapping["FunctionName"], json!("autoproxy-GenerateFunction"));
+    assert_eq!(mapping["EventSourceArn"], queue_arn(&stack));
     assert_eq!(mapping["BatchSize"], json!(10));
     assert_eq!(mapping["MaximumBatchingWindowInSeconds"], json!(0));
     assert_eq!(
@@ -118,17 +116,23 @@ fn the_event_queue_is_encrypted_and_gives_up_where_the_alarm_looks() {
     assert_eq!(dimensions[0]["Value"], json!(FAILED_NAME));
 }
 
-/// The generator drains that queue and no other; only the rule sends to it.
+/// The generator (its mapping and its runs) reads that queue and no other: no SAM SQS event,
+/// whose managed policy would reach every queue; only the rule sends to it.
 #[test]
 fn only_the_rule_sends_and_only_the_generator_drains() {
     let (template, stack) = deployed();
     let statements = super::stack::statements_in(&template, "GenerateFunction", &stack);
+    let role = &template["Resources"]["GenerateFunction"]["Properties"];
+    assert!(
+        role["ManagedPolicyArns"].is_null(),
+        "{:?}",
+        role["ManagedPolicyArns"]
+    );
     let drain = statements
         .iter()
         .find(|s| s["Sid"] == "DrainRoute53Events")
         .expect("a DrainRoute53Events statement");
     let actions = [
-        "sqs:ChangeMessageVisibility",
         "sqs:DeleteMessage",
         "sqs:GetQueueAttributes",
         "sqs:ReceiveMessage",
