@@ -13,6 +13,8 @@ use super::*;
 /// (`QUESTION_TIMEOUT`, 2 s), shorter than the agent's budget for a silent socket
 /// (`SILENT_BUDGET`, 6 s).
 const FROZEN: Duration = Duration::from_secs(3);
+/// How long a paused apply waits at its point.
+const PAUSE: Duration = Duration::from_secs(1);
 
 impl Fixture {
     /// The fleet record as it is now.
@@ -26,11 +28,14 @@ impl Fixture {
         serde_json::from_slice(&bytes).unwrap()
     }
 
-    /// An apply of `version` started in the background, paused for 1 s before `point`.
+    /// An apply of `version` started in the background, paused for [`PAUSE`] before `point`.
     fn paused_at(&self, version: &str, point: &str) -> Background {
         let env = [
             ("AUTOPROXY_AGENT_PAUSE".to_owned(), point.to_owned()),
-            ("AUTOPROXY_AGENT_PAUSE_SECONDS".to_owned(), "1".to_owned()),
+            (
+                "AUTOPROXY_AGENT_PAUSE_SECONDS".to_owned(),
+                PAUSE.as_secs().to_string(),
+            ),
         ];
         let mut background = self
             .spawn(&self.document, &[("ConfigVersion", version)], &env, &[])
@@ -154,7 +159,12 @@ fn a_worker_frozen_during_a_runtime_update_is_reloaded_and_the_record_is_true() 
     let worker = f.haproxy.worker_pid().unwrap();
     let version = f.upload(&f.config(2, &[("g1.test", "b"), ("g2.test", "a")]));
     let background = f.paused_at(&version, "update");
-    let thaw = Frozen::stop_for(worker, FROZEN);
+    // Frozen from the pause's line until well after the update's question has timed out: the
+    // pause, then one question, then 1.5 s. Frozen for 3 s, the thaw and the question's
+    // timeout fell within milliseconds of each other, and the worker answered now and then.
+    let frozen = PAUSE + autoproxy_agent::apply::QUESTION_TIMEOUT + Duration::from_millis(1500);
+    assert!(frozen < autoproxy_agent::apply::SILENT_BUDGET);
+    let thaw = Frozen::stop_for(worker, frozen);
     let run = background.wait(RUN_TIMEOUT);
     thaw.join().unwrap();
     assert_eq!(run.status, Some(0), "{run}{}", f.haproxy.log());
