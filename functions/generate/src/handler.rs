@@ -209,8 +209,8 @@ pub async fn handle_until(
 
 /// A batch of the event queue as one run (see [`queue`]): take what else waits in the queue
 /// (a burst soon after an event run's publish waits out the spacing first), read each zone
-/// named once, write, then delete the messages taken. A failed run deletes nothing: SQS shows the batch and the taken
-/// messages again.
+/// named once, write, then delete the messages taken. A failed run deletes nothing: SQS shows
+/// the batch and the taken messages again.
 pub async fn handle_batch(
     deps: &Deps,
     mut batch: Batch,

@@ -51,7 +51,8 @@ pub struct QueueRun {
     pub drained: usize,
     /// Records and messages that hold no Route53 event (left to SQS's retries).
     pub refused: usize,
-    /// How long the run waited for [`PUBLISH_SPACING`].
+    /// How long the run waited: the [`BURST_WINDOW`] of a lone event, or what was left of
+    /// the [`PUBLISH_SPACING`] for a burst.
     pub waited_ms: u64,
 }
 
