@@ -102,14 +102,9 @@ pub fn body_changes(body: &str) -> Result<Changes, TriggerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trigger::tests::event_file as sample;
     use autoproxy::model::ZoneKey;
     use serde_json::json;
-
-    fn sample(name: &str) -> Value {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../events/");
-        let text = std::fs::read_to_string(format!("{path}{name}")).unwrap();
-        serde_json::from_str(&text).unwrap()
-    }
 
     fn record(id: &str, body: &Value) -> Value {
         json!({"messageId": id, "eventSource": "aws:sqs", "body": body.to_string()})

@@ -219,11 +219,12 @@ fn quoted(field: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
-    fn event_file(name: &str) -> Value {
+    /// A sample event of `events/`.
+    pub(crate) fn event_file(name: &str) -> Value {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../events/");
         let text = std::fs::read_to_string(format!("{path}{name}")).unwrap();
         serde_json::from_str(&text).unwrap()

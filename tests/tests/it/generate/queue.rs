@@ -95,15 +95,7 @@ async fn one_batch_of_500_records_is_one_run() {
     );
     // The run before was a manual one: the first event run after it waits for nothing.
     assert_eq!(queue.waited_ms, 0);
-    let routed = snis(&estate.artifact().await.text);
-    for zone in &zones {
-        let sni = api_sni(&zone.name);
-        assert!(
-            routed.contains(&sni),
-            "{}: its change is missing",
-            zone.name
-        );
-    }
+    assert_every_api_routed(&estate, &zones).await;
 }
 
 /// A lone change waits only for the burst window, even right after an event run's publish; a
@@ -310,8 +302,13 @@ async fn a_members_burst_costs_a_few_runs_and_others_wait_little() {
     assert!(publishes <= 5, "{publishes} publishes");
     assert_eq!(events, 501, "every event taken once");
     // The last round gives every zone its API route.
+    assert_every_api_routed(&estate, &zones).await;
+}
+
+/// The published config routes the API of each of `zones`: its last change was read.
+async fn assert_every_api_routed(estate: &Estate, zones: &[Seeded]) {
     let routed = snis(&estate.artifact().await.text);
-    for zone in &zones {
+    for zone in zones {
         let sni = api_sni(&zone.name);
         assert!(
             routed.contains(&sni),
