@@ -21,6 +21,13 @@ use crate::settings::IgnoreZones;
 /// Zones read at once within one account (the limiter still paces the calls).
 const ZONES_IN_FLIGHT: usize = 4;
 
+/// The most zones an event run reads of one account (docs/ARCHITECTURE.md, "Generator
+/// events"): its pending zones first, then those its events name; the rest stay pending for
+/// the next run. Accounts are read side by side, so one account's mass change sets the run's
+/// length, and every other member's change waits behind it: at 5 calls a second, 50 zones of
+/// a page or two are 10 to 20 s.
+pub const EVENT_ZONES_PER_ACCOUNT: usize = 50;
+
 /// What to read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Scope {
@@ -83,9 +90,11 @@ pub struct SweepError {
 
 /// Reads what `scope` asks for and merges it into `previous`.
 ///
-/// With a `deadline`, a full sweep starts no zone read after it: the zones left are recorded
-/// as `pending` in the manifest (keeping their last known routes) and are read first by the
-/// next sweep, so an estate too large for one invocation still converges.
+/// With a `deadline`, a run starts no zone read after it: the zones left are recorded as
+/// `pending` in the manifest (keeping their last known routes) and are read first by the next
+/// run, so an estate too large for one invocation still converges. An event run reads the
+/// pending zones first, then those its events name, at most [`EVENT_ZONES_PER_ACCOUNT`] of
+/// each account; the rest stay pending.
 pub async fn sweep(
     accounts: &[AccountRoute53],
     previous: Option<&Manifest>,
@@ -124,7 +133,7 @@ pub async fn sweep(
             swept.manifest.zones = base.zones.clone();
             swept.manifest.pending = base.pending.clone();
             swept.manifest.unread = base.unread.clone();
-            read_zones(&mut swept, accounts, keys, matching).await;
+            read_zones(&mut swept, accounts, keys, matching, deadline).await;
         }
     }
     if !swept.failures.is_empty() && previous.is_none() {
@@ -325,29 +334,32 @@ fn merge_zone(swept: &mut Swept, base: &Manifest, zone: &Zone, read: ZoneRead) {
     }
 }
 
-/// Re-reads one zone named by an event: a known zone costs only its record pages; a new one
-/// one GetHostedZone more.
-/// A zone an event named, with what the manifest knows of it.
-type ZoneToRead<'a> = (&'a ZoneKey, Option<Zone>);
+/// A zone an event run reads, with what the manifest knows of it.
+type ZoneToRead = (ZoneKey, Option<Zone>);
 
-/// Reads the zones events named: each account's in turn at its own pace, the accounts side by
-/// side, so one account's many changed zones do not hold another's.
+/// Reads the zones pending and those events named, pending first: each account's in turn at
+/// its own pace, at most [`EVENT_ZONES_PER_ACCOUNT`] of them and none after `deadline`, the
+/// accounts side by side, so one account's many changed zones do not hold another's.
 async fn read_zones(
     swept: &mut Swept,
     accounts: &[AccountRoute53],
     keys: &[ZoneKey],
     matching: Matching<'_>,
+    deadline: Option<Instant>,
 ) {
     let mut by_account: BTreeMap<&str, (&AccountRoute53, Vec<ZoneToRead>)> = BTreeMap::new();
-    for key in keys {
+    for (key, named) in read_order(&swept.manifest.pending, keys) {
         let Some(account) = accounts.iter().find(|a| a.account == key.account) else {
-            swept.warnings.push(format!(
-                "event for zone {key}: that account is not configured (ACCOUNT_ROLE_ARNS, \
-                 or an onboarded member of MEMBER_ACCOUNTS); ignored"
-            ));
+            // A pending zone of an account no longer read waits for the next full sweep.
+            if named {
+                swept.warnings.push(format!(
+                    "event for zone {key}: that account is not configured (ACCOUNT_ROLE_ARNS, \
+                     or an onboarded member of MEMBER_ACCOUNTS); ignored"
+                ));
+            }
             continue;
         };
-        let known = swept.manifest.zones.get(&zone_key(key)).map(|entry| Zone {
+        let known = swept.manifest.zones.get(&zone_key(&key)).map(|entry| Zone {
             account: entry.account.clone(),
             id: entry.id.clone(),
             name: entry.name.clone(),
@@ -359,18 +371,64 @@ async fn read_zones(
             .1
             .push((key, known));
     }
-    let reads = by_account.into_values().map(|(account, zones)| async move {
-        let mut results = Vec::with_capacity(zones.len());
-        for (key, known) in zones {
-            results.push((key, read_one_zone(account, key, known, matching).await));
-        }
-        results
-    });
+    let reads = by_account
+        .into_values()
+        .map(|(account, zones)| read_share(account, zones, matching, deadline));
     for results in futures_util::future::join_all(reads).await {
-        for (key, result) in results {
-            merge_one_zone(swept, key, result);
+        for (key, read) in results {
+            merge_one_zone(swept, &key, read);
         }
     }
+}
+
+/// The zones an event run reads, in order: the pending ones (an earlier run did not reach
+/// them), then those the events name that are not pending; each with whether an event named it.
+fn read_order(pending: &BTreeSet<String>, named: &[ZoneKey]) -> Vec<(ZoneKey, bool)> {
+    let named_keys: BTreeSet<String> = named.iter().map(zone_key).collect();
+    let first = pending.iter().filter_map(|key| {
+        let (account, id) = key.split_once('/')?;
+        let zone = ZoneKey {
+            account: account.to_owned(),
+            id: id.to_owned(),
+        };
+        Some((zone, named_keys.contains(key)))
+    });
+    let fresh = named
+        .iter()
+        .filter(|key| !pending.contains(&zone_key(key)))
+        .map(|key| (key.clone(), true));
+    first.chain(fresh).collect()
+}
+
+/// One account's share of an event run: its zones in order, one after another, until the
+/// share or the time runs out; the zones left are [`ZoneRead::Unread`].
+async fn read_share(
+    account: &AccountRoute53,
+    zones: Vec<ZoneToRead>,
+    matching: Matching<'_>,
+    deadline: Option<Instant>,
+) -> Vec<(ZoneKey, ZoneRead)> {
+    let mut results = Vec::with_capacity(zones.len());
+    let mut deferred = 0;
+    for (index, (key, known)) in zones.into_iter().enumerate() {
+        let out_of_time = deadline.is_some_and(|deadline| Instant::now() >= deadline);
+        let read = if index >= EVENT_ZONES_PER_ACCOUNT || out_of_time {
+            deferred += 1;
+            ZoneRead::Unread
+        } else {
+            ZoneRead::from(read_one_zone(account, &key, known, matching).await)
+        };
+        results.push((key, read));
+    }
+    if deferred > 0 {
+        info!(
+            account = %account.account,
+            deferred,
+            share = EVENT_ZONES_PER_ACCOUNT,
+            "zones left pending for the next run: the account's share or the time ran out"
+        );
+    }
+    results
 }
 
 /// One zone an event named: its records (one listing when the manifest knows the zone, else
@@ -394,23 +452,28 @@ async fn read_one_zone(
     }
 }
 
-fn merge_one_zone(swept: &mut Swept, key: &ZoneKey, result: Result<Option<ZoneEntry>, ScanError>) {
+/// One zone of an event run: its new entry, gone, kept as the last manifest had it (a failed
+/// read), or pending (not reached: it keeps its entry, if any, and is read first next run).
+fn merge_one_zone(swept: &mut Swept, key: &ZoneKey, read: ZoneRead) {
     let manifest_key = zone_key(key);
-    match result {
-        Ok(Some(entry)) => {
+    match read {
+        ZoneRead::Entry(entry) => {
             swept.zones_scanned += 1;
             swept.manifest.pending.remove(&manifest_key);
             swept.manifest.unread.remove(&manifest_key);
             swept.manifest.zones.insert(manifest_key, entry);
         }
-        Ok(None) => {
+        ZoneRead::Gone => {
             swept.manifest.pending.remove(&manifest_key);
             swept.manifest.unread.remove(&manifest_key);
             if swept.manifest.zones.remove(&manifest_key).is_some() {
                 info!(zone = %key, "zone is gone, not private or ignored: its routes drop out");
             }
         }
-        Err(err) => {
+        ZoneRead::Unread => {
+            swept.manifest.pending.insert(manifest_key);
+        }
+        ZoneRead::Failed(err) => {
             warn!(zone = %key, error = %err, "zone read failed");
             swept.failures.push(format!(
                 "zone {key}: {err}; keeping its routes from the last manifest"

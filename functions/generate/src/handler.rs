@@ -130,11 +130,20 @@ pub struct BatchReply {
     pub batch_item_failures: Vec<ItemFailure>,
 }
 
-/// Time kept back from the Lambda deadline for rendering and publishing after the sweep.
+/// Time kept back from the Lambda deadline for rendering and publishing after the reads: this,
+/// or a quarter of the invocation's time when that is less (see [`publish_reserve`]).
 pub const PUBLISH_RESERVE: Duration = Duration::from_secs(60);
 
+/// What a run keeps back for publishing when `remaining` is left of its invocation:
+/// [`PUBLISH_RESERVE`] of the 900 s the stack gives, a quarter of a shorter time (a test's,
+/// or a timeout lowered by hand), which would otherwise read nothing at all.
+pub fn publish_reserve(remaining: Duration) -> Duration {
+    PUBLISH_RESERVE.min(remaining / 4)
+}
+
 /// The Lambda entry point: `{"explain": …}` answers without running; anything else is a run
-/// whose sweep stops starting zone reads [`PUBLISH_RESERVE`] before the function's deadline.
+/// (a sweep, or an event run) that stops starting zone reads [`publish_reserve`] before the
+/// function's deadline.
 pub async fn function_handler(
     deps: &Deps,
     event: LambdaEvent<Value>,
@@ -157,7 +166,7 @@ pub async fn function_handler(
         .duration_since(std::time::SystemTime::now())
     {
         Ok(remaining) => {
-            Some(tokio::time::Instant::now() + remaining.saturating_sub(PUBLISH_RESERVE))
+            Some(tokio::time::Instant::now() + remaining.saturating_sub(publish_reserve(remaining)))
         }
         Err(_) => {
             warn!(
@@ -196,7 +205,7 @@ pub async fn handle(
     handle_until(deps, payload, generated_at, None).await
 }
 
-/// One run whose full sweep starts no zone read after `deadline`.
+/// One run that starts no zone read after `deadline`.
 pub async fn handle_until(
     deps: &Deps,
     payload: &Value,

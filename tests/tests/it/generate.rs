@@ -33,6 +33,7 @@ mod generations;
 mod queue;
 mod rules;
 mod safety;
+mod shares;
 mod spelling;
 mod warnings;
 

@@ -59,8 +59,8 @@ pub fn warning(manifest: &Manifest, accounts: &BTreeMap<String, usize>) -> Optio
         return None;
     }
     let mut warning = format!(
-        "sweep unfinished: {pending} zone(s) not read before the time budget ran out; they are \
-         read first by the next run"
+        "sweep unfinished: {pending} zone(s) not read before the time budget (or, in an event \
+         run, an account's share of it) ran out; they are read first by the next run"
     );
     if accounts.is_empty() {
         warning.push_str(", and keep their last known routes meanwhile");
