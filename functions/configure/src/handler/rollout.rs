@@ -2,7 +2,9 @@
 
 use super::*;
 
-/// Rolls out each config version the S3 event announces.
+/// Rolls out each config version the S3 event announces that is still the key's current one,
+/// then, while time remains, the version that replaced it during the rollout (its own event may
+/// wait behind Lambda's retries of a throttled invocation).
 pub async fn roll_out(
     deps: &Deps,
     payload: &Value,
@@ -11,36 +13,45 @@ pub async fn roll_out(
     let (wanted, ignored) = dispatches(payload, &deps.settings.config_key)?;
     let mut outcome = Outcome {
         dispatched: Vec::new(),
+        superseded: Vec::new(),
         ignored,
     };
     let mut failures = Vec::new();
-    for dispatch in wanted {
-        let rollout = dispatch_one(deps, &dispatch, follow_until).await?;
-        let verdict = verdict(&rollout);
-        Metrics::new("configure")
-            .count("Dispatched", u64::from(rollout.sent))
-            .count("NoTargets", u64::from(verdict == Verdict::NoTargets))
-            .count(
-                "InstancesSucceeded",
-                rollout.instances.len() as u64 - failed_count(&rollout),
-            )
-            .count("InstancesFailed", failed_count(&rollout))
-            .emit();
-        match verdict {
-            Verdict::NoTargets => {
-                error!(command_id = %rollout.command_id, "the rollout reached no instance");
-                return Err(ConfigureError::NoTargets {
-                    generation: rollout.generation,
-                    command_id: rollout.command_id,
-                    tag_key: deps.settings.target_tag_key.clone(),
-                    tag_value: deps.settings.target_tag_value.clone(),
-                });
-            }
-            Verdict::Failed(detail) => failures.push((rollout.generation.clone(), detail)),
-            Verdict::Succeeded | Verdict::StillRunning => {}
+    let mut queue: std::collections::VecDeque<Dispatch> = wanted.into();
+    while let Some(dispatch) = queue.pop_front() {
+        let generation = generation_of(deps, &dispatch).await?;
+        let current = current::current_version(deps, &dispatch).await?;
+        if let Some(by) = replaced_by(&dispatch.version_id, current.as_deref()) {
+            info!(
+                version_id = %dispatch.version_id,
+                generation,
+                current = ?by,
+                "a later version replaced this one: not rolled out"
+            );
+            outcome.superseded.push(Superseded {
+                version_id: dispatch.version_id.clone(),
+                generation,
+                current_version_id: by.map(str::to_owned),
+            });
+            continue;
+        }
+        let rollout = dispatch_one(deps, &dispatch, generation, follow_until).await?;
+        let verdict = record(deps, &rollout)?;
+        if let Verdict::Failed(detail) = &verdict {
+            failures.push((rollout.generation.clone(), detail.clone()));
         }
         outcome.dispatched.push(rollout);
+        if queue.is_empty()
+            && verdict == Verdict::Succeeded
+            && Instant::now() < follow_until
+            && let Some(newer) = replacement(deps, &dispatch, &outcome).await?
+        {
+            queue.push_back(newer);
+        }
     }
+    Metrics::new("configure")
+        .count("Superseded", outcome.superseded.len() as u64)
+        .emit();
     if let Some((generation, _)) = failures.first() {
         let failures = failures
             .iter()
@@ -54,6 +65,51 @@ pub async fn roll_out(
         });
     }
     Ok(outcome)
+}
+
+/// The version that replaced `done` while it rolled out, unless this invocation handled it.
+async fn replacement(
+    deps: &Deps,
+    done: &Dispatch,
+    outcome: &Outcome,
+) -> Result<Option<Dispatch>, ConfigureError> {
+    let Some(current) = current::current_version(deps, done).await? else {
+        return Ok(None);
+    };
+    let handled = outcome.dispatched.iter().any(|r| r.version_id == current)
+        || outcome.superseded.iter().any(|s| s.version_id == current);
+    if handled {
+        return Ok(None);
+    }
+    info!(version_id = %current, "a later version was published during the rollout: rolling it out now");
+    Ok(Some(Dispatch {
+        version_id: current,
+        ..done.clone()
+    }))
+}
+
+/// Emits the rollout's metrics; its verdict, or the error of one that reached no instance.
+fn record(deps: &Deps, rollout: &Rollout) -> Result<Verdict, ConfigureError> {
+    let verdict = verdict(rollout);
+    Metrics::new("configure")
+        .count("Dispatched", u64::from(rollout.sent))
+        .count("NoTargets", u64::from(verdict == Verdict::NoTargets))
+        .count(
+            "InstancesSucceeded",
+            rollout.instances.len() as u64 - failed_count(rollout),
+        )
+        .count("InstancesFailed", failed_count(rollout))
+        .emit();
+    if verdict == Verdict::NoTargets {
+        error!(command_id = %rollout.command_id, "the rollout reached no instance");
+        return Err(ConfigureError::NoTargets {
+            generation: rollout.generation.clone(),
+            command_id: rollout.command_id.clone(),
+            tag_key: deps.settings.target_tag_key.clone(),
+            tag_value: deps.settings.target_tag_value.clone(),
+        });
+    }
+    Ok(verdict)
 }
 
 /// How one rollout ended, from its command's status and its instances' results.
@@ -203,9 +259,38 @@ pub(super) async fn earlier_command(
     Ok(None)
 }
 
+/// The generation an exact version carries in its metadata (`unknown` when it carries none);
+/// an error when the version does not exist.
+pub(super) async fn generation_of(
+    deps: &Deps,
+    dispatch: &Dispatch,
+) -> Result<String, ConfigureError> {
+    let head = deps
+        .s3
+        .head_object()
+        .bucket(&dispatch.bucket)
+        .key(&dispatch.key)
+        .version_id(&dispatch.version_id)
+        .send()
+        .await
+        .map_err(|err| ConfigureError::Aws {
+            operation: "HeadObject",
+            bucket: dispatch.bucket.clone(),
+            key: dispatch.key.clone(),
+            version_id: dispatch.version_id.clone(),
+            message: aws_error::reason(&err),
+        })?;
+    Ok(head
+        .metadata()
+        .and_then(|m| m.get(META_GENERATION))
+        .cloned()
+        .unwrap_or_else(|| "unknown".to_owned()))
+}
+
 pub(super) async fn dispatch_one(
     deps: &Deps,
     dispatch: &Dispatch,
+    generation: String,
     follow_until: Instant,
 ) -> Result<Rollout, ConfigureError> {
     let failed = |operation: &'static str, message: String| ConfigureError::Aws {
@@ -215,20 +300,6 @@ pub(super) async fn dispatch_one(
         version_id: dispatch.version_id.clone(),
         message,
     };
-    let head = deps
-        .s3
-        .head_object()
-        .bucket(&dispatch.bucket)
-        .key(&dispatch.key)
-        .version_id(&dispatch.version_id)
-        .send()
-        .await
-        .map_err(|err| failed("HeadObject", aws_error::reason(&err)))?;
-    let generation = head
-        .metadata()
-        .and_then(|m| m.get(META_GENERATION))
-        .cloned()
-        .unwrap_or_else(|| "unknown".to_owned());
     let earlier = earlier_command(deps, dispatch)
         .await
         .map_err(|message| failed("ListCommands", message))?;
