@@ -21,6 +21,29 @@ pub fn replaced_by<'a>(announced: &str, current: Option<&'a str>) -> Option<Opti
     }
 }
 
+/// `Some` when a later version replaced the one `dispatch` announces: it is not rolled out.
+pub(super) async fn superseded(
+    deps: &Deps,
+    dispatch: &Dispatch,
+    generation: &str,
+) -> Result<Option<Superseded>, ConfigureError> {
+    let current = current_version(deps, dispatch).await?;
+    let Some(by) = replaced_by(&dispatch.version_id, current.as_deref()) else {
+        return Ok(None);
+    };
+    info!(
+        version_id = %dispatch.version_id,
+        generation,
+        current = ?by,
+        "a later version replaced this one: not rolled out"
+    );
+    Ok(Some(Superseded {
+        version_id: dispatch.version_id.clone(),
+        generation: generation.to_owned(),
+        current_version_id: by.map(str::to_owned),
+    }))
+}
+
 /// The version the config key holds now (`HeadObject` without a version: S3 answers the
 /// latest, strongly consistent); `None` when the key holds none (deleted).
 pub(super) async fn current_version(
@@ -45,6 +68,55 @@ pub(super) async fn current_version(
             message: aws_error::reason(&err),
         }),
     }
+}
+
+/// The generation an exact version carries in its metadata (`unknown` when it carries none);
+/// an error when the version does not exist.
+pub(super) async fn generation_of(
+    deps: &Deps,
+    dispatch: &Dispatch,
+) -> Result<String, ConfigureError> {
+    let head = deps
+        .s3
+        .head_object()
+        .bucket(&dispatch.bucket)
+        .key(&dispatch.key)
+        .version_id(&dispatch.version_id)
+        .send()
+        .await
+        .map_err(|err| ConfigureError::Aws {
+            operation: "HeadObject",
+            bucket: dispatch.bucket.clone(),
+            key: dispatch.key.clone(),
+            version_id: dispatch.version_id.clone(),
+            message: aws_error::reason(&err),
+        })?;
+    Ok(head
+        .metadata()
+        .and_then(|m| m.get(META_GENERATION))
+        .cloned()
+        .unwrap_or_else(|| "unknown".to_owned()))
+}
+
+/// The version that replaced `done` while it rolled out, unless this invocation handled it.
+pub(super) async fn replacement(
+    deps: &Deps,
+    done: &Dispatch,
+    outcome: &Outcome,
+) -> Result<Option<Dispatch>, ConfigureError> {
+    let Some(current) = current_version(deps, done).await? else {
+        return Ok(None);
+    };
+    let handled = outcome.dispatched.iter().any(|r| r.version_id == current)
+        || outcome.superseded.iter().any(|s| s.version_id == current);
+    if handled {
+        return Ok(None);
+    }
+    info!(version_id = %current, "a later version was published during the rollout: rolling it out now");
+    Ok(Some(Dispatch {
+        version_id: current,
+        ..done.clone()
+    }))
 }
 
 #[cfg(test)]

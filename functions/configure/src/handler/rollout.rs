@@ -19,20 +19,9 @@ pub async fn roll_out(
     let mut failures = Vec::new();
     let mut queue: std::collections::VecDeque<Dispatch> = wanted.into();
     while let Some(dispatch) = queue.pop_front() {
-        let generation = generation_of(deps, &dispatch).await?;
-        let current = current::current_version(deps, &dispatch).await?;
-        if let Some(by) = replaced_by(&dispatch.version_id, current.as_deref()) {
-            info!(
-                version_id = %dispatch.version_id,
-                generation,
-                current = ?by,
-                "a later version replaced this one: not rolled out"
-            );
-            outcome.superseded.push(Superseded {
-                version_id: dispatch.version_id.clone(),
-                generation,
-                current_version_id: by.map(str::to_owned),
-            });
+        let generation = current::generation_of(deps, &dispatch).await?;
+        if let Some(superseded) = current::superseded(deps, &dispatch, &generation).await? {
+            outcome.superseded.push(superseded);
             continue;
         }
         let rollout = dispatch_one(deps, &dispatch, generation, follow_until).await?;
@@ -44,7 +33,7 @@ pub async fn roll_out(
         if queue.is_empty()
             && verdict == Verdict::Succeeded
             && Instant::now() < follow_until
-            && let Some(newer) = replacement(deps, &dispatch, &outcome).await?
+            && let Some(newer) = current::replacement(deps, &dispatch, &outcome).await?
         {
             queue.push_back(newer);
         }
@@ -65,27 +54,6 @@ pub async fn roll_out(
         });
     }
     Ok(outcome)
-}
-
-/// The version that replaced `done` while it rolled out, unless this invocation handled it.
-async fn replacement(
-    deps: &Deps,
-    done: &Dispatch,
-    outcome: &Outcome,
-) -> Result<Option<Dispatch>, ConfigureError> {
-    let Some(current) = current::current_version(deps, done).await? else {
-        return Ok(None);
-    };
-    let handled = outcome.dispatched.iter().any(|r| r.version_id == current)
-        || outcome.superseded.iter().any(|s| s.version_id == current);
-    if handled {
-        return Ok(None);
-    }
-    info!(version_id = %current, "a later version was published during the rollout: rolling it out now");
-    Ok(Some(Dispatch {
-        version_id: current,
-        ..done.clone()
-    }))
 }
 
 /// Emits the rollout's metrics; its verdict, or the error of one that reached no instance.
@@ -257,34 +225,6 @@ pub(super) async fn earlier_command(
         }
     }
     Ok(None)
-}
-
-/// The generation an exact version carries in its metadata (`unknown` when it carries none);
-/// an error when the version does not exist.
-pub(super) async fn generation_of(
-    deps: &Deps,
-    dispatch: &Dispatch,
-) -> Result<String, ConfigureError> {
-    let head = deps
-        .s3
-        .head_object()
-        .bucket(&dispatch.bucket)
-        .key(&dispatch.key)
-        .version_id(&dispatch.version_id)
-        .send()
-        .await
-        .map_err(|err| ConfigureError::Aws {
-            operation: "HeadObject",
-            bucket: dispatch.bucket.clone(),
-            key: dispatch.key.clone(),
-            version_id: dispatch.version_id.clone(),
-            message: aws_error::reason(&err),
-        })?;
-    Ok(head
-        .metadata()
-        .and_then(|m| m.get(META_GENERATION))
-        .cloned()
-        .unwrap_or_else(|| "unknown".to_owned()))
 }
 
 pub(super) async fn dispatch_one(
