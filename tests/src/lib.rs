@@ -38,6 +38,7 @@ pub mod response_url;
 pub mod ssm_agent;
 pub mod stream;
 pub mod systemctl;
+pub mod timed_fleet;
 pub mod user_data;
 
 use std::path::{Path, PathBuf};

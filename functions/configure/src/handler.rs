@@ -19,10 +19,12 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
+mod current;
 mod event;
 mod report;
 mod rollout;
 
+pub use current::{Superseded, replaced_by};
 pub use event::{dispatches, is_fleet_request};
 pub use report::fleet_report;
 pub use rollout::roll_out;
@@ -133,6 +135,8 @@ pub enum Reply {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Outcome {
     pub dispatched: Vec<Rollout>,
+    /// Versions not rolled out: a later one had replaced them by the time they were read.
+    pub superseded: Vec<Superseded>,
     pub ignored: Vec<String>,
 }
 

@@ -6,6 +6,7 @@ use std::process::Command;
 use std::time::Duration;
 
 mod instances;
+mod newest;
 
 use autoproxy::fleet::Join;
 use autoproxy::settings::ConfigureSettings;

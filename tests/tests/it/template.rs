@@ -11,6 +11,7 @@ mod alarms;
 mod assertions;
 mod bucket;
 mod dataplane;
+mod dead_letters;
 mod docs;
 mod first_run;
 mod fleet;

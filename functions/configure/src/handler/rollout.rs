@@ -2,7 +2,9 @@
 
 use super::*;
 
-/// Rolls out each config version the S3 event announces.
+/// Rolls out each config version the S3 event announces that is still the key's current one,
+/// then, while time remains, the version that replaced it during the rollout (its own event may
+/// wait behind Lambda's retries of a throttled invocation).
 pub async fn roll_out(
     deps: &Deps,
     payload: &Value,
@@ -11,36 +13,34 @@ pub async fn roll_out(
     let (wanted, ignored) = dispatches(payload, &deps.settings.config_key)?;
     let mut outcome = Outcome {
         dispatched: Vec::new(),
+        superseded: Vec::new(),
         ignored,
     };
     let mut failures = Vec::new();
-    for dispatch in wanted {
-        let rollout = dispatch_one(deps, &dispatch, follow_until).await?;
-        let verdict = verdict(&rollout);
-        Metrics::new("configure")
-            .count("Dispatched", u64::from(rollout.sent))
-            .count("NoTargets", u64::from(verdict == Verdict::NoTargets))
-            .count(
-                "InstancesSucceeded",
-                rollout.instances.len() as u64 - failed_count(&rollout),
-            )
-            .count("InstancesFailed", failed_count(&rollout))
-            .emit();
-        match verdict {
-            Verdict::NoTargets => {
-                error!(command_id = %rollout.command_id, "the rollout reached no instance");
-                return Err(ConfigureError::NoTargets {
-                    generation: rollout.generation,
-                    command_id: rollout.command_id,
-                    tag_key: deps.settings.target_tag_key.clone(),
-                    tag_value: deps.settings.target_tag_value.clone(),
-                });
-            }
-            Verdict::Failed(detail) => failures.push((rollout.generation.clone(), detail)),
-            Verdict::Succeeded | Verdict::StillRunning => {}
+    let mut queue: std::collections::VecDeque<Dispatch> = wanted.into();
+    while let Some(dispatch) = queue.pop_front() {
+        let generation = current::generation_of(deps, &dispatch).await?;
+        if let Some(superseded) = current::superseded(deps, &dispatch, &generation).await? {
+            outcome.superseded.push(superseded);
+            continue;
+        }
+        let rollout = dispatch_one(deps, &dispatch, generation, follow_until).await?;
+        let verdict = record(deps, &rollout)?;
+        if let Verdict::Failed(detail) = &verdict {
+            failures.push((rollout.generation.clone(), detail.clone()));
         }
         outcome.dispatched.push(rollout);
+        if queue.is_empty()
+            && verdict == Verdict::Succeeded
+            && Instant::now() < follow_until
+            && let Some(newer) = current::replacement(deps, &dispatch, &outcome).await?
+        {
+            queue.push_back(newer);
+        }
     }
+    Metrics::new("configure")
+        .count("Superseded", outcome.superseded.len() as u64)
+        .emit();
     if let Some((generation, _)) = failures.first() {
         let failures = failures
             .iter()
@@ -54,6 +54,30 @@ pub async fn roll_out(
         });
     }
     Ok(outcome)
+}
+
+/// Emits the rollout's metrics; its verdict, or the error of one that reached no instance.
+fn record(deps: &Deps, rollout: &Rollout) -> Result<Verdict, ConfigureError> {
+    let verdict = verdict(rollout);
+    Metrics::new("configure")
+        .count("Dispatched", u64::from(rollout.sent))
+        .count("NoTargets", u64::from(verdict == Verdict::NoTargets))
+        .count(
+            "InstancesSucceeded",
+            rollout.instances.len() as u64 - failed_count(rollout),
+        )
+        .count("InstancesFailed", failed_count(rollout))
+        .emit();
+    if verdict == Verdict::NoTargets {
+        error!(command_id = %rollout.command_id, "the rollout reached no instance");
+        return Err(ConfigureError::NoTargets {
+            generation: rollout.generation.clone(),
+            command_id: rollout.command_id.clone(),
+            tag_key: deps.settings.target_tag_key.clone(),
+            tag_value: deps.settings.target_tag_value.clone(),
+        });
+    }
+    Ok(verdict)
 }
 
 /// How one rollout ended, from its command's status and its instances' results.
@@ -206,6 +230,7 @@ pub(super) async fn earlier_command(
 pub(super) async fn dispatch_one(
     deps: &Deps,
     dispatch: &Dispatch,
+    generation: String,
     follow_until: Instant,
 ) -> Result<Rollout, ConfigureError> {
     let failed = |operation: &'static str, message: String| ConfigureError::Aws {
@@ -215,20 +240,6 @@ pub(super) async fn dispatch_one(
         version_id: dispatch.version_id.clone(),
         message,
     };
-    let head = deps
-        .s3
-        .head_object()
-        .bucket(&dispatch.bucket)
-        .key(&dispatch.key)
-        .version_id(&dispatch.version_id)
-        .send()
-        .await
-        .map_err(|err| failed("HeadObject", aws_error::reason(&err)))?;
-    let generation = head
-        .metadata()
-        .and_then(|m| m.get(META_GENERATION))
-        .cloned()
-        .unwrap_or_else(|| "unknown".to_owned());
     let earlier = earlier_command(deps, dispatch)
         .await
         .map_err(|message| failed("ListCommands", message))?;

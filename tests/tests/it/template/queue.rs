@@ -1,6 +1,6 @@
 //! The Route53 events reach the generator through a queue: the rule's target is the queue, the
 //! mapping hands over small batches at once and keeps failed records one by one, the queue is
-//! encrypted and gives up on a message into the queue the failed-invocations alarm watches, and
+//! encrypted and gives up on a message into a dead-letter queue of its own, which an alarm watches, and
 //! only the rule may send to it.
 
 use autoproxy_tests::cfn::Stack;
@@ -9,8 +9,8 @@ use serde_json::{Value as Json, json};
 use super::stack::stack;
 use super::template;
 
-const FAILED_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:autoproxy-FailedInvocationsQueue";
-const FAILED_NAME: &str = "autoproxy-FailedInvocationsQueue";
+const DEAD_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:autoproxy-Route53EventsDeadLetterQueue";
+const DEAD_NAME: &str = "autoproxy-Route53EventsDeadLetterQueue";
 const RULE_ARN: &str = "arn:aws:events:us-east-1:123456789012:rule/autoproxy-Route53ChangeRule";
 const QUEUE_URL: &str =
     "https://sqs.us-east-1.amazonaws.com/123456789012/autoproxy-Route53EventsQueue";
@@ -20,8 +20,8 @@ fn deployed() -> (serde_yaml::Value, Stack) {
     let template = template();
     let mut stack = stack(&template);
     for (name, value) in [
-        ("FailedInvocationsQueue.Arn", FAILED_ARN),
-        ("FailedInvocationsQueue.QueueName", FAILED_NAME),
+        ("Route53EventsDeadLetterQueue.Arn", DEAD_ARN),
+        ("Route53EventsDeadLetterQueue.QueueName", DEAD_NAME),
         ("Route53ChangeRule.Arn", RULE_ARN),
     ] {
         stack.attributes.insert(name.into(), value.into());
@@ -63,7 +63,7 @@ fn route53_events_reach_the_generator_through_its_queue() {
     let targets = targets.as_array().unwrap();
     assert_eq!(targets.len(), 1, "{targets:?}");
     assert_eq!(targets[0]["Arn"], queue_arn(&stack));
-    assert_eq!(targets[0]["DeadLetterConfig"]["Arn"], json!(FAILED_ARN));
+    assert_eq!(targets[0]["DeadLetterConfig"]["Arn"], json!(DEAD_ARN));
     let function = &template["Resources"]["GenerateFunction"]["Properties"];
     let kinds: Vec<&str> = function["Events"]
         .as_mapping()
@@ -105,15 +105,16 @@ fn the_event_queue_is_encrypted_and_gives_up_where_the_alarm_looks() {
     assert!(hidden >= 6 * 900, "{queue}");
     assert_eq!(
         queue["RedrivePolicy"]["deadLetterTargetArn"],
-        json!(FAILED_ARN)
+        json!(DEAD_ARN)
     );
     assert_eq!(queue["RedrivePolicy"]["maxReceiveCount"], json!(5));
     let dimensions = resolved(
         &template,
         &stack,
-        &["FailedInvocationsAlarm", "Properties", "Dimensions"],
+        &["Route53EventsDeadLetterAlarm", "Properties", "Metrics"],
     );
-    assert_eq!(dimensions[0]["Value"], json!(FAILED_NAME));
+    let watched = &dimensions[0]["MetricStat"]["Metric"]["Dimensions"][0]["Value"];
+    assert_eq!(watched, &json!(DEAD_NAME));
 }
 
 /// The generator (its mapping and its runs) reads that queue and no other: no SAM SQS event,
