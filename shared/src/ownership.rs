@@ -28,8 +28,10 @@ use crate::manifest::{Manifest, ZoneEntry};
 use crate::model::{Route, ZoneKey};
 use crate::names::{HostName, normalize};
 
+mod aws;
 mod nested;
 mod refusal;
+pub use aws::{AWS_DOMAINS, aws_domain};
 pub use refusal::Refusal;
 
 /// How ownership is decided.
@@ -120,10 +122,19 @@ pub fn owned_routes_beside(
     grace: Grace,
 ) -> Owned {
     let mut by_name: BTreeMap<HostName, Vec<&ZoneEntry>> = BTreeMap::new();
+    let mut aws_zones = Vec::new();
     for entry in zones.values().chain(unread) {
         // A name that is not a host name gave no routes; it holds nothing.
-        if let Ok(name) = normalize(&entry.name).to_host() {
-            by_name.entry(name).or_default().push(entry);
+        let Ok(name) = normalize(&entry.name).to_host() else {
+            continue;
+        };
+        match (mode, aws_domain(&name)) {
+            (Mode::FirstHolder, Some(domain)) => aws_zones.push(aws::AwsZone {
+                name,
+                entry,
+                domain,
+            }),
+            _ => by_name.entry(name).or_default().push(entry),
         }
     }
     let unread: BTreeSet<ZoneKey> = unread.iter().map(key).collect();
@@ -149,6 +160,8 @@ pub fn owned_routes_beside(
         }
     }
     outside_names(&mut owned, previous, &known, grace);
+    let set_aside = aws::refusals(&aws_zones, &owned.candidates);
+    owned.refusals.extend(set_aside);
     owned
 }
 

@@ -70,6 +70,13 @@ pub enum Refusal {
         zone: ZoneKey,
         others: Vec<ZoneKey>,
     },
+    /// A zone named under a domain AWS owns, in first-holder mode: it holds no name, blocks
+    /// none inside it and routes nothing.
+    AwsDomain {
+        name: String,
+        zone: ZoneKey,
+        domain: &'static str,
+    },
     /// An SNI outside every zone that several zones claim for the first time in one run.
     OutsideUnsettled {
         sni: String,
@@ -91,6 +98,7 @@ impl Refusal {
             | Refusal::SeveralVpcs { zone, .. }
             | Refusal::OutsideUnsettled { zone, .. }
             | Refusal::NestedHeld { zone, .. }
+            | Refusal::AwsDomain { zone, .. }
             | Refusal::Unread { zone, .. } => zone,
         }
     }
@@ -104,6 +112,7 @@ impl Refusal {
             | Refusal::HeldByAnother { name, .. }
             | Refusal::Unsettled { name, .. }
             | Refusal::SeveralVpcs { name, .. }
+            | Refusal::AwsDomain { name, .. }
             | Refusal::Unread { name, .. } => name,
             Refusal::OutsideHeld { sni, .. }
             | Refusal::OutsideInGrace { sni, .. }
@@ -113,7 +122,8 @@ impl Refusal {
 }
 
 impl Refusal {
-    /// The refusals for a name inside a zone, or of a zone not read yet.
+    /// The refusals for a name inside a zone, of a zone not read yet, or of a zone that may
+    /// hold no name.
     fn fmt_nesting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Refusal::InAnotherZone {
@@ -146,6 +156,14 @@ impl Refusal {
                  and no zone is known to have held it first: nothing new routes it until that \
                  zone is read",
                 joined(unread)
+            ),
+            Refusal::AwsDomain { name, zone, domain } => write!(
+                f,
+                "zone {name} ({zone}) is named under {domain}, a domain AWS owns: without \
+                 PROXY_VPCS nothing shows it shadows the proxies' view, so it holds no name, \
+                 blocks no route to a name inside it and routes nothing itself (set PROXY_VPCS \
+                 to count the zones the proxies resolve, or delete the zone in account {})",
+                zone.account
             ),
             _ => Ok(()),
         }
@@ -182,9 +200,10 @@ impl fmt::Display for Refusal {
                  zone remains or all opt in (or IGNORE_ZONES=<account>:{name} drops one)",
                 joined(others)
             ),
-            Refusal::InAnotherZone { .. } | Refusal::NestedHeld { .. } | Refusal::Unread { .. } => {
-                self.fmt_nesting(f)
-            }
+            Refusal::InAnotherZone { .. }
+            | Refusal::NestedHeld { .. }
+            | Refusal::Unread { .. }
+            | Refusal::AwsDomain { .. } => self.fmt_nesting(f),
             Refusal::OutsideHeld { sni, zone, holder } => write!(
                 f,
                 "SNI {sni} (outside every zone) is held by zone {holder}, which claimed it \

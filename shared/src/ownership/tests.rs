@@ -485,4 +485,5 @@ fn a_back_target_inside_another_zone_is_that_zones_alone() {
     assert_eq!(routed(&owned), [A]);
     assert!(owned.holders.outside.is_empty());
 }
+mod names;
 mod nesting;
