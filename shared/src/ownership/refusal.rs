@@ -15,6 +15,15 @@ pub enum Refusal {
         zone: ZoneKey,
         holder: ZoneKey,
     },
+    /// The holder's account deleted its zone of the name less than the grace period ago
+    /// (`OWNERSHIP_GRACE_HOURS`): the name is still that account's, should it recreate it.
+    HeldInGrace {
+        name: String,
+        zone: ZoneKey,
+        holder: ZoneKey,
+        /// Unix seconds when the grace ends.
+        until: u64,
+    },
     /// Several zones hold the name, not all opted in, and none is known to have held it first:
     /// nobody can tell which one the proxy resolves.
     Unsettled {
@@ -91,6 +100,7 @@ impl Refusal {
         match self {
             Refusal::NotInVpc { zone, .. }
             | Refusal::HeldByAnother { zone, .. }
+            | Refusal::HeldInGrace { zone, .. }
             | Refusal::Unsettled { zone, .. }
             | Refusal::InAnotherZone { zone, .. }
             | Refusal::OutsideHeld { zone, .. }
@@ -110,6 +120,7 @@ impl Refusal {
             Refusal::InAnotherZone { sni, .. } | Refusal::NestedHeld { sni, .. } => sni,
             Refusal::NotInVpc { name, .. }
             | Refusal::HeldByAnother { name, .. }
+            | Refusal::HeldInGrace { name, .. }
             | Refusal::Unsettled { name, .. }
             | Refusal::SeveralVpcs { name, .. }
             | Refusal::AwsDomain { name, .. }
@@ -192,6 +203,20 @@ impl fmt::Display for Refusal {
                  no route from account {}. If the newcomer is the rightful owner, drop the \
                  other zone or ignore it (IGNORE_ZONES={}:{name})",
                 holder.account, zone.account, holder.account
+            ),
+            Refusal::HeldInGrace {
+                name,
+                zone,
+                holder,
+                until,
+            } => write!(
+                f,
+                "zone {name} ({zone}) opted in, but account {} held the name (zone {holder}, \
+                 gone now) and keeps it until {} (OWNERSHIP_GRACE_HOURS) in case it recreates \
+                 the zone: no route from account {} before then, none if it does",
+                holder.account,
+                crate::accounts::rfc3339(*until),
+                zone.account
             ),
             Refusal::Unsettled { name, zone, others } => write!(
                 f,

@@ -1,4 +1,5 @@
-//! Names no zone blocks or takes: a zone under a domain AWS owns.
+//! Names no zone blocks or takes: a zone under a domain AWS owns, and a name its holder's
+//! account recreates its zone for.
 
 use super::*;
 
@@ -80,4 +81,70 @@ fn with_proxy_vpcs_an_associated_aws_zone_still_shadows() {
         owned.refusals[..],
         [Refusal::InAnotherZone { .. }]
     ));
+}
+
+#[test]
+fn a_name_is_held_by_its_account_through_the_grace() {
+    let name = "shared.internal";
+    let remembered = held(BTreeMap::from([(name.to_owned(), zk(B, "ZB"))]));
+    let other = || entry(A, "ZA", "shared.internal.", true);
+    let recreated = || entry(B, "ZB2", "shared.internal.", true);
+    // B deleted its zone: A's, made beforehand, does not take the name in the gap.
+    let gap = owned_routes(&zones(vec![other()]), &remembered, Mode::FirstHolder);
+    assert!(routed(&gap).is_empty());
+    assert_eq!(gap.holders.zones[name], zk(B, "ZB"));
+    assert_eq!(gap.holders.zones_absent[name], NOW);
+    let [refusal @ Refusal::HeldInGrace { .. }] = &gap.refusals[..] else {
+        panic!("{:?}", gap.refusals)
+    };
+    let text = refusal.to_string();
+    for word in [
+        "ZA in account 111111111111",
+        "ZB in account 222222222222",
+        "OWNERSHIP_GRACE_HOURS",
+    ] {
+        assert!(text.contains(word), "{word:?} in {text}");
+    }
+    // B recreates it (a new id): the new zone holds the name, A's is refused.
+    let back = owned_routes(
+        &zones(vec![other(), recreated()]),
+        &gap.holders,
+        Mode::FirstHolder,
+    );
+    assert_eq!(routed(&back), [B]);
+    assert_eq!(back.holders.zones[name], zk(B, "ZB2"));
+    assert!(back.holders.zones_absent.is_empty());
+    assert!(matches!(back.refusals[..], [Refusal::HeldByAnother { .. }]));
+    // Deleted and recreated between two runs: the same.
+    let between = owned_routes(
+        &zones(vec![other(), recreated()]),
+        &remembered,
+        Mode::FirstHolder,
+    );
+    assert_eq!(routed(&between), [B]);
+    // No zone of the name at all in the gap: the account keeps it all the same.
+    let empty = owned_routes(&BTreeMap::new(), &remembered, Mode::FirstHolder);
+    assert_eq!(empty.holders.zones[name], zk(B, "ZB"));
+    assert_eq!(empty.holders.zones_absent[name], NOW);
+    // The grace runs from the first run that saw it gone; past it, a sole survivor takes it.
+    let end = Grace {
+        now: NOW + GRACE.seconds,
+        ..GRACE
+    };
+    let after =
+        crate::ownership::owned_routes(&zones(vec![other()]), &gap.holders, Mode::FirstHolder, end);
+    assert_eq!(routed(&after), [A]);
+    assert_eq!(after.holders.zones[name], zk(A, "ZA"));
+    assert!(after.holders.zones_absent.is_empty());
+    let forgotten =
+        crate::ownership::owned_routes(&BTreeMap::new(), &empty.holders, Mode::FirstHolder, end);
+    assert_eq!(forgotten.holders, Holders::default());
+    // No grace (OWNERSHIP_GRACE_HOURS=0): at once.
+    let none = Grace {
+        now: NOW,
+        seconds: 0,
+    };
+    let at_once =
+        crate::ownership::owned_routes(&zones(vec![other()]), &remembered, Mode::FirstHolder, none);
+    assert_eq!(routed(&at_once), [A]);
 }
