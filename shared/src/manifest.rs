@@ -37,6 +37,10 @@ pub struct Manifest {
     /// Normalised zone name → the zone that held it first (see [`crate::ownership`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub holders: BTreeMap<String, ZoneKey>,
+    /// A name of `holders` whose holder's account no longer holds it with any zone → since
+    /// when (Unix seconds): the account keeps it for `OWNERSHIP_GRACE_HOURS` after that.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub holders_absent_since: BTreeMap<String, u64>,
     /// An SNI outside every zone (a `back-target` rule's, such as an EKS endpoint's name) →
     /// the zone that holds it (see [`crate::ownership`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -80,6 +84,7 @@ impl Default for Manifest {
             unread: BTreeMap::new(),
             progress: BTreeMap::new(),
             holders: BTreeMap::new(),
+            holders_absent_since: BTreeMap::new(),
             outside_holders: BTreeMap::new(),
             outside_absent_since: BTreeMap::new(),
             accounts: Vec::new(),
@@ -136,6 +141,7 @@ impl Manifest {
             && self.unread == other.unread
             && self.progress == other.progress
             && self.holders == other.holders
+            && self.holders_absent_since == other.holders_absent_since
             && self.outside_holders == other.outside_holders
             && self.outside_absent_since == other.outside_absent_since
             && self.accounts == other.accounts
@@ -258,6 +264,15 @@ impl Manifest {
                      zone ({zone})"
                 ));
             }
+        }
+        if let Some(name) = self
+            .holders_absent_since
+            .keys()
+            .find(|name| !self.holders.contains_key(*name))
+        {
+            return Err(format!(
+                "absent holder of {name:?}: expected a name of holders, got one that is not"
+            ));
         }
         if let Some(sni) = self
             .outside_absent_since
@@ -475,6 +490,9 @@ mod tests {
         manifest
             .outside_absent_since
             .insert("abc.eks.amazonaws.com".into(), 1_795_403_642);
+        manifest
+            .holders_absent_since
+            .insert("b.internal".into(), 1_795_403_000);
         let text = manifest.to_json();
         // The api rule's port changed.
         let mut rules = DEFAULT_RULES.clone();
@@ -484,11 +502,13 @@ mod tests {
         assert_eq!(
             (
                 &loaded.holders,
+                &loaded.holders_absent_since,
                 &loaded.outside_holders,
                 &loaded.outside_absent_since
             ),
             (
                 &manifest.holders,
+                &manifest.holders_absent_since,
                 &manifest.outside_holders,
                 &manifest.outside_absent_since
             )
@@ -503,5 +523,8 @@ mod tests {
         );
         let err = Manifest::from_json(&stray, &DEFAULT_RULES).unwrap_err();
         assert!(err.to_string().contains("absent holder"), "{err}");
+        let stray = text.replace("\"b.internal\": 1795403000", "\"c.internal\": 1795403000");
+        let err = Manifest::from_json(&stray, &DEFAULT_RULES).unwrap_err();
+        assert!(err.to_string().contains("a name of holders"), "{err}");
     }
 }

@@ -28,8 +28,11 @@ use crate::manifest::{Manifest, ZoneEntry};
 use crate::model::{Route, ZoneKey};
 use crate::names::{HostName, normalize};
 
+mod aws;
+mod held;
 mod nested;
 mod refusal;
+pub use aws::{AWS_DOMAINS, aws_domain};
 pub use refusal::Refusal;
 
 /// How ownership is decided.
@@ -46,6 +49,9 @@ pub enum Mode<'a> {
 pub struct Holders {
     /// Normalised zone name → the zone that holds it.
     pub zones: BTreeMap<String, ZoneKey>,
+    /// A name of `zones` that no zone of its holder's account holds any more → since when
+    /// (Unix seconds): the account keeps it for the grace period.
+    pub zones_absent: BTreeMap<String, u64>,
     /// An SNI outside every zone → the zone that holds it.
     pub outside: BTreeMap<String, ZoneKey>,
     /// An SNI of `outside` whose holder no longer claims it → since when (Unix seconds): the
@@ -76,6 +82,7 @@ impl Holders {
     pub fn of(manifest: &Manifest) -> Self {
         Holders {
             zones: manifest.holders.clone(),
+            zones_absent: manifest.holders_absent_since.clone(),
             outside: manifest.outside_holders.clone(),
             outside_absent: manifest.outside_absent_since.clone(),
         }
@@ -84,6 +91,7 @@ impl Holders {
     /// Stores them into the manifest to write.
     pub fn store(self, manifest: &mut Manifest) {
         manifest.holders = self.zones;
+        manifest.holders_absent_since = self.zones_absent;
         manifest.outside_holders = self.outside;
         manifest.outside_absent_since = self.outside_absent;
     }
@@ -120,21 +128,37 @@ pub fn owned_routes_beside(
     grace: Grace,
 ) -> Owned {
     let mut by_name: BTreeMap<HostName, Vec<&ZoneEntry>> = BTreeMap::new();
+    let mut aws_zones = Vec::new();
     for entry in zones.values().chain(unread) {
         // A name that is not a host name gave no routes; it holds nothing.
-        if let Ok(name) = normalize(&entry.name).to_host() {
-            by_name.entry(name).or_default().push(entry);
+        let Ok(name) = normalize(&entry.name).to_host() else {
+            continue;
+        };
+        match (mode, aws_domain(&name)) {
+            (Mode::FirstHolder, Some(domain)) => aws_zones.push(aws::AwsZone {
+                name,
+                entry,
+                domain,
+            }),
+            _ => by_name.entry(name).or_default().push(entry),
         }
     }
     let unread: BTreeSet<ZoneKey> = unread.iter().map(key).collect();
     let known = nested::Known::of(&by_name, mode);
     let mut owned = Owned::default();
+    for (name, holder, since) in held::gone(previous, &by_name, grace) {
+        owned.holders.zones_absent.insert(name.clone(), since);
+        owned.holders.zones.insert(name, holder);
+    }
     for (name, mut group) in by_name {
         group.sort_by_key(|entry| key(entry));
         let name = name.as_str().to_owned();
-        let holder = first_holder(&group, previous.zones.get(&name));
-        if let Some(holder) = &holder {
+        let hold = held::settle(&group, &name, previous, grace);
+        if let Some(holder) = &hold.holder {
             owned.holders.zones.insert(name.clone(), holder.clone());
+        }
+        if let Some(since) = hold.absent_since {
+            owned.holders.zones_absent.insert(name.clone(), since);
         }
         let group = Group {
             name: &name,
@@ -142,13 +166,15 @@ pub fn owned_routes_beside(
             unread: &unread,
         };
         for entry in group.zones.iter().filter(|entry| !entry.routes.is_empty()) {
-            match zone_refusal(&group, key(entry), holder.as_ref(), mode) {
+            match zone_refusal(&group, key(entry), &hold, mode) {
                 None => owned.candidates.extend(entry.routes.iter().cloned()),
                 Some(refusal) => owned.refusals.push(refusal),
             }
         }
     }
     outside_names(&mut owned, previous, &known, grace);
+    let set_aside = aws::refusals(&aws_zones, &owned.candidates);
+    owned.refusals.extend(set_aside);
     owned
 }
 
@@ -174,7 +200,7 @@ impl Group<'_> {
 fn zone_refusal(
     group: &Group<'_>,
     zone: ZoneKey,
-    holder: Option<&ZoneKey>,
+    hold: &held::Hold,
     mode: Mode<'_>,
 ) -> Option<Refusal> {
     let name = group.name.to_owned();
@@ -185,15 +211,21 @@ fn zone_refusal(
             (!others.is_empty()).then_some(Refusal::SeveralVpcs { name, zone, others })
         }
         Mode::Vpc(_) => Some(Refusal::NotInVpc { name, zone }),
-        Mode::FirstHolder => match holder {
-            Some(holder) if *holder == zone => None,
-            Some(holder) => Some(Refusal::HeldByAnother {
+        Mode::FirstHolder => match (&hold.holder, hold.until) {
+            (Some(holder), _) if *holder == zone => None,
+            (Some(holder), Some(until)) => Some(Refusal::HeldInGrace {
+                name,
+                zone,
+                holder: holder.clone(),
+                until,
+            }),
+            (Some(holder), None) => Some(Refusal::HeldByAnother {
                 name,
                 zone,
                 holder: holder.clone(),
             }),
             // A zone not read yet may be the one that held the name: nothing new routes it.
-            None => match group.others(&zone, &|other| group.unread.contains(other)) {
+            (None, _) => match group.others(&zone, &|other| group.unread.contains(other)) {
                 unread if !unread.is_empty() => Some(Refusal::Unread { name, zone, unread }),
                 _ => Some(Refusal::Unsettled {
                     name,
@@ -334,21 +366,6 @@ fn sni_name(route: &Route) -> Option<HostName> {
 /// A route whose SNI is not its own zone's name nor under it (a `back-target` rule's).
 pub fn is_outside(route: &Route) -> bool {
     sni_name(route).is_none_or(|sni| !sni.is_within(&route.zone_name))
-}
-
-/// The zone that holds a name: the only one; else the one remembered, if still there; else,
-/// when every holder opted in, the lowest (the same every time); else nobody.
-fn first_holder(group: &[&ZoneEntry], remembered: Option<&ZoneKey>) -> Option<ZoneKey> {
-    if let [only] = group {
-        return Some(key(only));
-    }
-    if let Some(remembered) = remembered.filter(|r| group.iter().any(|e| key(e) == **r)) {
-        return Some(remembered.clone());
-    }
-    if group.iter().all(|entry| !entry.routes.is_empty()) {
-        return group.first().map(|entry| key(entry));
-    }
-    None
 }
 
 fn key(entry: &ZoneEntry) -> ZoneKey {

@@ -174,6 +174,31 @@ mod tests {
         assert!(batch.refused[1].error.to_string().contains("{not json"));
     }
 
+    /// A record whose event names an account other than its envelope's fails alone, with why;
+    /// the batch's other records are read.
+    #[test]
+    fn a_record_naming_another_account_fails_alone() {
+        let change = sample("change-resource-record-sets.json");
+        let mut other = sample("forwarded-change-resource-record-sets.json");
+        other["detail"]["recipientAccountId"] = json!("123456789012");
+        let payload = json!({"Records": [record("good", &change), record("other", &other)]});
+        let batch = parse(&payload).unwrap().unwrap();
+        assert_eq!(batch.changes.events(), 1);
+        assert!(
+            batch
+                .changes
+                .zones
+                .iter()
+                .all(|zone| zone.account == "123456789012" && zone.id == "Z0123456789ABCDEFGHIJ")
+        );
+        assert_eq!(
+            serde_json::to_value(batch.failures()).unwrap(),
+            json!([{"itemIdentifier": "other"}])
+        );
+        let why = batch.refused[0].error.to_string();
+        assert!(why.contains("recipientAccountId"), "{why}");
+    }
+
     #[test]
     fn only_sqs_records_are_a_batch() {
         assert_eq!(parse(&sample("s3-put.json")), None);

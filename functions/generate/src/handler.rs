@@ -258,7 +258,7 @@ pub async fn handle_batch(
         waited_ms: millis(wait),
     });
     for refused in &batch.refused {
-        warn!(message_id = %refused.message_id, error = %refused.error, "queued message holds no Route53 event: left to SQS's retries");
+        warn!(message_id = %refused.message_id, error = %refused.error, "queued message refused (no Route53 event, or one naming another account): left to SQS's retries");
     }
     Ok(BatchReply {
         summary,

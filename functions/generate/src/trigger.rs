@@ -101,6 +101,12 @@ pub enum TriggerError {
     Unrecognised { got: String },
     #[error("expected a Route53 CloudTrail event {expected}; got {got}")]
     Route53 { expected: &'static str, got: String },
+    #[error(
+        "expected a Route53 CloudTrail event whose detail.recipientAccountId is its envelope's \
+         account {envelope}; got recipientAccountId {recipient}: refused, the schedule reads \
+         the account's zones"
+    )]
+    Account { envelope: String, recipient: String },
 }
 
 /// One EventBridge event as a Route53 change: what a queued message's body must be.
@@ -170,18 +176,7 @@ fn route53(event: &Value) -> Result<Trigger, TriggerError> {
             got: format!("eventName {}", quoted(event_name)),
         });
     }
-    // The account that owns the zone: where the call was made (events forwarded from member
-    // accounts keep it).
-    let account = detail["recipientAccountId"]
-        .as_str()
-        .or_else(|| event["account"].as_str())
-        .unwrap_or_default();
-    if !is_account_id(account) {
-        return Err(TriggerError::Route53 {
-            expected: "naming a 12-digit account",
-            got: quoted(account),
-        });
-    }
+    let account = envelope_account(event)?;
     let raw_id = [
         &detail["requestParameters"]["hostedZoneId"],
         &detail["requestParameters"]["id"],
@@ -202,6 +197,28 @@ fn route53(event: &Value) -> Result<Trigger, TriggerError> {
         id,
     };
     Ok(Trigger::Route53(Changes::one(event_name, zone)))
+}
+
+/// The account that owns the zone: the envelope's `account`, which EventBridge sets to where
+/// the call was made (a forwarded event keeps it) and no caller writes. `detail` is CloudTrail's
+/// record as delivered; a `recipientAccountId` that names another account refuses the event,
+/// so that no event sends a read into an account it did not come from.
+fn envelope_account(event: &Value) -> Result<&str, TriggerError> {
+    let account = event["account"].as_str().unwrap_or_default();
+    if !is_account_id(account) {
+        return Err(TriggerError::Route53 {
+            expected: "whose envelope names a 12-digit account",
+            got: quoted(account),
+        });
+    }
+    match event["detail"].get("recipientAccountId") {
+        None => Ok(account),
+        Some(Value::String(recipient)) if recipient == account => Ok(account),
+        Some(recipient) => Err(TriggerError::Account {
+            envelope: account.to_owned(),
+            recipient: excerpt(&recipient.to_string(), QUOTED_CHARS),
+        }),
+    }
 }
 
 /// How much of a refused payload or field an error quotes.
@@ -320,6 +337,36 @@ pub(crate) mod tests {
             .as_object_mut()
             .map(|detail| detail.remove("recipientAccountId"));
         assert_eq!(parse(&without_recipient), parse(&forwarded));
+    }
+
+    /// The account a change is read in is the envelope's, which EventBridge sets and no caller
+    /// writes; `detail` echoes CloudTrail's record, and a `recipientAccountId` that names another
+    /// account refuses the event rather than sending a read to that account.
+    #[test]
+    fn an_events_account_is_the_envelopes() {
+        let forwarded = event_file("forwarded-change-resource-record-sets.json");
+        let mut other = forwarded.clone();
+        other["detail"]["recipientAccountId"] = json!("222222222222");
+        let err = parse(&other).unwrap_err();
+        assert!(matches!(err, TriggerError::Account { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains("111111111111") && text.contains("222222222222"),
+            "{text}"
+        );
+        // Not a string, or not an account id: refused the same way.
+        for recipient in [json!(111111111111_u64), json!("1111111111111"), json!(null)] {
+            let mut odd = forwarded.clone();
+            odd["detail"]["recipientAccountId"] = recipient.clone();
+            assert!(
+                matches!(parse(&odd), Err(TriggerError::Account { .. })),
+                "{recipient}"
+            );
+        }
+        // The envelope must name an account itself: the detail's never stands in for it.
+        let mut bare = forwarded.clone();
+        bare.as_object_mut().map(|event| event.remove("account"));
+        assert!(matches!(parse(&bare), Err(TriggerError::Route53 { .. })));
     }
 
     #[test]

@@ -15,6 +15,15 @@ pub enum Refusal {
         zone: ZoneKey,
         holder: ZoneKey,
     },
+    /// The holder's account deleted its zone of the name less than the grace period ago
+    /// (`OWNERSHIP_GRACE_HOURS`): the name is still that account's, should it recreate it.
+    HeldInGrace {
+        name: String,
+        zone: ZoneKey,
+        holder: ZoneKey,
+        /// Unix seconds when the grace ends.
+        until: u64,
+    },
     /// Several zones hold the name, not all opted in, and none is known to have held it first:
     /// nobody can tell which one the proxy resolves.
     Unsettled {
@@ -70,6 +79,13 @@ pub enum Refusal {
         zone: ZoneKey,
         others: Vec<ZoneKey>,
     },
+    /// A zone named under a domain AWS owns, in first-holder mode: it holds no name, blocks
+    /// none inside it and routes nothing.
+    AwsDomain {
+        name: String,
+        zone: ZoneKey,
+        domain: &'static str,
+    },
     /// An SNI outside every zone that several zones claim for the first time in one run.
     OutsideUnsettled {
         sni: String,
@@ -84,6 +100,7 @@ impl Refusal {
         match self {
             Refusal::NotInVpc { zone, .. }
             | Refusal::HeldByAnother { zone, .. }
+            | Refusal::HeldInGrace { zone, .. }
             | Refusal::Unsettled { zone, .. }
             | Refusal::InAnotherZone { zone, .. }
             | Refusal::OutsideHeld { zone, .. }
@@ -91,6 +108,7 @@ impl Refusal {
             | Refusal::SeveralVpcs { zone, .. }
             | Refusal::OutsideUnsettled { zone, .. }
             | Refusal::NestedHeld { zone, .. }
+            | Refusal::AwsDomain { zone, .. }
             | Refusal::Unread { zone, .. } => zone,
         }
     }
@@ -102,8 +120,10 @@ impl Refusal {
             Refusal::InAnotherZone { sni, .. } | Refusal::NestedHeld { sni, .. } => sni,
             Refusal::NotInVpc { name, .. }
             | Refusal::HeldByAnother { name, .. }
+            | Refusal::HeldInGrace { name, .. }
             | Refusal::Unsettled { name, .. }
             | Refusal::SeveralVpcs { name, .. }
+            | Refusal::AwsDomain { name, .. }
             | Refusal::Unread { name, .. } => name,
             Refusal::OutsideHeld { sni, .. }
             | Refusal::OutsideInGrace { sni, .. }
@@ -113,7 +133,8 @@ impl Refusal {
 }
 
 impl Refusal {
-    /// The refusals for a name inside a zone, or of a zone not read yet.
+    /// The refusals for a name inside a zone, of a zone not read yet, or of a zone that may
+    /// hold no name.
     fn fmt_nesting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Refusal::InAnotherZone {
@@ -147,6 +168,14 @@ impl Refusal {
                  zone is read",
                 joined(unread)
             ),
+            Refusal::AwsDomain { name, zone, domain } => write!(
+                f,
+                "zone {name} ({zone}) is named under {domain}, a domain AWS owns: without \
+                 PROXY_VPCS nothing shows it shadows the proxies' view, so it holds no name, \
+                 blocks no route to a name inside it and routes nothing itself (set PROXY_VPCS \
+                 to count the zones the proxies resolve, or delete the zone in account {})",
+                zone.account
+            ),
             _ => Ok(()),
         }
     }
@@ -175,6 +204,20 @@ impl fmt::Display for Refusal {
                  other zone or ignore it (IGNORE_ZONES={}:{name})",
                 holder.account, zone.account, holder.account
             ),
+            Refusal::HeldInGrace {
+                name,
+                zone,
+                holder,
+                until,
+            } => write!(
+                f,
+                "zone {name} ({zone}) opted in, but account {} held the name (zone {holder}, \
+                 gone now) and keeps it until {} (OWNERSHIP_GRACE_HOURS) in case it recreates \
+                 the zone: no route from account {} before then, none if it does",
+                holder.account,
+                crate::accounts::rfc3339(*until),
+                zone.account
+            ),
             Refusal::Unsettled { name, zone, others } => write!(
                 f,
                 "zone {name} ({zone}) opted in, but the name is also held by {}, not all of \
@@ -182,9 +225,10 @@ impl fmt::Display for Refusal {
                  zone remains or all opt in (or IGNORE_ZONES=<account>:{name} drops one)",
                 joined(others)
             ),
-            Refusal::InAnotherZone { .. } | Refusal::NestedHeld { .. } | Refusal::Unread { .. } => {
-                self.fmt_nesting(f)
-            }
+            Refusal::InAnotherZone { .. }
+            | Refusal::NestedHeld { .. }
+            | Refusal::Unread { .. }
+            | Refusal::AwsDomain { .. } => self.fmt_nesting(f),
             Refusal::OutsideHeld { sni, zone, holder } => write!(
                 f,
                 "SNI {sni} (outside every zone) is held by zone {holder}, which claimed it \

@@ -167,18 +167,6 @@ fn when_every_holder_opted_in_the_lowest_is_chosen_and_then_kept() {
 }
 
 #[test]
-fn when_the_first_holder_leaves_the_name_passes_only_to_a_sole_survivor() {
-    let remembered = BTreeMap::from([("shared.internal".to_owned(), zk(B, "ZB"))]);
-    let owned = owned_routes(
-        &zones(vec![entry(A, "ZA", "shared.internal.", true)]),
-        &held(remembered.clone()),
-        Mode::FirstHolder,
-    );
-    assert_eq!(routed(&owned), [A]);
-    assert_eq!(owned.holders.zones["shared.internal"], zk(A, "ZA"));
-}
-
-#[test]
 fn names_match_in_any_spelling() {
     let remembered = BTreeMap::from([("shared.internal".to_owned(), zk(B, "ZB"))]);
     let state = zones(vec![
@@ -485,4 +473,5 @@ fn a_back_target_inside_another_zone_is_that_zones_alone() {
     assert_eq!(routed(&owned), [A]);
     assert!(owned.holders.outside.is_empty());
 }
+mod names;
 mod nesting;

@@ -6,6 +6,7 @@
 use autoproxy_tests::estate::{Record, ZoneSpec, api_pair};
 use serde_json::json;
 
+mod names;
 mod nesting;
 mod tenants;
 

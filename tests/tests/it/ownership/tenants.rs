@@ -16,7 +16,7 @@ const ENDPOINT: &str = "abc123def456.gr7.us-east-1.eks.amazonaws.com";
 /// A run after [`LATER`], well within the default grace.
 const THEN: &str = "2026-11-23T03:30:00Z";
 
-fn eks_rule(port: u16) -> String {
+pub(super) fn eks_rule(port: u16) -> String {
     format!(
         r#"[{{"id": "eks", "front": "proxy.eks", "back": "eks", "back_types": ["CNAME"], "sni": "back-target", "port": {port}}}]"#
     )
@@ -31,7 +31,7 @@ fn with_api(port: u16) -> String {
 }
 
 /// `eks.<zone>` CNAME → `target`, `proxy.eks.<zone>` CNAME → the proxy.
-fn eks_records(zone: &str, target: &str) -> Vec<Record> {
+pub(super) fn eks_records(zone: &str, target: &str) -> Vec<Record> {
     vec![
         Record::cname(format!("eks.{zone}"), target),
         Record::cname(format!("proxy.eks.{zone}"), PROXY),

@@ -98,6 +98,8 @@ pub(super) fn eventbridge() -> BoxedStrategy<Value> {
         proptest::option::weighted(0.1, json()),
         proptest::option::weighted(0.2, (key(), json())),
         proptest::option::weighted(0.05, (0_usize..5, huge())),
+        // CloudTrail's recipient is the envelope's account, but for a forged or odd event.
+        proptest::bool::weighted(0.7),
     )
         .prop_map(
             |(
@@ -108,7 +110,11 @@ pub(super) fn eventbridge() -> BoxedStrategy<Value> {
                 parameters_instead,
                 extra,
                 huge,
+                recipient_is_account,
             )| {
+                if recipient_is_account && recipient.is_some() {
+                    recipient.clone_from(&account);
+                }
                 if let Some((which, text)) = huge {
                     let text = Some(Value::String(text));
                     match which {
@@ -210,6 +216,7 @@ pub(super) fn check_trigger(payload: &Value, tally: &Tally) -> Result<(), TestCa
             Ok(Trigger::Route53(_)) => "zone hint",
             Err(TriggerError::Unrecognised { .. }) => "refused (shape)",
             Err(TriggerError::Route53 { .. }) => "refused (route53 field)",
+            Err(TriggerError::Account { .. }) => "refused (another account)",
         },
         1,
     );
@@ -269,13 +276,13 @@ pub(super) fn check_trigger(payload: &Value, tally: &Tally) -> Result<(), TestCa
                 "zone id {id:?} accepted"
             );
             let detail = &payload["detail"];
+            // The envelope's account, and a recipient, when named, that is the same.
+            prop_assert_eq!(payload["account"].as_str(), Some(account.as_str()));
             prop_assert!(
-                [
-                    detail["recipientAccountId"].as_str(),
-                    payload["account"].as_str()
-                ]
-                .contains(&Some(account.as_str())),
-                "account {account:?} is not the event's"
+                detail
+                    .get("recipientAccountId")
+                    .is_none_or(|recipient| recipient.as_str() == Some(account.as_str())),
+                "account {account:?} is not the event's recipient"
             );
             let ids = [
                 &detail["requestParameters"]["hostedZoneId"],
@@ -313,6 +320,13 @@ pub(super) fn check_trigger(payload: &Value, tally: &Tally) -> Result<(), TestCa
                         ["12-digit account", "hosted zone id", "zone-changing calls"]
                             .iter()
                             .any(|what| expected.contains(what)),
+                        "{message}"
+                    );
+                }
+                TriggerError::Account { envelope, .. } => {
+                    prop_assert_eq!(payload["account"].as_str(), Some(envelope.as_str()));
+                    prop_assert!(
+                        payload["detail"]["recipientAccountId"].as_str() != Some(&envelope),
                         "{message}"
                     );
                 }
