@@ -14,8 +14,9 @@ use crate::accounts::{Outcome, never_assumed};
 use crate::manifest::{Manifest, ZoneEntry, zone_key};
 use crate::model::{Zone, ZoneKey, ZoneRecords};
 use crate::names::HostName;
+use crate::networks::Borders;
 use crate::route53::{AccountRoute53, ScanError};
-use crate::rules::{Rule, zone_routes};
+use crate::rules::{Rule, zone_routes_within};
 use crate::settings::IgnoreZones;
 
 /// Zones read at once within one account (the limiter still paces the calls).
@@ -44,6 +45,8 @@ pub struct Matching<'a> {
     pub proxies: &'a [HostName],
     /// Zones to skip (`IGNORE_ZONES`).
     pub ignore: &'a IgnoreZones,
+    /// Where a back may point (see [`crate::networks`]).
+    pub borders: &'a Borders,
 }
 
 impl Matching<'_> {
@@ -56,7 +59,7 @@ impl Matching<'_> {
             zone: zone.clone(),
             records,
         };
-        let outcome = zone_routes(self.rules, &zone_records, self.proxies);
+        let outcome = zone_routes_within(self.rules, &zone_records, self.proxies, self.borders);
         let warnings = crate::warnings::zone_lines(&outcome.warnings);
         ZoneEntry::new(zone, outcome.routes, warnings)
     }

@@ -2,7 +2,7 @@
 //!
 //! The pure core (no I/O): [`names`], [`near_miss`], [`rules`], [`model`], [`render`],
 //! [`artifact`], [`ownership`], [`diff`], [`fleet`], [`manifest`], [`publish`], [`settings`],
-//! [`accounts`], [`warnings`]. The edges are few and named for what they talk to: [`route53`],
+//! [`accounts`], [`warnings`], [`networks`]. The edges are few and named for what they talk to: [`route53`],
 //! [`organizations`], [`discovery`], [`s3`], [`metrics`].
 
 pub mod accounts;
@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod model;
 pub mod names;
 pub mod near_miss;
+pub mod networks;
 pub mod organizations;
 pub mod ownership;
 pub mod publish;

@@ -12,6 +12,7 @@ use std::fmt;
 use crate::model::{Route, SniMatch, ZoneKey, ZoneRecords};
 use crate::names::{DomainName, HostName, NameError, normalize};
 use crate::near_miss::{NearMiss, near_proxy};
+use crate::networks::{Border, Borders};
 use crate::warnings::{EXAMPLE_BYTES, EXAMPLES};
 
 mod address;
@@ -67,13 +68,15 @@ pub enum Warning {
         back: HostName,
         proxy: String,
     },
-    /// An A back record holds an address that can never be a backend (loopback, unspecified,
-    /// link-local, multicast; see [`never_backend`]).
+    /// An A back record holds an address no route of its zone's account may reach: never a
+    /// backend (loopback, unspecified, link-local, multicast, broadcast; see
+    /// [`never_backend`]), inside another member's network, or public (see
+    /// [`crate::networks`]).
     BackAddress {
         zone: ZoneKey,
         back: HostName,
         address: String,
-        why: NeverBackend,
+        why: Border,
     },
     /// The back name is a routing-policy set (weighted, failover, …): several record sets,
     /// each with a set identifier. `routed` says whether a route was made all the same.
@@ -143,8 +146,7 @@ impl fmt::Display for Warning {
                 why,
             } => write!(
                 f,
-                "zone {zone}: back record {back} is an A record at {address}, {why}: never a \
-                 backend, so no route"
+                "zone {zone}: back record {back} is an A record at {address}, {why}, so no route"
             ),
             Warning::PolicySet {
                 zone,
@@ -216,7 +218,11 @@ impl Warning {
             Warning::BackTarget { .. } => "back target",
             Warning::NearProxy { .. } => "near proxy",
             Warning::BackIsProxy { .. } => "back is proxy",
-            Warning::BackAddress { .. } => "back address",
+            Warning::BackAddress {
+                why: Border::Never(_),
+                ..
+            } => "back address",
+            Warning::BackAddress { .. } => "back network",
             Warning::PolicySet { .. } => "policy set",
             Warning::SameSni { .. } => "same sni",
             Warning::SniConflict { .. } => "sni conflict",
@@ -246,9 +252,21 @@ struct Set<'a> {
 /// A zone's record sets by decoded name.
 type Index<'a> = HashMap<HostName, Vec<Set<'a>>>;
 
-/// Matches the rule table against one zone. Public zones produce nothing: the proxy only
-/// serves private names.
+/// Matches the rule table against one zone, its A backs judged only against the addresses
+/// that are never a backend ([`Borders::unjudged`]). The generator matches with its borders
+/// ([`zone_routes_within`]).
 pub fn zone_routes(rules: &[Rule], zone: &ZoneRecords, proxies: &[HostName]) -> ZoneOutcome {
+    zone_routes_within(rules, zone, proxies, &Borders::unjudged())
+}
+
+/// Matches the rule table against one zone; an A back's addresses must be within `borders`
+/// for the zone's account. Public zones produce nothing: the proxy only serves private names.
+pub fn zone_routes_within(
+    rules: &[Rule],
+    zone: &ZoneRecords,
+    proxies: &[HostName],
+    borders: &Borders,
+) -> ZoneOutcome {
     let mut outcome = ZoneOutcome::default();
     if !zone.zone.private {
         return outcome;
@@ -270,6 +288,7 @@ pub fn zone_routes(rules: &[Rule], zone: &ZoneRecords, proxies: &[HostName]) -> 
         by_name: &by_name,
         proxies,
         proxy_names: proxies.iter().map(HostName::to_domain).collect(),
+        borders,
     };
     for rule in rules {
         let (route, warnings) = matcher.rule(rule);
@@ -327,6 +346,7 @@ struct Matcher<'a> {
     by_name: &'a Index<'a>,
     proxies: &'a [HostName],
     proxy_names: Vec<DomainName>,
+    borders: &'a Borders,
 }
 
 impl<'a> Matcher<'a> {
@@ -406,14 +426,15 @@ impl<'a> Matcher<'a> {
         // Any one such address refuses the whole back: the proxy resolves the back by name
         // and may take any of its addresses for any connection, so a route at one good and
         // one loopback address still loops a share of them (and a good address beside it
-        // would hide the loop from whoever tests the route).
+        // would hide the loop, or the crossing, from whoever tests the route).
         let never = backs
             .iter()
             .filter(|set| set.rtype == BackType::A.as_str())
             .flat_map(|set| set.values.iter())
             .find_map(|value| {
                 let address = value.parse().ok()?;
-                Some((value, never_backend(address)?))
+                let why = self.borders.judge(address, &self.zone.account).err()?;
+                Some((value, why))
             });
         match never {
             Some((address, why)) => Err(vec![Warning::BackAddress {

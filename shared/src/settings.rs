@@ -12,7 +12,9 @@ use crate::names::{HostName, normalize};
 use crate::render::RenderOptions;
 use crate::rules::{DEFAULT_RULES, Rule, RulesError, parse_rules};
 
+mod borders;
 mod members;
+pub use borders::BorderSettings;
 pub use members::{MemberAccounts, MemberSource, is_unit_id};
 
 /// Every variable the generator reads. `template.yaml` must set exactly these (a test checks).
@@ -34,6 +36,8 @@ pub const GENERATE_VARIABLES: &[&str] = &[
     "ROUTING_RULES",
     "OWNERSHIP_GRACE_HOURS",
     "EVENT_QUEUE_URL",
+    "MEMBER_NETWORKS",
+    "ALLOW_PUBLIC_BACKS",
 ];
 
 /// Every variable the configure function reads.
@@ -240,6 +244,8 @@ pub struct GenerateSettings {
     /// The queue the Route53 events wait in (`EVENT_QUEUE_URL`, set by the stack): a run
     /// started by a batch of it also takes what else waits there. `None`: only the batch.
     pub event_queue_url: Option<String>,
+    /// `MEMBER_NETWORKS` and `ALLOW_PUBLIC_BACKS`: where a member's back may point.
+    pub borders: BorderSettings,
 }
 
 impl GenerateSettings {
@@ -296,6 +302,7 @@ impl GenerateSettings {
             )?,
             template_key,
             event_queue_url: queue_url(get("EVENT_QUEUE_URL"))?,
+            borders: borders::parse(get("MEMBER_NETWORKS"), get("ALLOW_PUBLIC_BACKS"))?,
             render_options: render_options(get("RENDER_OPTIONS"), get("ROUTING_RULES").is_some())?,
             route53_requests_per_second: number(
                 "ROUTE53_REQUESTS_PER_SECOND",

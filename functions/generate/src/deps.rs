@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 
 use autoproxy::model::ZoneKey;
+use autoproxy::networks::{Borders, Networks};
 use autoproxy::render::{DEFAULT_TEMPLATE, RenderError, Renderer};
 use autoproxy::route53::AccountRoute53;
 use autoproxy::s3::ConfigStore;
@@ -118,6 +119,12 @@ impl Deps {
             members: None,
             queue,
         })
+    }
+
+    /// Where a member's back may point (docs/ARCHITECTURE.md, "Where a back may point"): the
+    /// ranges of `MEMBER_NETWORKS`, and public addresses only with `ALLOW_PUBLIC_BACKS`.
+    pub fn borders(&self) -> Borders {
+        self.settings.borders.borders(&Networks::default())
     }
 }
 

@@ -149,6 +149,7 @@ pub async fn explain(deps: &Deps, name: &HostName) -> Result<Explanation, Explai
         config: config.as_ref(),
         manifest: manifest.as_ref(),
         proxies: &deps.settings.proxy_hostnames,
+        borders: &deps.borders(),
         rules: &deps.settings.routing_rules,
         associated: associated.as_ref(),
         reads: &reads,

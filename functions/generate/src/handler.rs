@@ -360,10 +360,12 @@ async fn sweep(
         .as_ref()
         .map_or(0, Members::organizations_calls);
     let (accounts, listing_warning) = run_accounts(deps, scope, previous).await?;
+    let borders = deps.borders();
     let matching = Matching {
         rules: &deps.settings.routing_rules,
         proxies: &deps.settings.proxy_hostnames,
         ignore: &deps.settings.ignore_zones,
+        borders: &borders,
     };
     let before = Route53Calls::now(&accounts);
     let mut swept = discovery::sweep(&accounts, previous, scope, matching, deadline).await?;

@@ -5,7 +5,8 @@
 //! A back at a loopback or unspecified address sends each connection back into the proxy
 //! (the kernel delivers all of 127.0.0.0/8 and 0.0.0.0 locally, not only the addresses the
 //! proxy binds), so one client connection makes sessions until `maxconn`. Link-local holds the
-//! instance metadata service and the VPC resolver; multicast is no host at all.
+//! instance metadata service and the VPC resolver; multicast and the limited broadcast
+//! address are no single host at all.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -21,6 +22,8 @@ pub enum NeverBackend {
     LinkLocal,
     /// 224.0.0.0/4, ff00::/8.
     Multicast,
+    /// 255.255.255.255, the limited broadcast address.
+    Broadcast,
 }
 
 impl fmt::Display for NeverBackend {
@@ -32,6 +35,7 @@ impl fmt::Display for NeverBackend {
                 "a link-local address: the instance's own (metadata service, VPC resolver)"
             }
             NeverBackend::Multicast => "a multicast address: no single host",
+            NeverBackend::Broadcast => "the broadcast address: no single host",
         })
     }
 }
@@ -56,6 +60,8 @@ fn never_backend_v4(address: Ipv4Addr) -> Option<NeverBackend> {
         Some(NeverBackend::LinkLocal)
     } else if address.is_multicast() {
         Some(NeverBackend::Multicast)
+    } else if address.is_broadcast() {
+        Some(NeverBackend::Broadcast)
     } else {
         None
     }
@@ -107,6 +113,10 @@ mod tests {
             (
                 Some(Multicast),
                 &["224.0.0.1", "239.255.255.250", "ff02::1"],
+            ),
+            (
+                Some(Broadcast),
+                &["255.255.255.255", "::ffff:255.255.255.255"],
             ),
             (
                 None,

@@ -255,3 +255,47 @@ fn routing_rules_replace_the_built_in_ones_or_stop_the_start() {
         assert!(err.to_string().starts_with(expected), "{err}");
     }
 }
+
+#[test]
+fn member_networks_and_public_backs_are_read_and_refused_when_malformed() {
+    use crate::networks::PublicBacks;
+    let s = generate(MINIMAL).unwrap();
+    assert!(s.borders.networks.is_empty());
+    assert_eq!(s.borders.public, PublicBacks::Refused);
+    let mut vars = MINIMAL.to_vec();
+    vars.push((
+        "MEMBER_NETWORKS",
+        " 111111111111:10.1.0.0/16, 111111111111:2600:1f18::/56,222222222222:192.168.7.9/24 ",
+    ));
+    vars.push(("ALLOW_PUBLIC_BACKS", "true"));
+    let s = generate(&vars).unwrap();
+    assert_eq!(s.borders.public, PublicBacks::Allowed);
+    let ranges: Vec<String> = s
+        .borders
+        .networks
+        .ranges()
+        .iter()
+        .flat_map(|(account, nets)| nets.iter().map(move |net| format!("{account}:{net}")))
+        .collect();
+    assert_eq!(
+        ranges,
+        [
+            "111111111111:10.1.0.0/16",
+            "111111111111:2600:1f18::/56",
+            "222222222222:192.168.7.0/24"
+        ]
+    );
+    for (variable, value) in [
+        ("MEMBER_NETWORKS", "10.1.0.0/16"),
+        ("MEMBER_NETWORKS", "1111:10.1.0.0/16"),
+        ("MEMBER_NETWORKS", "111111111111:10.1.0.0"),
+        ("MEMBER_NETWORKS", "111111111111:10.1.0.0/33"),
+        ("ALLOW_PUBLIC_BACKS", "yes"),
+    ] {
+        let mut vars = MINIMAL.to_vec();
+        vars.push((variable, value));
+        let err = generate(&vars).unwrap_err();
+        assert_eq!(err.variable, variable, "{value}: {err}");
+        assert!(err.got.contains(value), "{err}");
+    }
+}

@@ -27,6 +27,7 @@ use aws_sdk_s3::operation::list_object_versions::ListObjectVersionsOutput;
 use serde_json::{Value, json};
 
 mod backlog;
+mod borders;
 mod costs;
 mod explain;
 mod generations;

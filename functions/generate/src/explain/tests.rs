@@ -119,6 +119,7 @@ fn ask(world: &World, name: &str) -> Explanation {
         config: Some(&world.config),
         manifest: Some(&world.manifest),
         proxies: &proxies(),
+        borders: &autoproxy::networks::Borders::unjudged(),
         rules: &world.rules,
         associated: None,
         reads: &world.reads,

@@ -8,8 +8,9 @@ use autoproxy::manifest::{Manifest, ZoneEntry};
 use autoproxy::model::{RecordSet, SniMatch, Zone, ZoneKey, ZoneRecords};
 use autoproxy::names::{HostName, normalize};
 use autoproxy::near_miss::near_proxy;
+use autoproxy::networks::Borders;
 use autoproxy::ownership::{self, Grace, Holders, Mode, Owned};
-use autoproxy::rules::{BackType, FRONT_TYPE, Rule, TargetError, never_backend, zone_routes};
+use autoproxy::rules::{BackType, FRONT_TYPE, Rule, TargetError, zone_routes_within};
 use autoproxy::s3::CurrentConfig;
 
 use super::{CarriedRoute, Explanation, ZoneRef};
@@ -32,6 +33,8 @@ pub struct Facts<'a> {
     pub config: Option<&'a CurrentConfig>,
     pub manifest: Option<&'a Manifest>,
     pub proxies: &'a [HostName],
+    /// Where a back may point: the members' networks and `ALLOW_PUBLIC_BACKS`.
+    pub borders: &'a Borders,
     /// The rule table the generator matches with.
     pub rules: &'a [Rule],
     /// The zones of the proxy VPCs with `PROXY_VPCS`; `None` for first-holder ownership.
@@ -407,7 +410,7 @@ fn records_step(finding: &mut Finding, facts: &Facts<'_>, rule: &Rule, entry: &Z
     finding.why.push(if backs.is_empty() {
         format!("Route53 has no record {back}")
     } else if let Some(set) = backs.iter().find(|set| rule.accepts_back(&set.rtype)) {
-        describe_back(rule, &back, set)
+        describe_back(rule, &back, set, (facts.borders, &finding.key.account))
     } else {
         let types: Vec<&str> = backs.iter().map(|set| set.rtype.as_str()).collect();
         format!(
@@ -417,13 +420,13 @@ fn records_step(finding: &mut Finding, facts: &Facts<'_>, rule: &Rule, entry: &Z
         )
     });
     finding.records = fronts.into_iter().chain(backs).collect();
-    change_step(finding, facts.proxies, rule, entry, records);
+    change_step(finding, facts, rule, entry, records);
 }
 
 /// Whether Route53 now says otherwise than the last run read, and what the matcher warns of.
 fn change_step(
     finding: &mut Finding,
-    proxies: &[HostName],
+    facts: &Facts<'_>,
     rule: &Rule,
     entry: &ZoneEntry,
     records: &[RecordSet],
@@ -435,10 +438,11 @@ fn change_step(
         private: true,
     };
     let records = records.to_vec();
-    let now = zone_routes(
+    let now = zone_routes_within(
         std::slice::from_ref(rule),
         &ZoneRecords { zone, records },
-        proxies,
+        facts.proxies,
+        facts.borders,
     );
     let then = entry.routes.iter().any(|route| route.rule == rule.id);
     match (now.routes.is_empty(), then) {
@@ -459,14 +463,21 @@ fn change_step(
         .extend(autoproxy::warnings::zone_lines(&now.warnings));
 }
 
-/// What a back record of an accepted type is, and the SNI its mode reads from it, if any.
-fn describe_back(rule: &Rule, back: &HostName, set: &RecordSet) -> String {
+/// What a back record of an accepted type is, and the SNI its mode reads from it, if any;
+/// an A record's addresses judged for the zone's account (`within`).
+fn describe_back(
+    rule: &Rule,
+    back: &HostName,
+    set: &RecordSet,
+    within: (&Borders, &str),
+) -> String {
+    let (borders, account) = within;
     let never = (set.rtype == BackType::A.as_str())
         .then(|| {
             set.values.iter().find_map(|value| {
-                let why = never_backend(value.parse().ok()?)?;
+                let why = borders.judge(value.parse().ok()?, account).err()?;
                 Some(format!(
-                    "{back} is an A record at {value}, {why}: never a backend, so no route"
+                    "{back} is an A record at {value}, {why}, so no route"
                 ))
             })
         })

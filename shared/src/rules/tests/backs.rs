@@ -88,3 +88,66 @@ fn refused_record_names_are_one_warning_however_many() {
         }
     }
 }
+
+#[test]
+fn a_back_reaches_only_its_own_accounts_networks_and_never_the_internet() {
+    use crate::networks::{Networks, PublicBacks};
+    let (a, b) = ("111111111111", "222222222222");
+    let mut networks = Networks::default();
+    networks.insert(a, "10.1.0.0/16".parse().unwrap());
+    networks.insert(b, "10.2.0.0/16".parse().unwrap());
+    let proxies = [HostName::parse(PROXY).unwrap()];
+    // (the back's values, the public setting, routed, the warning's fragment)
+    for (values, public, routed, warns) in [
+        (&["10.1.0.5"][..], PublicBacks::Refused, true, ""),
+        (&["10.30.0.5"], PublicBacks::Refused, true, ""),
+        (
+            &["10.2.0.5"],
+            PublicBacks::Refused,
+            false,
+            "zone Z1 in account 111111111111: back record api.z is an A record at 10.2.0.5, \
+             inside account 222222222222's network 10.2.0.0/16, another member's",
+        ),
+        (
+            &["10.1.0.5", "10.2.0.5"],
+            PublicBacks::Allowed,
+            false,
+            "at 10.2.0.5, inside account 222222222222's",
+        ),
+        (
+            &["52.94.76.10"],
+            PublicBacks::Refused,
+            false,
+            "at 52.94.76.10, a globally routable address",
+        ),
+        (&["52.94.76.10"], PublicBacks::Allowed, true, ""),
+        (
+            &["169.254.169.254"],
+            PublicBacks::Allowed,
+            false,
+            "a link-local address",
+        ),
+    ] {
+        let borders = Borders::new(networks.clone(), public);
+        let outcome = zone_routes_within(
+            &DEFAULT_RULES,
+            &zone(a, "Z1", "z.", api_at(values)),
+            &proxies,
+            &borders,
+        );
+        assert_eq!(
+            outcome.routes.len(),
+            usize::from(routed),
+            "{values:?} {public:?}: {:?}",
+            outcome.warnings
+        );
+        let warnings: Vec<String> = outcome.warnings.iter().map(ToString::to_string).collect();
+        match warns {
+            "" => assert!(warnings.is_empty(), "{warnings:?}"),
+            fragment => assert!(
+                warnings.len() == 1 && warnings[0].contains(fragment),
+                "{values:?}: {warnings:?}"
+            ),
+        }
+    }
+}

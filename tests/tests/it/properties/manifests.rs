@@ -76,10 +76,12 @@ pub(super) fn merge_and_resolve(
 ) -> Result<(Vec<Route>, u64), TestCaseError> {
     let proxies = proxies();
     let ignore = IgnoreZones::default();
+    let borders = autoproxy::networks::Borders::unjudged();
     let matching = Matching {
         rules: &DEFAULT_RULES,
         proxies: &proxies,
         ignore: &ignore,
+        borders: &borders,
     };
     let hint = ZoneKey {
         account: "999999999999".into(),
