@@ -35,7 +35,8 @@
 //!   lowest IPv6.
 //! * **When again.** A name is asked again min(TTL, REFRESH) after its answer (at least 1 s
 //!   apart), negative and failed turns after REFRESH. The steady spacing follows the sum of
-//!   the names' rates; when that exceeds MAX_QPS, names are asked late, oldest due first.
+//!   the names' rates; when that exceeds MAX_QPS, names are asked late, oldest due first. A
+//!   due time is a deadline: names due together are spread over the time before it.
 //! * **Truncated answers.** Queries carry EDNS0 (1,232 bytes); an answer with the TC bit is
 //!   asked again over TCP (one more query under the cap), never used in part.
 //! * **Dead names.** NXDOMAIN, or no A and no AAAA record, is a final negative answer: the

@@ -24,6 +24,7 @@ mod document;
 mod durability;
 mod faults;
 mod held;
+mod held_in_time;
 mod install;
 mod launcher;
 mod loops;

@@ -354,10 +354,7 @@ impl Engine {
         } else if !self.urgent.is_empty() {
             Some(self.pacer.earliest(true).unwrap_or(now))
         } else {
-            let pacer = &self.pacer;
-            self.names
-                .peek_due()
-                .map(|due| due.max(pacer.earliest(false).unwrap_or(due)))
+            self.next_regular(now)
         };
         let expiry = self.flight.next_deadline();
         // Replies are read on the ticks: while any query is in flight, the next one.
@@ -393,15 +390,9 @@ impl Engine {
         self.set_pace(now);
         loop {
             let steady = if self.urgent.is_empty() {
-                if !self.pacer.ready(false, now) {
-                    return None;
-                }
-                let name = self.names.pop_due(now)?;
-                // A little faster than the demand, so that a name comes late only when names
-                // came due together, never by a backlog that grows with every jitter.
-                let steady = self.pacer.steady(self.names.demand() * DEMAND_HEADROOM);
+                let (name, steady) = self.pop_regular(now)?;
                 self.start(&name, Place::First);
-                Some(steady)
+                steady
             } else if self.pacer.ready(true, now) {
                 None
             } else {
@@ -412,6 +403,56 @@ impl Engine {
                 return Some(query);
             }
         }
+    }
+
+    /// The spacing of the steady schedule: a little faster than the names' demand, so that a
+    /// name is asked early only when names came due together, never by a backlog that grows
+    /// with every jitter.
+    fn spacing(&self) -> Duration {
+        self.pacer.steady(self.names.demand() * DEMAND_HEADROOM)
+    }
+
+    /// When the next name may be asked: at its due time, at the cap's pace whatever the
+    /// steady spacing (a due time is a deadline: "asked again within REFRESH"), or earlier,
+    /// at the steady spacing, when names due together need the time before their due to be
+    /// spread over ([`names::Names::latest_start`]).
+    fn next_regular(&mut self, now: Instant) -> Option<Instant> {
+        let due = self.names.peek_due()?;
+        let deadline = due.max(self.pacer.earliest(true).unwrap_or(due));
+        let spacing = self.spacing();
+        let early = if spacing <= self.pacer.floor() {
+            // Demand at the cap: every slot is the schedule's, no spreading to work out.
+            Some(now)
+        } else {
+            self.names.latest_start(spacing, now)
+        };
+        let early = early.map(|t| t.max(self.pacer.earliest(false).unwrap_or(t)));
+        Some(early.map_or(deadline, |t| t.min(deadline)))
+    }
+
+    /// The name to ask at `now`, if one may go: a name due (at the cap's pace), else the name
+    /// due first when the spreading asks for it (at the steady spacing, which it is sent
+    /// with). None until a later time.
+    fn pop_regular(&mut self, now: Instant) -> Option<(Arc<str>, Option<Duration>)> {
+        let due = self.names.peek_due()?;
+        if due <= now {
+            return self
+                .pacer
+                .ready(true, now)
+                .then(|| self.names.pop_first())
+                .flatten()
+                .map(|name| (name, None));
+        }
+        if !self.pacer.ready(false, now) {
+            return None;
+        }
+        let spacing = self.spacing();
+        if spacing > self.pacer.floor() && self.names.latest_start(spacing, now)? > now {
+            return None;
+        }
+        let name = self.names.pop_first()?;
+        self.names.asked_early(spacing);
+        Some((name, Some(spacing)))
     }
 
     /// The query of `lookup`, recorded as in flight; none when it cannot be written.

@@ -187,6 +187,11 @@ impl Pacer {
         }
     }
 
+    /// The spacing of the cap in force: the shortest between two queries.
+    pub fn floor(&self) -> Duration {
+        self.floor
+    }
+
     /// The cap in force.
     pub fn cap(&self) -> u32 {
         u32::try_from(self.max_qps).unwrap_or(u32::MAX)

@@ -178,7 +178,7 @@ fn an_apply_asks_the_address_service_only_for_the_hosts_new_to_its_generation() 
 }
 
 /// `count` routes `n<i>.test` to hosts `h<i>.named.test`, all by name.
-fn named_config(f: &Fixture, dns: &DnsServer, generation: u64, count: usize) -> String {
+pub(super) fn named_config(f: &Fixture, dns: &DnsServer, generation: u64, count: usize) -> String {
     let named: Vec<(String, String)> = (0..count)
         .map(|i| (format!("n{i}"), format!("h{i}.named.test")))
         .collect();

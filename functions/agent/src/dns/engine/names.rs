@@ -50,7 +50,22 @@ pub struct Names {
     demand: f64,
     /// Names whose first turn is still to end ([`Entry::first_pending`]).
     first_pending: usize,
+    /// The last [`Names::latest_start`] worked out, while it holds.
+    spread: Option<Spread>,
 }
+
+/// A latest start worked out at `at` for names `spacing` apart.
+#[derive(Debug, Clone, Copy)]
+struct Spread {
+    at: Instant,
+    spacing: Duration,
+    start: Instant,
+}
+
+/// How long a latest start is used before it is worked out again over every name: the work
+/// is a sort of the due times, so it is done at most once a second; a bunch of names that
+/// came due in between is caught by the next one (and, late, by the deadline itself).
+const SPREAD_KEPT: Duration = Duration::from_secs(1);
 
 impl Names {
     pub fn len(&self) -> usize {
@@ -206,12 +221,54 @@ impl Names {
         None
     }
 
-    /// The name due first, if it is due at `now`.
-    pub fn pop_due(&mut self, now: Instant) -> Option<Arc<str>> {
-        if self.peek_due()? > now {
-            return None;
-        }
+    /// The name due first, whether due or not.
+    pub fn pop_first(&mut self) -> Option<Arc<str>> {
+        self.peek_due()?;
         self.due.pop().map(|Reverse((_, name))| name)
+    }
+
+    /// The latest time the name due first may be asked so that every name is asked by its
+    /// due time when queries go `spacing` apart: over the due times in order (the k-th from
+    /// 0), the least of `due_k - k * spacing`. Names that came due together (a fill's, a
+    /// burst of wanted names) are so spread over the time before their due, never after it.
+    /// Worked out at most once per [`SPREAD_KEPT`]; each name asked early moves it on by
+    /// `spacing` ([`Names::asked_early`]), which can only be early, never late.
+    pub fn latest_start(&mut self, spacing: Duration, now: Instant) -> Option<Instant> {
+        let first = self.peek_due()?;
+        if let Some(spread) = self
+            .spread
+            .filter(|s| s.spacing == spacing && now < s.at + SPREAD_KEPT)
+        {
+            return Some(spread.start.min(first));
+        }
+        let mut dues: Vec<Instant> = self
+            .entries
+            .values()
+            .filter(|e| !e.busy)
+            .map(|e| e.due)
+            .collect();
+        dues.sort_unstable();
+        // Seconds from `now`, signed: a bunch far behind its due still orders right.
+        let step = spacing.as_secs_f64();
+        let least = dues
+            .iter()
+            .enumerate()
+            .map(|(k, due)| signed_secs(*due, now) - step * k as f64)
+            .fold(f64::INFINITY, f64::min);
+        let start = now + Duration::from_secs_f64(least.clamp(0.0, 1e9));
+        self.spread = Some(Spread {
+            at: now,
+            spacing,
+            start,
+        });
+        Some(start.min(first))
+    }
+
+    /// The name due first was asked before its due time, `spacing` after the one before.
+    pub fn asked_early(&mut self, spacing: Duration) {
+        if let Some(spread) = self.spread.as_mut() {
+            spread.start += spacing;
+        }
     }
 
     /// Applies the end of `name`'s turn with `outcome` at `now` and schedules its next;
@@ -258,6 +315,14 @@ impl Names {
         entry.due = now + settled.next;
         self.due.push(Reverse((entry.due, Arc::clone(name))));
         Some(Ended { answered, changed })
+    }
+}
+
+/// `t - now` in seconds, negative when `t` is past.
+fn signed_secs(t: Instant, now: Instant) -> f64 {
+    match t.checked_duration_since(now) {
+        Some(ahead) => ahead.as_secs_f64(),
+        None => -now.saturating_duration_since(t).as_secs_f64(),
     }
 }
 
