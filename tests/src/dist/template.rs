@@ -26,6 +26,14 @@ pub const RELEASE_OUTPUTS: [&str; 2] = ["ReleaseVersion", "ReleaseCommit"];
 /// A Lambda function's description is at most this long.
 const FUNCTION_DESCRIPTION_MAX: usize = 256;
 
+/// The resource types whose description carries the release: every function, the inline ones
+/// included, and the agent's layer.
+const DESCRIBED_RELEASE: [&str; 3] = [
+    "AWS::Serverless::Function",
+    "AWS::Lambda::Function",
+    "AWS::Serverless::LayerVersion",
+];
+
 /// The bundle's template: a copy of `template` whose functions and layers that `sam build`
 /// builds point at their zips (and lose their build metadata: nothing is built from the
 /// bundle), whose `Globals` no longer make the bundle's directory every function's code, which
@@ -279,8 +287,10 @@ fn still_named(template: &Value, name: &str) -> Result<bool, DistError> {
 }
 
 /// Writes the release into the template: a sentence at the end of its description, the
-/// outputs [`RELEASE_OUTPUTS`], and the version and short commit at the end of each function's
-/// description (what the Lambda console and `aws lambda get-function` show).
+/// outputs [`RELEASE_OUTPUTS`], `GenerateOnDeploy`'s `Release` (a new release updates that
+/// custom resource, so the deploy runs the generator again even when only code changed), and
+/// the version and short commit at the end of each function's and layer's description (what
+/// the Lambda console and `aws lambda get-function` show).
 fn stamp(template: &mut Value, release: &Release, arch: Arch) -> Result<(), DistError> {
     let map = template
         .as_mapping_mut()
@@ -323,6 +333,16 @@ fn stamp(template: &mut Value, release: &Release, arch: Arch) -> Result<(), Dist
             ])),
         );
     }
+    let on_deploy = map
+        .get_mut("Resources")
+        .and_then(|resources| resources.get_mut("GenerateOnDeploy"))
+        .and_then(|resource| resource.get_mut("Properties"))
+        .and_then(Value::as_mapping_mut)
+        .ok_or_else(|| template_error("no GenerateOnDeploy resource with Properties"))?;
+    on_deploy.insert(
+        "Release".into(),
+        format!("{} (commit {})", release.version, release.commit).into(),
+    );
     let short = match release.commit.strip_suffix("-dirty") {
         Some(head) => format!("{}-dirty", head.chars().take(12).collect::<String>()),
         None => release.commit.chars().take(12).collect(),
@@ -332,7 +352,11 @@ fn stamp(template: &mut Value, release: &Release, arch: Arch) -> Result<(), Dist
         .and_then(Value::as_mapping_mut)
         .ok_or_else(|| template_error("no Resources mapping"))?;
     for (id, resource) in resources.iter_mut() {
-        if resource.get("Type").and_then(Value::as_str) != Some("AWS::Serverless::Function") {
+        let kind = resource
+            .get("Type")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !DESCRIBED_RELEASE.contains(&kind) {
             continue;
         }
         let Some(props) = resource

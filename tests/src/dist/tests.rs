@@ -50,6 +50,15 @@ Resources:
     Properties:
       ContentUri: functions/agent
       CompatibleArchitectures: [arm64, x86_64]
+  GenerateOnDeployFunction:
+    Type: AWS::Lambda::Function
+    Properties:
+      Description: Runs the generator once.
+  GenerateOnDeploy:
+    Type: Custom::AutoproxyGenerateOnDeploy
+    Properties:
+      ServiceToken: !GetAtt GenerateOnDeployFunction.Arn
+      Release: source build
   ConfigBucket:
     Type: AWS::S3::Bucket
 "#;
@@ -173,9 +182,24 @@ fn the_release_is_stamped_in_the_description_the_outputs_and_each_function() {
         template["Outputs"]["ReleaseCommit"]["Value"],
         "0123456789abcdef0123456789abcdef01234567"
     );
+    let resources = &template["Resources"];
+    for (id, described) in [
+        ("GenerateFunction", "Scans Route53."),
+        ("GenerateOnDeployFunction", "Runs the generator once."),
+        ("AgentLayer", ""),
+    ] {
+        let stamped = format!("{described} autoproxy 1.2.3 (0123456789ab).");
+        assert_eq!(
+            resources[id]["Properties"]["Description"],
+            stamped.trim_start(),
+            "{id}"
+        );
+    }
+    // A new release is a change of the custom resource's properties: the deploy runs the
+    // generator again, even when no setting changed.
     assert_eq!(
-        template["Resources"]["GenerateFunction"]["Properties"]["Description"],
-        "Scans Route53. autoproxy 1.2.3 (0123456789ab)."
+        resources["GenerateOnDeploy"]["Properties"]["Release"],
+        "1.2.3 (commit 0123456789abcdef0123456789abcdef01234567)"
     );
     let dirty = Release {
         commit: "0123456789abcdef0123456789abcdef01234567-dirty",

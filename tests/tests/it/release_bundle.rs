@@ -240,8 +240,14 @@ fn the_checksum_the_licence_and_the_release_the_stack_reports() {
         description.contains(&format!("Release {version} (commit {commit})")),
         "{description}"
     );
+    assert_eq!(
+        template["Resources"]["GenerateOnDeploy"]["Properties"]["Release"],
+        format!("{version} (commit {commit})").as_str(),
+        "a new release must change GenerateOnDeploy, or an upgrade of code alone runs no generator"
+    );
     for (id, resource) in template["Resources"].as_mapping().unwrap() {
-        if resource["Type"] == "AWS::Serverless::Function" {
+        let kind = resource["Type"].as_str().unwrap_or_default();
+        if kind.ends_with("::Function") || kind.ends_with("::LayerVersion") {
             let described = resource["Properties"]["Description"]
                 .as_str()
                 .unwrap_or_default();

@@ -43,7 +43,12 @@ fn settings(routing_rules: &str) -> Json {
 }
 
 fn run(kind: &str, new: Json, old: Json, scenario: &Json) -> Run {
-    let props = |settings: Json| json!({"FunctionName": "autoproxy-GenerateFunction-X", "Settings": settings});
+    released(kind, (new, "0.2.0"), (old, "0.2.0"), scenario)
+}
+
+/// A run whose new and old properties are the settings and the release each names.
+fn released(kind: &str, new: (Json, &str), old: (Json, &str), scenario: &Json) -> Run {
+    let props = |(settings, release): (Json, &str)| json!({"FunctionName": "autoproxy-GenerateFunction-X", "Settings": settings, "Release": release});
     inline_function::run(
         "GenerateOnDeployFunction",
         &[
@@ -148,6 +153,40 @@ fn only_a_change_of_the_generators_settings_runs_it_again() {
     let deleted = run("Delete", settings("[]"), json!(null), &published());
     assert!(!deleted.names().contains(&"Invoke"));
     assert_eq!(deleted.status(), "SUCCESS");
+}
+
+/// An upgrade or a roll back that changes only code changes no setting, but it changes the
+/// release `make dist` writes into the properties: the generator runs again, and the `FirstRun`
+/// output names the release whose run it reports, so the documented check beside
+/// `ReleaseVersion` shows the new code's run, not the previous release's.
+#[test]
+fn a_new_release_runs_the_generator_again_and_its_result_names_the_release() {
+    for (new, old) in [
+        ("0.2.0 (commit b2)", "0.1.0 (commit a1)"),
+        ("0.1.0 (commit a1)", "0.2.0 (commit b2)"),
+    ] {
+        let upgraded = released(
+            "Update",
+            (settings("[]"), new),
+            (settings("[]"), old),
+            &published(),
+        );
+        assert_eq!(
+            upgraded.names().iter().filter(|n| **n == "Invoke").count(),
+            1,
+            "from {old} to {new}: {:?}",
+            upgraded.calls
+        );
+        let result = upgraded.response["Data"]["Result"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            result.starts_with(&format!(
+                "release {new}: the generator's first run: published True"
+            )),
+            "{result}"
+        );
+    }
 }
 
 #[test]
