@@ -467,7 +467,7 @@ fn aws_cli_block(readme: &str) -> String {
 }
 
 /// The bundle's README's AWS CLI block, run as written (in the directory holding the archive)
-/// against moto with the bucket it names: `package` uploads the zips, then `deploy` takes the
+/// against moto, from an account with no bucket: it makes the bucket it names, `package` uploads the zips, then `deploy` takes the
 /// 121 KB template (over the CLI's inline limit of 51,200 bytes), uploads it to the bucket and
 /// asks CloudFormation for a change set from its URL. moto answers that request with an error
 /// for a URL of its own S3; getting that far is what shows the CLI accepts the command.
@@ -477,12 +477,8 @@ async fn the_readmes_aws_cli_deploy_runs_as_written() {
     let parent = unpacked.dir.parent().unwrap().to_owned();
     std::fs::copy(archive(), parent.join(archive().file_name().unwrap())).unwrap();
     let moto = Moto::start();
+    // No bucket beforehand: the block makes the one it names.
     let s3 = aws_sdk_s3::Client::new(&moto.sdk_config().await);
-    s3.create_bucket()
-        .bucket(DOCUMENTED_BUCKET)
-        .send()
-        .await
-        .unwrap();
     let readme = std::fs::read_to_string(unpacked.dir.join("README.md")).unwrap();
     let script = aws_cli_block(&readme);
     assert!(script.contains("aws cloudformation deploy"), "{script}");

@@ -17,6 +17,7 @@ mod first_run;
 mod fleet;
 mod grants;
 mod linted;
+mod log_groups;
 mod parameters;
 mod queue;
 pub(super) mod stack;

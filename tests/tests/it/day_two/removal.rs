@@ -1,7 +1,8 @@
 //! docs/DEPLOY.md's removal of a release ("Day 2 with a release bundle", "Remove"), where moto
-//! allows it: the block that empties a retained, versioned bucket runs as written, with the
-//! AWS CLI against moto, on a bucket holding more versions than one page and a delete marker
-//! for each key, and the bucket is gone at the end.
+//! allows it: the block that empties the two retained buckets runs as written, under `sh`
+//! (dash), with the AWS CLI against moto, on a versioned config bucket holding more versions
+//! than one page and a delete marker for each key, and an unversioned access-log bucket; both
+//! are gone at the end.
 
 use std::process::Command;
 
@@ -16,7 +17,18 @@ async fn the_documented_removal_empties_a_versioned_bucket_and_deletes_it() {
     let sdk = moto.sdk_config().await;
     let s3 = aws_sdk_s3::Client::new(&sdk);
     let bucket = "autoproxy-configbucket-retained";
+    let logs = "autoproxy-accesslogbucket-retained";
     versioned_bucket(&sdk, bucket).await.unwrap();
+    s3.create_bucket().bucket(logs).send().await.unwrap();
+    for key in 0..3 {
+        s3.put_object()
+            .bucket(logs)
+            .key(format!("access/{key}"))
+            .body(b"a log line".to_vec().into())
+            .send()
+            .await
+            .unwrap();
+    }
     // 520 versions of 260 keys (over one page of 500), then a delete marker on each key.
     for key in 0..260 {
         for version in 0..2 {
@@ -35,11 +47,11 @@ async fn the_documented_removal_empties_a_versioned_bucket_and_deletes_it() {
             .await
             .unwrap();
     }
-    // The block that empties and deletes one bucket: the one that lists its versions.
-    let block =
-        deploy_block("list-object-versions --bucket \"$bucket\"").replace("<bucket name>", bucket);
+    // The block that empties and deletes both buckets, with the names step 1 saves.
+    let block = deploy_block("list-object-versions --bucket \"$bucket\"");
     assert!(block.contains("aws s3api delete-bucket"), "{block}");
-    let out = Command::new("bash")
+    let block = format!("config_bucket={bucket}\naccess_log_bucket={logs}\n{block}");
+    let out = Command::new("dash")
         .args(["-e", "-c", &block])
         .env("PATH", aws_first_on_path())
         .envs(moto.env())
@@ -55,7 +67,7 @@ async fn the_documented_removal_empties_a_versioned_bucket_and_deletes_it() {
     let buckets = s3.list_buckets().send().await.unwrap();
     let left: Vec<_> = buckets.buckets().iter().filter_map(|b| b.name()).collect();
     assert!(
-        !left.contains(&bucket),
-        "the bucket is still there: {left:?}"
+        !left.contains(&bucket) && !left.contains(&logs),
+        "a bucket is still there: {left:?}"
     );
 }

@@ -13,6 +13,7 @@ use super::keys_at;
 
 mod as_written;
 mod aws_cli;
+mod either_cli;
 
 /// The docs whose commands are checked: the repository's, and the release bundle's README.
 const DOCS: [&str; 3] = ["README.md", "docs/DEPLOY.md", "tests/src/dist/README.md"];

@@ -13,7 +13,7 @@ use super::as_written::{RULES, calls_in, judged, meant, over_docs, overrides, py
 use super::blocks;
 
 /// The AWS CLI's Python (its venv beside the tools' bin directory).
-fn aws_python() -> PathBuf {
+pub(super) fn aws_python() -> PathBuf {
     autoproxy_tests::moto::tools_bin()
         .parent()
         .map(|cache| cache.join("venv-awscli/bin/python"))
