@@ -1,6 +1,7 @@
 //! Every `aws` command the docs tell an operator to run works with the AWS CLI v1 (the one the
 //! tests install) and v2 as written: each `sh` block parses with `dash` (what `sh` is on
-//! Debian and Ubuntu), and each `aws` line that needs nothing the block computes (no `$`) goes
+//! Debian and Ubuntu), and each `aws` line that needs nothing the block computes (no `$` but
+//! the variables the docs set: the region, the stack's name, the names saved for removal) goes
 //! through the AWS CLI's own command line (`awscli.clidriver`) up to the API call it would
 //! make, which is recorded instead of sent. A Lambda payload must be JSON read from a file
 //! (`fileb://`): v2 reads a literal `--payload` as base64, and `--cli-binary-format`, which
@@ -77,11 +78,34 @@ fn runnable(block: &Block) -> Vec<String> {
             // A line with an odd number of single quotes goes on over the next lines (a
             // JSON document): checked as part of its block only.
             let whole = line.matches('\'').count() % 2 == 0;
-            (aws || writes) && whole && !line.contains('$')
+            (aws || writes) && whole && !needs_the_block(line)
         })
         // A pipe's other end (`| grep …`) may find nothing here: the call was made.
         .map(|line| format!("{line} || true"))
         .collect()
+}
+
+/// The shell variables the docs' blocks set for the commands after them (the stack's region,
+/// its name, the names saved before removal), as an operator's shell holds them.
+const SET: [(&str, &str); 6] = [
+    ("region", "us-east-1"),
+    ("stack", "autoproxy"),
+    ("config_bucket", "autoproxy-configbucket-1"),
+    ("access_log_bucket", "autoproxy-accesslogbucket-1"),
+    (
+        "sam_bucket",
+        "aws-sam-cli-managed-default-samclisourcebucket-1",
+    ),
+    ("op", "11111111-2222-3333-4444-555555555555"),
+];
+
+/// Whether `line` uses what only its block computes: a `$` other than a variable of [`SET`].
+fn needs_the_block(line: &str) -> bool {
+    let mut rest = line.to_owned();
+    for (name, _) in SET {
+        rest = rest.replace(&format!("${name}"), "");
+    }
+    rest.contains('$')
 }
 
 /// Why `dash` refuses the block's syntax, if it does.
@@ -140,10 +164,13 @@ fn problems(doc: &str, text: &str) -> (Vec<String>, usize) {
 /// that appends its argv to a file).
 fn argvs(dir: &Path, lines: &[String]) -> Result<Vec<Vec<String>>, String> {
     let calls = dir.join(".calls");
-    let prelude = format!(
+    let mut prelude = format!(
         r#"aws() {{ printf '%s\0' "$#" "$@" >>'{}'; }}"#,
         calls.display()
     );
+    for (name, value) in SET {
+        prelude.push_str(&format!("\n{name}={value}"));
+    }
     bash(dir, &prelude, &filled(&lines.join("\n")), &[])?;
     let text = std::fs::read_to_string(&calls).unwrap_or_default();
     let mut fields = text.split('\0');
