@@ -17,15 +17,17 @@ use std::process::Command;
 
 use serde_yaml::Value;
 
+mod deploy_doc;
 mod template;
+pub use deploy_doc::bundle_deploy_doc;
 pub use template::{ARCH_PARAMETERS, RELEASE_OUTPUTS, bundle_template, template_text};
 
 /// Where `sam build` leaves one directory per built resource, named by its logical id.
 pub const SAM_BUILD_DIR: &str = ".aws-sam/build";
-/// What the bundle carries from the repository as it is, at the same relative path (the docs
-/// name the templates by these paths): the templates member and forwarding accounts deploy
+/// What the bundle carries from the repository, at the same relative path (the docs name the
+/// templates by these paths): the templates member and forwarding accounts deploy
 /// (docs/DEPLOY.md, "Cross-account setup" and "Any region"), the docs a deployer reads, the
-/// licence and the release notes.
+/// licence and the release notes. All as they are but docs/DEPLOY.md: [`bundle_deploy_doc`].
 pub const CARRIED: [&str; 7] = [
     "docs/member-account.yaml",
     "docs/central-forwarding.yaml",
@@ -186,7 +188,11 @@ pub fn make_bundle(root: &Path, release: &Release, arch: Arch) -> Result<PathBuf
         } else {
             carried
         });
-        std::fs::copy(&from, &to).map_err(|e| file_error(&from, "copy", e))?;
+        if carried == "docs/DEPLOY.md" {
+            write(&to, &bundle_deploy_doc(&read(&from)?, release, arch)?)?;
+        } else {
+            std::fs::copy(&from, &to).map_err(|e| file_error(&from, "copy", e))?;
+        }
     }
     write(&stage.join("README.md"), &readme(release, arch))?;
     let archive = dist.join(format!("{name}.tar.gz"));
