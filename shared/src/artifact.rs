@@ -21,15 +21,22 @@
 //! #@route proxy.api.prod.example.internal api.prod.example.internal:443 api 111111111111 Z0AAA
 //! #@suffix int.prod.example.internal ingress-int.prod.example.internal:443 ingress-int 111111111111 Z0AAA
 //! #@nameserver 169.254.169.253:53
+//! #@network 111111111111 10.1.0.0/16
+//! #@public-backs refuse
 //! ```
 //! `autoproxy-agent apply` writes the first two fields (key, `host:port`) of the `#@route`
 //! and `#@suffix` lines to the map files of [`MapFiles`] beside the config, and the header's
 //! generation to its generation map, so the one S3 object (one version, one sha256) holds
 //! everything HAProxy reads but the addresses. Those come from `autoproxy-agent resolve` on
 //! the instance, which reads the host names and `#@nameserver` lines from the installed
-//! config.
+//! config. The `#@network <account> <range>` lines and the `#@public-backs allow|refuse` line
+//! are the borders the generator judged the routes' literal addresses by ([`borders`]): the
+//! agent judges the addresses it resolves by the same ones, each against the route's account
+//! (the route line's fourth field).
 
 use sha2::{Digest, Sha256};
+
+use crate::networks::{Borders, IpNet, Networks, PublicBacks};
 
 /// S3 metadata keys (`x-amz-meta-…`) carrying the header's values.
 pub const META_GENERATION: &str = "generation";
@@ -141,6 +148,10 @@ pub const ADDRESS_MAP: &str = "autoproxy/addresses.map";
 pub const ROUTE_LINE: &str = "#@route ";
 pub const SUFFIX_LINE: &str = "#@suffix ";
 pub const NAMESERVER_LINE: &str = "#@nameserver ";
+/// The prefix of a member's network line: `#@network <account> <range>`.
+pub const NETWORK_LINE: &str = "#@network ";
+/// The prefix of the public-backs line: `#@public-backs allow` or `#@public-backs refuse`.
+pub const PUBLIC_BACKS_LINE: &str = "#@public-backs ";
 /// The key of the generation map's one entry.
 pub const GENERATION_KEY: &str = "running";
 
@@ -269,6 +280,50 @@ pub fn nameservers(text: &str) -> Nameservers {
         }
     }
     found
+}
+
+/// The borders of a config's `#@network` and `#@public-backs` lines: where its routes' backs
+/// may point ([`crate::networks`]). An artifact without a `#@public-backs` line (an earlier
+/// generator, a template of one's own without the lines) is [`Borders::unjudged`]: only what
+/// is never a backend is refused. A public-backs value other than `allow` refuses; a network
+/// line that is not `<account> <range>` is skipped (the generator writes none such, and the
+/// sha256 covers the body).
+pub fn borders(text: &str) -> Borders {
+    let mut networks = Networks::default();
+    let mut public = None;
+    for line in body(text).lines() {
+        if let Some(entry) = line.strip_prefix(NETWORK_LINE) {
+            let mut words = entry.split_whitespace();
+            if let (Some(account), Some(Ok(range)), None) = (
+                words.next(),
+                words.next().map(str::parse::<IpNet>),
+                words.next(),
+            ) {
+                networks.insert(account, range);
+            }
+        } else if let Some(value) = line.strip_prefix(PUBLIC_BACKS_LINE) {
+            public = Some(match value.trim() {
+                PUBLIC_BACKS_ALLOW => PublicBacks::Allowed,
+                _ => PublicBacks::Refused,
+            });
+        }
+    }
+    match public {
+        Some(public) => Borders::new(networks, public),
+        None => Borders::unjudged(),
+    }
+}
+
+/// The values of the `#@public-backs` line.
+pub const PUBLIC_BACKS_ALLOW: &str = "allow";
+pub const PUBLIC_BACKS_REFUSE: &str = "refuse";
+
+/// The word of the `#@public-backs` line for `public`.
+pub fn public_backs_word(public: PublicBacks) -> &'static str {
+    match public {
+        PublicBacks::Allowed => PUBLIC_BACKS_ALLOW,
+        PublicBacks::Refused => PUBLIC_BACKS_REFUSE,
+    }
 }
 
 /// Reads the header back and checks the body against its sha256.
@@ -444,6 +499,64 @@ mod tests {
         // Header lines never count, even when they look like body lines.
         assert!(route_hosts("# #@route a b:1\n").is_empty());
         assert_eq!(nameservers("").valid, []);
+    }
+
+    #[test]
+    fn borders_come_from_the_network_and_public_backs_lines() {
+        let body = "global\n#@route a.example x.example:443 api 111111111111 Z1\n\
+                    #@network 111111111111 10.1.0.0/16\n#@network 222222222222 10.2.0.9/16\n\
+                    #@network 222222222222 2600:1f18:2::/56\n#@network broken\n\
+                    #@network 333333333333 not-a-range\n#@public-backs refuse\n";
+        let text = config(body, &sha256_hex(body.as_bytes()));
+        let read = borders(&text);
+        assert_eq!(read.public(), PublicBacks::Refused);
+        let ranges: Vec<String> = read
+            .networks()
+            .ranges()
+            .iter()
+            .flat_map(|(account, nets)| nets.iter().map(move |net| format!("{account} {net}")))
+            .collect();
+        assert_eq!(
+            ranges,
+            [
+                "111111111111 10.1.0.0/16",
+                "222222222222 10.2.0.0/16",
+                "222222222222 2600:1f18:2::/56"
+            ]
+        );
+        let judge = |address: &str, account: &str| {
+            read.judge(address.parse().unwrap(), account)
+                .map_err(|why| why.to_string())
+        };
+        assert!(judge("10.2.0.5", "111111111111").is_err());
+        assert_eq!(judge("10.2.0.5", "222222222222"), Ok(()));
+        assert!(judge("8.8.8.8", "111111111111").is_err());
+
+        let allowed = "global\n#@public-backs allow\n";
+        let allowed = borders(&config(allowed, &sha256_hex(allowed.as_bytes())));
+        assert_eq!(allowed.public(), PublicBacks::Allowed);
+        let odd = "global\n#@public-backs yes\n";
+        let odd = borders(&config(odd, &sha256_hex(odd.as_bytes())));
+        assert_eq!(
+            odd.public(),
+            PublicBacks::Refused,
+            "anything but allow refuses"
+        );
+        // No line at all: an earlier generator's artifact, judged by the never-a-backend
+        // ranges only.
+        let earlier = borders("global\n#@route a.example x.example:443 api 1 Z1\n");
+        assert_eq!(earlier.public(), PublicBacks::Allowed);
+        assert!(earlier.networks().is_empty());
+        assert!(
+            borders("# #@public-backs refuse\nglobal\n")
+                .networks()
+                .is_empty()
+        );
+        assert_eq!(
+            borders("# #@public-backs refuse\nglobal\n").public(),
+            PublicBacks::Allowed,
+            "header lines never count"
+        );
     }
 
     fn err_mentions(text: &str, fragment: &str) -> bool {

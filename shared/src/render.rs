@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::artifact::{self, Header, HeaderError, MapFiles};
 use crate::model::{Route, SniMatch};
 use crate::names::HostName;
+use crate::networks::Borders;
 
 /// The default template, embedded: a Lambda ships only its `bootstrap`.
 pub const DEFAULT_TEMPLATE: &str = include_str!("../../templates/haproxy.cfg.j2");
@@ -155,6 +156,25 @@ impl Renderer {
     /// header) replaced: one render, not two (10,000 routes take tens of ms each). The
     /// header is parsed back and must carry exactly the values given.
     pub fn render(&self, input: &RenderInput<'_>) -> Result<Rendered, RenderError> {
+        self.render_bordered(input, None)
+    }
+
+    /// [`Renderer::render`], with the borders the routes were judged by written as
+    /// `#@network` and `#@public-backs` lines, which the agent judges the addresses it resolves
+    /// by ([`artifact::borders`]). What the generator publishes.
+    pub fn render_within(
+        &self,
+        input: &RenderInput<'_>,
+        borders: &Borders,
+    ) -> Result<Rendered, RenderError> {
+        self.render_bordered(input, Some(borders))
+    }
+
+    fn render_bordered(
+        &self,
+        input: &RenderInput<'_>,
+        borders: Option<&Borders>,
+    ) -> Result<Rendered, RenderError> {
         if input.resolvers.is_empty() {
             return Err(RenderError::NoResolvers);
         }
@@ -166,6 +186,8 @@ impl Renderer {
         let resolvers: Vec<String> = input.resolvers.iter().map(ToString::to_string).collect();
         let proxies: Vec<&str> = input.proxies.iter().map(HostName::as_str).collect();
         let maps = MapFiles::stable();
+        let networks = borders.map(network_views).unwrap_or_default();
+        let public_backs = borders.map(|b| artifact::public_backs_word(b.public()));
         let mut header = Header {
             generation: input.generation,
             sha256: "0".repeat(64),
@@ -181,6 +203,8 @@ impl Renderer {
                 proxies => Value::from(Serde(&proxies)),
                 options => Value::from(Serde(input.options)),
                 maps => Value::from(Serde(&maps)),
+                networks => Value::from(Serde(&networks)),
+                public_backs => Value::from(public_backs),
                 generation_key => artifact::GENERATION_KEY,
                 suffix_depth => artifact::SUFFIX_DEPTH,
             }
@@ -219,6 +243,28 @@ fn forbidden_char(text: &str) -> Option<char> {
     }
     text.chars()
         .find(|c| FORBIDDEN.contains(c) || c.is_control())
+}
+
+/// A member's network as the template sees it (`#@network <account> <range>`).
+#[derive(Debug, Serialize)]
+struct NetworkView {
+    account: String,
+    range: String,
+}
+
+/// Every member's networks, by account then range.
+fn network_views(borders: &Borders) -> Vec<NetworkView> {
+    borders
+        .networks()
+        .ranges()
+        .iter()
+        .flat_map(|(account, ranges)| {
+            ranges.iter().map(move |range| NetworkView {
+                account: account.clone(),
+                range: range.to_string(),
+            })
+        })
+        .collect()
 }
 
 /// A route as the template sees it, with its HAProxy identifiers.
@@ -327,6 +373,52 @@ mod tests {
             generated_at: "2026-01-01T00:00:00Z",
             trigger: "manual",
         })
+    }
+
+    /// The borders the generator judged by are the ones the agent reads back: the same
+    /// networks, the same public-backs choice; a config rendered without them has no line.
+    #[test]
+    fn the_borders_travel_in_the_body_and_read_back_as_they_were() {
+        use crate::networks::{Networks, PublicBacks};
+        let routes = [route(
+            "api",
+            "111111111111",
+            "Z1",
+            "a.internal",
+            SniMatch::Exact,
+        )];
+        let resolvers = ["169.254.169.253:53".parse().unwrap()];
+        let options = RenderOptions::default();
+        let input = RenderInput {
+            routes: &routes,
+            resolvers: &resolvers,
+            proxies: &[],
+            options: &options,
+            generation: 3,
+            generated_at: "2026-01-01T00:00:00Z",
+            trigger: "manual",
+        };
+        let mut networks = Networks::default();
+        networks.insert("111111111111", "10.1.0.0/16".parse().unwrap());
+        networks.insert("222222222222", "10.2.0.0/16".parse().unwrap());
+        networks.insert("222222222222", "2600:1f18:2::/56".parse().unwrap());
+        let renderer = Renderer::new(DEFAULT_TEMPLATE).unwrap();
+        for public in [PublicBacks::Refused, PublicBacks::Allowed] {
+            let borders = Borders::new(networks.clone(), public);
+            let text = renderer.render_within(&input, &borders).unwrap().text;
+            assert!(
+                text.contains("\n#@network 222222222222 2600:1f18:2::/56\n"),
+                "{text}"
+            );
+            let read = artifact::borders(&text);
+            assert_eq!(read.networks(), &networks);
+            assert_eq!(read.public(), public);
+        }
+        let plain = renderer.render(&input).unwrap().text;
+        assert!(
+            !plain.contains("#@network") && !plain.contains("#@public-backs"),
+            "{plain}"
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::address_map::MapFile;
+use crate::borders::Fences;
 use crate::control::{self, Asked, SOCKET};
 use crate::dns::once::resolve_once;
 use crate::own::Own;
@@ -42,7 +43,9 @@ pub enum By {
 
 /// Makes sure each of `names` (the hosts new to an apply's generation) has an address in
 /// `<config dir>/autoproxy/addresses.map` before returning, within `budget` (see the module
-/// doc for how); a name that resolves to this proxy (`own`) gets none, whoever resolves it.
+/// doc for how); a name that resolves to this proxy (`judges.own`), or where a route of the
+/// config it is for may not point (`judges.fences`, [`crate::borders`]), gets none, whoever
+/// resolves it.
 /// The service is asked only for `names`, never for `theirs` (the installed config's hosts,
 /// which it reads from that file and resolves at its own pace), even when `names` is empty.
 /// When no service listens, nobody else resolves `theirs`: they are resolved with `names`, in
@@ -52,7 +55,7 @@ pub async fn ensure(
     names: &[String],
     theirs: &[String],
     nameservers: &[SocketAddr],
-    own: &Own,
+    judges: Judges<'_>,
     budget: Duration,
 ) -> Ensured {
     let deadline = Instant::now() + budget;
@@ -68,7 +71,7 @@ pub async fn ensure(
     asked.dedup();
     let socket = config_dir.join(SOCKET);
     let answered = if !asked.is_empty() {
-        control::ask(&socket, &asked, deadline).await
+        control::ask(&socket, &asked, judges.fences, deadline).await
     } else if theirs.is_empty() {
         return ensured;
     } else {
@@ -96,7 +99,7 @@ pub async fn ensure(
             let here = Here {
                 config_dir,
                 nameservers,
-                own,
+                judges,
                 deadline,
             };
             here.resolve(asked, theirs, &mut ensured).await;
@@ -111,11 +114,19 @@ pub async fn ensure(
     ensured
 }
 
+/// What the addresses of an apply's names are judged by: this proxy's own addresses and
+/// names, and the borders of the config the apply installs.
+#[derive(Debug, Clone, Copy)]
+pub struct Judges<'a> {
+    pub own: &'a Own,
+    pub fences: &'a Fences,
+}
+
 /// Where an apply resolves names itself, when no address service listens.
 struct Here<'a> {
     config_dir: &'a Path,
     nameservers: &'a [SocketAddr],
-    own: &'a Own,
+    judges: Judges<'a>,
     deadline: Instant,
 }
 
@@ -131,7 +142,7 @@ impl Here<'_> {
         wanted.extend(theirs.map(|host| host.as_str().to_owned()));
         wanted.sort();
         wanted.dedup();
-        let results = resolve_unlooped(&wanted, self.nameservers, self.own, self.deadline).await;
+        let results = resolve_unlooped(&wanted, self.nameservers, self.judges, self.deadline).await;
         let map = MapFile::in_dir(self.config_dir);
         let found: Vec<(String, IpAddr)> = results
             .iter()
@@ -167,13 +178,14 @@ impl Here<'_> {
 }
 
 /// [`resolve_once`] of `wanted` and of the proxy's own names; a name that resolves to this
-/// proxy has no address, and says why.
+/// proxy, or where a route to it may not point, has no address, and says why.
 async fn resolve_unlooped(
     wanted: &[String],
     nameservers: &[SocketAddr],
-    own: &Own,
+    judges: Judges<'_>,
     deadline: Instant,
 ) -> Vec<(String, Result<IpAddr, String>)> {
+    let own = judges.own;
     let mut asked = wanted.to_vec();
     asked.extend(own.names.iter().cloned());
     let mut results = resolve_once(&asked, nameservers, deadline).await;
@@ -185,7 +197,9 @@ async fn resolve_unlooped(
     results.truncate(wanted.len());
     for (name, result) in &mut results {
         if let Ok(address) = result
-            && let Some(why) = own.looped(name, *address, &resolved)
+            && let Some(why) = own
+                .looped(name, *address, &resolved)
+                .or_else(|| judges.fences.refused(name, *address, None))
         {
             *result = Err(why);
         }
@@ -209,7 +223,10 @@ mod tests {
             &["a.example".to_owned(), "bad name".to_owned()],
             &[],
             &[closed],
-            &Own::default(),
+            Judges {
+                own: &Own::default(),
+                fences: &Fences::default(),
+            },
             Duration::from_secs(10),
         )
         .await;

@@ -10,7 +10,8 @@
 //! (the runtime client, typed map commands), `control` (both ends of `resolver.sock`), `dns`
 //! (the engine, its schedule and knobs, one-shot resolution), `address_map`, `addresses`,
 //! `routes`, `own` (this proxy's own address ranges and the fleet's other proxies: no route
-//! into itself), `record`, `running`, `log`, `unit` (the address service's systemd unit); and
+//! into itself), `borders` (no route into another member's network, the link-local range or
+//! the internet), `record`, `running`, `log`, `unit` (the address service's systemd unit); and
 //! the host floor, which imports only itself: `files` (one durable replace), `proc` (one
 //! `/proc` reader) and `child` (bounded child processes). Both parse the artifact with
 //! [`autoproxy::artifact`], the module the generator
@@ -19,6 +20,7 @@
 pub mod address_map;
 pub mod addresses;
 pub mod apply;
+pub mod borders;
 pub mod child;
 pub mod control;
 pub mod dns;

@@ -250,6 +250,7 @@ fn follow(
     }
     engine.set_nameservers(installed.nameservers.clone());
     engine.set_own(installed.own.clone());
+    engine.set_fences(installed.fences.clone());
     engine.set_config_names(&installed.names, now);
     let without = installed
         .names

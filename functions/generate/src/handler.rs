@@ -292,8 +292,11 @@ async fn run(
     let custom = custom_renderer(deps).await?;
     let renderer = custom.as_ref().unwrap_or(&deps.default_renderer);
     let label = trigger.label();
+    // The borders the sweep judged the literal addresses by travel in the artifact: the agent
+    // judges the addresses it resolves by them.
+    let borders = deps.borders();
     let render = |routes: &[Route], generation: u64| {
-        renderer.render(&RenderInput {
+        let input = RenderInput {
             routes,
             resolvers: &deps.settings.dns_resolvers,
             proxies: &deps.settings.proxy_hostnames,
@@ -301,7 +304,8 @@ async fn run(
             generation,
             generated_at,
             trigger: &label,
-        })
+        };
+        renderer.render_within(&input, &borders)
     };
     let location = format!("s3://{}/{}", deps.store.bucket, deps.store.config_key);
     let inputs = plan::Inputs {

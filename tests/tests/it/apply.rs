@@ -19,6 +19,7 @@ use autoproxy_tests::proxy::HaproxyFiles;
 use autoproxy_tests::proxy::{self, Backends, Haproxy, ProbeError};
 use autoproxy_tests::ssm_agent::{AgentError, Background, Document, Run};
 
+mod borders;
 mod concurrency;
 mod document;
 mod durability;

@@ -28,14 +28,18 @@ pub fn header_sha256(text: &str) -> Option<String> {
         .map(|s| s.trim().to_owned())
 }
 
-/// What HAProxy builds from a config, as text: the body without its route-table lines, and
-/// with the generation in `description` blanked. Two configs whose structures are equal
-/// differ only in their routes, which HAProxy can take at run time.
+/// What HAProxy builds from a config, as text: the body without its route-table lines and its
+/// borders (`#@network`, `#@public-backs`: the agent's, HAProxy never reads them), and with
+/// the generation in `description` blanked. Two configs whose structures are equal differ
+/// only in their routes and borders, which HAProxy takes at run time (a member's new network
+/// reloads no proxy).
 pub fn structure(text: &str) -> String {
     let mut kept = String::with_capacity(text.len());
     for line in autoproxy::artifact::body(text).lines() {
         if line.starts_with(autoproxy::artifact::ROUTE_LINE)
             || line.starts_with(autoproxy::artifact::SUFFIX_LINE)
+            || line.starts_with(autoproxy::artifact::NETWORK_LINE)
+            || line.starts_with(autoproxy::artifact::PUBLIC_BACKS_LINE)
         {
             continue;
         }
@@ -81,6 +85,15 @@ mod tests {
                 "#@route c.example d:443 api 1 Z1\n#@suffix e.example f:443 i 1 Z1\n",
                 100
             ))
+        );
+        assert_eq!(
+            base,
+            structure(&config(
+                7,
+                "#@route a.example b:443 api 1 Z1\n#@network 1 10.1.0.0/16\n#@public-backs refuse\n",
+                100
+            )),
+            "the borders are data too"
         );
         assert_eq!(base, structure(&config(8, "", 100)));
         assert_ne!(base, structure(&config(7, "", 200)), "a setting changed");

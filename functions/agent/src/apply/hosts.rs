@@ -65,6 +65,8 @@ impl Run {
         }
         let nameservers = artifact::nameservers(text).valid;
         let own = crate::own::Own::of(text, &self.paths.dir);
+        // Judged by the borders of the config about to be installed, with its routes' accounts.
+        let fences = crate::borders::Fences::of(text);
         // The installed config's hosts are the address service's: it reads them from that
         // file, fills or retries them at its own pace, and puts their held routes in as they
         // resolve. So it is asked only for the hosts new to this generation, if any. A new
@@ -76,7 +78,10 @@ impl Run {
             &new,
             &installed,
             &nameservers,
-            &own,
+            crate::addresses::Judges {
+                own: &own,
+                fences: &fences,
+            },
             ADDRESS_BUDGET,
         )
         .await;

@@ -55,10 +55,14 @@ pub async fn connect(socket: &Path) -> Result<tokio::net::UnixStream, Asked> {
 pub type Answer = Result<IpAddr, String>;
 
 /// Asks the service on `socket` for `names`, answered by `deadline`: `NoResolver` only when
-/// nothing listens there (a busy service is [`Asked::Busy`]).
+/// nothing listens there (a busy service is [`Asked::Busy`]). `fences`: the borders of the
+/// config the names are for, whose routes' accounts each `want` line names (the service
+/// judges a name by them until it reads that config): account ids only, and none for a name
+/// routed by more than [`crate::borders::MAX_ACCOUNTS`] accounts.
 pub async fn ask(
     socket: &Path,
     names: &[String],
+    fences: &crate::borders::Fences,
     deadline: Instant,
 ) -> Result<Vec<(String, Answer)>, Asked> {
     let stream = connect(socket).await?;
@@ -72,6 +76,15 @@ pub async fn ask(
     for name in asked {
         request.push_str("want ");
         request.push_str(name);
+        let accounts: Vec<&str> = fences
+            .accounts(name)
+            .into_iter()
+            .filter(|a| autoproxy::model::is_account_id(a))
+            .collect();
+        if !accounts.is_empty() && accounts.len() <= crate::borders::MAX_ACCOUNTS {
+            request.push(' ');
+            request.push_str(&accounts.join(","));
+        }
         request.push('\n');
     }
     request.push_str(&format!("go {}\n", server_wait.as_millis()));
@@ -139,18 +152,18 @@ mod tests {
         let names = ["a.example".to_owned()];
         let deadline = || Instant::now() + Duration::from_secs(3);
         assert!(matches!(
-            ask(&socket, &names, deadline()).await,
+            ask(&socket, &names, &Default::default(), deadline()).await,
             Err(Asked::NoResolver)
         ));
         let listener = UnixListener::bind(&socket).expect("binds");
         // A backlog of 0 holds one connection not yet accepted: the next finds it full.
         rustix::net::listen(&listener, 0).expect("listens");
         let _queued = std::os::unix::net::UnixStream::connect(&socket).expect("queued");
-        let asked = ask(&socket, &names, deadline()).await;
+        let asked = ask(&socket, &names, &Default::default(), deadline()).await;
         assert!(matches!(asked, Err(Asked::Busy(_))), "{asked:?}");
         drop(listener);
         assert!(matches!(
-            ask(&socket, &names, deadline()).await,
+            ask(&socket, &names, &Default::default(), deadline()).await,
             Err(Asked::NoResolver)
         ));
     }

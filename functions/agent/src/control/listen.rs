@@ -17,6 +17,8 @@ use crate::log::log;
 pub struct Want {
     /// Valid host names, lower-case, in the order asked.
     pub names: Vec<String>,
+    /// Whose routes will send to them, for the lines that say.
+    pub accounts: super::Accounts,
     /// How long the client waits: answer by then with what there is.
     pub wait: Duration,
     /// The answer lines (without `done`).
@@ -161,9 +163,15 @@ async fn serve(stream: UnixStream, wants: mpsc::Sender<Want>, _permit: OwnedSema
     let (read, mut write) = stream.into_split();
     let request = tokio::time::timeout(REQUEST_TIMEOUT, read_request(BufReader::new(read))).await;
     let lines = match request {
-        Ok(Ok((names, wait))) => {
+        Ok(Ok((names, accounts, wait))) => {
             let (reply, answer) = oneshot::channel();
-            if wants.send(Want { names, wait, reply }).await.is_err() {
+            let want = Want {
+                names,
+                accounts,
+                wait,
+                reply,
+            };
+            if wants.send(want).await.is_err() {
                 vec!["error the resolver is stopping".to_owned()]
             } else {
                 match tokio::time::timeout(wait + Duration::from_secs(5), answer).await {
@@ -184,10 +192,14 @@ async fn serve(stream: UnixStream, wants: mpsc::Sender<Want>, _permit: OwnedSema
     let _ = write.shutdown().await;
 }
 
+/// A request: the names, whose they are, how long to wait.
+type Request = (Vec<String>, super::Accounts, Duration);
+
 async fn read_request(
     mut read: BufReader<tokio::net::unix::OwnedReadHalf>,
-) -> Result<(Vec<String>, Duration), String> {
+) -> Result<Request, String> {
     let mut names = Vec::new();
+    let mut accounts = super::Accounts::new();
     let mut line = String::new();
     loop {
         line.clear();
@@ -203,24 +215,32 @@ async fn read_request(
             return Err("a request line is too long".to_owned());
         }
         let mut words = line.split_whitespace();
-        match (words.next(), words.next(), words.next()) {
-            (Some("want"), Some(name), None) => {
+        match (words.next(), words.next(), words.next(), words.next()) {
+            (Some("want"), Some(name), whose, None) => {
                 let host = autoproxy::names::HostName::parse(name)
                     .map_err(|err| format!("want {name:?}: {err}"))?;
                 if names.len() >= MAX_WANTED {
                     return Err(format!("more than {MAX_WANTED} names"));
                 }
+                if let Some(whose) = whose {
+                    let whose =
+                        parse_accounts(whose).map_err(|why| format!("want {name}: {why}"))?;
+                    accounts
+                        .entry(host.as_str().to_owned())
+                        .or_default()
+                        .extend(whose);
+                }
                 names.push(host.as_str().to_owned());
             }
-            (Some("go"), Some(millis), None) => {
+            (Some("go"), Some(millis), None, None) => {
                 let millis: u64 = millis
                     .parse()
                     .map_err(|_| format!("go {millis:?}: expected milliseconds"))?;
-                return Ok((names, Duration::from_millis(millis).min(MAX_WAIT)));
+                return Ok((names, accounts, Duration::from_millis(millis).min(MAX_WAIT)));
             }
             _ => {
                 return Err(format!(
-                    "expected 'want <name>' or 'go <milliseconds>', got {:?}",
+                    "expected 'want <name> [<accounts>]' or 'go <milliseconds>', got {:?}",
                     autoproxy::excerpt(line.trim_end(), 80)
                 ));
             }
@@ -228,9 +248,59 @@ async fn read_request(
     }
 }
 
+/// The accounts of a `want` line: account ids, comma-separated, at most
+/// [`crate::borders::MAX_ACCOUNTS`].
+fn parse_accounts(text: &str) -> Result<Vec<String>, String> {
+    let accounts: Vec<String> = text.split(',').map(str::to_owned).collect();
+    if accounts.len() > crate::borders::MAX_ACCOUNTS {
+        return Err(format!(
+            "more than {} accounts",
+            crate::borders::MAX_ACCOUNTS
+        ));
+    }
+    match accounts
+        .iter()
+        .find(|a| !autoproxy::model::is_account_id(a))
+    {
+        Some(bad) => Err(format!("expected account ids, got {bad:?}")),
+        None => Ok(accounts),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `want` line may say whose routes will send to the name: account ids, comma-separated.
+    #[tokio::test]
+    async fn a_want_line_may_name_the_accounts_of_its_routes() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("autoproxy/resolver.sock");
+        let mut control = Control::listen(&path);
+        let (seen, mut got) = mpsc::channel(4);
+        tokio::spawn(async move {
+            loop {
+                let want = control.next().await;
+                let _ = seen.send(want.accounts.clone()).await;
+                let _ = want.reply.send(Vec::new());
+            }
+        });
+        let request = "want a.example 111111111111,222222222222\nwant B.example\n\
+                       want a.example 333333333333\ngo 100\n";
+        assert_eq!(exchange(&path, request).await, "done\n");
+        let accounts = got.recv().await.expect("a request");
+        let a: Vec<&str> = accounts["a.example"].iter().map(String::as_str).collect();
+        assert_eq!(a, ["111111111111", "222222222222", "333333333333"]);
+        assert!(!accounts.contains_key("b.example"));
+        let bad = exchange(&path, "want a.example 1111,x\ngo 100\n").await;
+        assert!(
+            bad.starts_with("error want a.example: expected account ids"),
+            "{bad}"
+        );
+        let many = vec!["111111111111"; crate::borders::MAX_ACCOUNTS + 1].join(",");
+        let bad = exchange(&path, &format!("want a.example {many}\ngo 100\n")).await;
+        assert!(bad.contains("more than 16 accounts"), "{bad}");
+    }
 
     /// Sends `request` on a new connection; the whole answer.
     async fn exchange(path: &Path, request: &str) -> String {

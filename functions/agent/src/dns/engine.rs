@@ -9,6 +9,7 @@
 //! AAAA) are urgent: they go at the cap, before any name merely due, as do names without an
 //! address.
 
+mod judged;
 mod lookup;
 mod names;
 mod pace;
@@ -24,7 +25,9 @@ use std::time::{Duration, Instant};
 use super::knobs::Knobs;
 use super::schedule::{FillPace, Outcome, Pacer, Rules};
 use super::wire::{self, Reply};
+use crate::borders::Fences;
 use crate::own::Own;
+use judged::Judged;
 use lookup::{InFlight, Lookup, Next, Pending};
 use names::Names;
 pub use transport::{TcpDone, Transport};
@@ -98,11 +101,9 @@ pub struct Engine {
     pub verbose: bool,
     /// Where the tick grid starts.
     epoch: Instant,
-    /// This proxy's own addresses and names: a name that resolves to one gets no address in
-    /// the map (a loop, [`crate::own`]).
-    own: Own,
-    /// What the own names resolved to last: every address of each.
-    own_resolved: BTreeMap<String, Vec<IpAddr>>,
+    /// What a name's address is judged by: this proxy's own addresses and names (a loop) and
+    /// the borders of the routes that send to it ([`judged`]).
+    judged: Judged,
 }
 
 /// Where a new turn joins the urgent queue.
@@ -136,25 +137,19 @@ impl Engine {
             last_answer: None,
             verbose: true,
             epoch: now,
-            own: Own::default(),
-            own_resolved: BTreeMap::new(),
+            judged: Judged::default(),
         }
     }
 
     /// This proxy's own addresses and names from now on (their names are not added: the
     /// caller resolves them like any other).
     pub fn set_own(&mut self, own: Own) {
-        if own != self.own {
-            self.own_resolved
-                .retain(|name, _| own.names.contains(name.as_str()));
-            self.own = own;
-            self.dirty = true;
-        }
+        self.dirty |= self.judged.set_own(own);
     }
 
-    /// Why `name` at `address` may not be routed: it is this proxy ([`crate::own`]).
-    fn looped(&self, name: &str, address: IpAddr) -> Option<String> {
-        self.own.looped(name, address, &self.own_resolved)
+    /// Where the installed config's routes may point from now on ([`crate::borders`]).
+    pub fn set_fences(&mut self, fences: Fences) {
+        self.dirty |= self.judged.set_fences(fences);
     }
 
     pub fn set_nameservers(&mut self, nameservers: Vec<SocketAddr>) {
@@ -190,7 +185,7 @@ impl Engine {
     /// The address of `name`, or why it has none.
     pub fn answer(&self, name: &str) -> Result<IpAddr, String> {
         let address = self.names.answer(name)?;
-        self.looped(name, address).map_or(Ok(address), Err)
+        self.judged.refused(name, address).map_or(Ok(address), Err)
     }
 
     /// Whether a request of an apply need not wait for `name` any longer: it is known and not
@@ -207,9 +202,7 @@ impl Engine {
     /// to this proxy.
     pub fn snapshot(&self) -> BTreeMap<Arc<str>, IpAddr> {
         let mut snapshot = self.names.snapshot();
-        if !self.own.is_empty() {
-            snapshot.retain(|name, address| self.looped(name, *address).is_none());
-        }
+        snapshot.retain(|name, address| self.judged.refused(name, *address).is_none());
         snapshot
     }
 
@@ -231,6 +224,7 @@ impl Engine {
     }
 
     fn remove(&mut self, name: &str) {
+        self.judged.forget(name);
         if self.names.remove(name) {
             self.dirty = true;
         }
@@ -312,7 +306,15 @@ impl Engine {
 
     /// Names wanted now (by an apply): resolved first, at the cap, ahead of a fill's names,
     /// unless they have an address; kept for [`WANTED_KEEP`] whatever the config says.
-    pub fn want(&mut self, names: &[String], now: Instant) {
+    /// `accounts`: whose routes will send to each, for the names the installed config does
+    /// not route yet (judged by them, [`crate::borders`]).
+    pub fn want(
+        &mut self,
+        names: &[String],
+        accounts: &BTreeMap<String, BTreeSet<String>>,
+        now: Instant,
+    ) {
+        self.dirty |= self.judged.want_accounts(accounts);
         for name in names {
             match self.names.get(name) {
                 Some(entry) => {
@@ -591,13 +593,9 @@ impl Engine {
 
     /// The turn of `name` ended with `outcome`.
     fn finish(&mut self, name: &Arc<str>, outcome: &Outcome, why: Option<String>, now: Instant) {
-        if let Outcome::Addresses { addrs, .. } = outcome
-            && self.own.names.contains(name.as_ref())
-            && self.own_resolved.get(name.as_ref()) != Some(addrs)
-        {
+        if let Outcome::Addresses { addrs, .. } = outcome {
             // The proxy's own name moved: the hosts that resolve to it are looked at again.
-            self.own_resolved.insert(name.to_string(), addrs.clone());
-            self.dirty = true;
+            self.dirty |= self.judged.own_resolved(name, addrs);
         }
         let verbose = self.verbose;
         let Some(ended) = self

@@ -39,7 +39,7 @@ pub async fn resolve_once(
     let mut engine = Engine::new(knobs);
     engine.verbose = false;
     engine.set_nameservers(nameservers.to_vec());
-    engine.want(names, Instant::now());
+    engine.want(names, &Default::default(), Instant::now());
     loop {
         let now = Instant::now();
         engine.step(now, &mut transport);

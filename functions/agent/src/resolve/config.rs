@@ -37,6 +37,8 @@ pub struct Installed {
     /// This proxy's own addresses and names (its names are among `names` too: resolved,
     /// never routed).
     pub own: crate::own::Own,
+    /// Where its routes may point ([`crate::borders`]).
+    pub fences: crate::borders::Fences,
 }
 
 /// Reads what the resolver needs from a config's text (and the other proxies' addresses
@@ -66,6 +68,7 @@ pub fn read_installed(text: &str, config_dir: &Path) -> Installed {
         .map(|header| header.generation);
     installed.routes = RouteHosts::of(text);
     installed.own = crate::own::Own::of(text, config_dir);
+    installed.fences = crate::borders::Fences::of(text);
     installed.names.extend(installed.own.names.iter().cloned());
     match socket::bind_path(text) {
         Ok(path) => installed.agent_socket = path,

@@ -36,7 +36,7 @@ pub struct Wants {
 impl Wants {
     /// Takes `want` in: its names are resolved first, at the cap.
     pub fn add(&mut self, want: Want, engine: &mut Engine, now: Instant) {
-        engine.want(&want.names, now);
+        engine.want(&want.names, &want.accounts, now);
         self.waiting.push(Waiter {
             names: want.names,
             deadline: now + want.wait,
@@ -167,6 +167,7 @@ mod tests {
         let mut wants = Wants::default();
         let want = Want {
             names: vec!["a.example".to_owned()],
+            accounts: Default::default(),
             wait: std::time::Duration::from_secs(60),
             reply,
         };

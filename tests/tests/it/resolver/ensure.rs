@@ -21,7 +21,10 @@ fn ensure(f: &Fixture, names: &[String], budget: Duration) -> autoproxy_agent::a
         names,
         &[],
         &[f.dns.addr()],
-        &autoproxy_agent::own::Own::default(),
+        autoproxy_agent::addresses::Judges {
+            own: &autoproxy_agent::own::Own::default(),
+            fences: &autoproxy_agent::borders::Fences::default(),
+        },
         budget,
     ))
 }

@@ -444,7 +444,7 @@ fn an_apply_during_a_fill_waits_only_for_its_new_names_which_go_first() {
     assert!(engine.filling());
     let wanted = ["n1999.example".to_owned(), "new.example".to_owned()];
     let later = ms(start, 1_000);
-    engine.want(&wanted, later);
+    engine.want(&wanted, &Default::default(), later);
     assert!(
         engine.settled("n1999.example"),
         "the fill's: not waited for"
