@@ -250,6 +250,7 @@ fn follow(
     }
     engine.set_nameservers(installed.nameservers.clone());
     engine.set_own(installed.own.clone());
+    engine.set_accounts(&installed.accounts);
     engine.set_config_names(&installed.names, now);
     let without = installed
         .names

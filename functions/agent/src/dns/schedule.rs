@@ -10,8 +10,13 @@ use std::time::{Duration, Instant};
 /// address is dropped, provided they span at least one refresh period.
 pub const NEGATIVE_ANSWERS: u32 = 3;
 
-/// The shortest re-ask period, whatever the TTL (a TTL of 0 would ask without pause).
-pub const MIN_PERIOD: Duration = Duration::from_secs(1);
+/// The shortest re-ask period, whatever the TTL, as a share of REFRESH: 10 s at the default
+/// 50 s. A TTL of 0 would ask without pause, and even at 1 s one such name costs what 50
+/// names of ordinary TTL cost; at a fifth of REFRESH it costs what 5 do, so the budget sized
+/// for names / REFRESH holds whatever TTLs the members set. 10 s is also as fast as Route53
+/// itself moves an answer (its fastest health checks run every 10 s, and fail over after
+/// several), and HAProxy's own `hold valid` default: asking faster learns nothing sooner.
+pub const FLOOR_SHARE: u32 = 5;
 
 /// What the timing rules need.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,10 +83,10 @@ pub fn choose(current: Option<IpAddr>, addrs: &[IpAddr]) -> Option<IpAddr> {
         .copied()
 }
 
-/// The re-ask period after an answer with `ttl`: min(TTL, refresh), at least [`MIN_PERIOD`]
-/// (the rate cap bounds the rest).
+/// The re-ask period after an answer with `ttl`: min(TTL, refresh), at least a
+/// [`FLOOR_SHARE`]th of refresh (the rate cap and the members' shares bound the rest).
 pub fn period(ttl: Duration, rules: &Rules) -> Duration {
-    ttl.min(rules.refresh).max(MIN_PERIOD.min(rules.refresh))
+    ttl.min(rules.refresh).max(rules.refresh / FLOOR_SHARE)
 }
 
 /// Applies one final outcome to a name's state at `now`.
@@ -404,13 +409,16 @@ mod tests {
         check(300, 50);
         check(50, 50);
         check(20, 20);
-        check(1, 1);
-        check(0, 1);
+        check(11, 11);
+        // Never more often than a fifth of the refresh period, whatever the TTL.
+        check(9, 10);
+        check(1, 10);
+        check(0, 10);
         let quick = Rules {
             refresh: Duration::from_millis(500),
             ..RULES
         };
-        assert_eq!(period(Duration::ZERO, &quick), Duration::from_millis(500));
+        assert_eq!(period(Duration::ZERO, &quick), Duration::from_millis(100));
     }
 
     /// Plays `steps` (seconds after the start, outcome) on a name that has `10.0.0.1`,
