@@ -33,10 +33,12 @@
 //!   same cap). The map holds one address: the current one while it is still among the
 //!   answers (no flapping between a load balancer's nodes), else the lowest IPv4, else the
 //!   lowest IPv6.
-//! * **When again.** A name is asked again min(TTL, REFRESH) after its answer (at least 1 s
-//!   apart), negative and failed turns after REFRESH. The steady spacing follows the sum of
-//!   the names' rates; when that exceeds MAX_QPS, names are asked late, oldest due first. A
-//!   due time is a deadline: names due together are spread over the time before it.
+//! * **When again.** A name is asked again min(TTL, REFRESH) after its answer (at least
+//!   REFRESH / 5 apart), negative and failed turns after REFRESH. The steady spacing follows
+//!   the sum of the names' rates; when that exceeds MAX_QPS, names are asked late, each
+//!   member (the account of the name's routes) getting its share of the queries
+//!   ([`crate::dns::engine::shares`]). A due time is a deadline: names due together are
+//!   spread over the time before it.
 //! * **Truncated answers.** Queries carry EDNS0 (1,232 bytes); an answer with the TC bit is
 //!   asked again over TCP (one more query under the cap), never used in part.
 //! * **Dead names.** NXDOMAIN, or no A and no AAAA record, is a final negative answer: the
@@ -251,6 +253,7 @@ fn follow(
     engine.set_nameservers(installed.nameservers.clone());
     engine.set_own(installed.own.clone());
     engine.set_fences(installed.fences.clone());
+    engine.set_accounts(&installed.accounts);
     engine.set_config_names(&installed.names, now);
     let without = installed
         .names

@@ -7,12 +7,15 @@
 //! lets leave, and replies come back through [`Engine::on_udp`] and [`Engine::on_tcp`]; the
 //! [`Transport`] moves the bytes. A turn's follow-up queries (retries, TCP, CNAME targets,
 //! AAAA) are urgent: they go at the cap, before any name merely due, as do names without an
-//! address.
+//! address. Names due are asked by their due time while the cap allows; when it does not,
+//! each account gets its share ([`shares`]).
 
 mod judged;
 mod lookup;
 mod names;
 mod pace;
+mod regular;
+pub mod shares;
 #[cfg(test)]
 mod tests;
 mod transport;
@@ -39,8 +42,6 @@ pub const WANTED_KEEP: Duration = Duration::from_secs(600);
 /// The engine's clock: sends, replies and time-outs are handled on ticks this far apart
 /// while queries are in flight (a few queries each at the cap), not on a wake-up each.
 pub const TICK: Duration = Duration::from_millis(25);
-/// The steady rate's margin over the names' demand.
-const DEMAND_HEADROOM: f64 = 1.05;
 
 /// A query to send.
 #[derive(Debug)]
@@ -304,6 +305,19 @@ impl Engine {
         self.names.resum_demand();
     }
 
+    /// The account each name's routes belong to (the config's `#@route`/`#@suffix` lines):
+    /// each account's names are asked in its share of the queries ([`shares`]); names it
+    /// leaves out share as one more account.
+    pub fn set_accounts(&mut self, accounts: &BTreeMap<String, String>) {
+        self.names.set_accounts(accounts);
+    }
+
+    /// Queries sent for each account's names since the start (the platform's own, wanted and
+    /// held names under [`shares::PLATFORM`]).
+    pub fn sent_by_account(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.names.sent_by_account()
+    }
+
     /// Names wanted now (by an apply): resolved first, at the cap, ahead of a fill's names,
     /// unless they have an address; kept for [`WANTED_KEEP`] whatever the config says.
     /// `accounts`: whose routes will send to each, for the names the installed config does
@@ -396,6 +410,9 @@ impl Engine {
                 self.start(&name, Place::First);
                 steady
             } else if self.pacer.ready(true, now) {
+                if let Some(name) = self.due_before_follow_up(now) {
+                    self.start(&name, Place::First);
+                }
                 None
             } else {
                 return None;
@@ -405,56 +422,6 @@ impl Engine {
                 return Some(query);
             }
         }
-    }
-
-    /// The spacing of the steady schedule: a little faster than the names' demand, so that a
-    /// name is asked early only when names came due together, never by a backlog that grows
-    /// with every jitter.
-    fn spacing(&self) -> Duration {
-        self.pacer.steady(self.names.demand() * DEMAND_HEADROOM)
-    }
-
-    /// When the next name may be asked: at its due time, at the cap's pace whatever the
-    /// steady spacing (a due time is a deadline: "asked again within REFRESH"), or earlier,
-    /// at the steady spacing, when names due together need the time before their due to be
-    /// spread over ([`names::Names::latest_start`]).
-    fn next_regular(&mut self, now: Instant) -> Option<Instant> {
-        let due = self.names.peek_due()?;
-        let deadline = due.max(self.pacer.earliest(true).unwrap_or(due));
-        let spacing = self.spacing();
-        let early = if spacing <= self.pacer.floor() {
-            // Demand at the cap: every slot is the schedule's, no spreading to work out.
-            Some(now)
-        } else {
-            self.names.latest_start(spacing, now)
-        };
-        let early = early.map(|t| t.max(self.pacer.earliest(false).unwrap_or(t)));
-        Some(early.map_or(deadline, |t| t.min(deadline)))
-    }
-
-    /// The name to ask at `now`, if one may go: a name due (at the cap's pace), else the name
-    /// due first when the spreading asks for it (at the steady spacing, which it is sent
-    /// with). None until a later time.
-    fn pop_regular(&mut self, now: Instant) -> Option<(Arc<str>, Option<Duration>)> {
-        let due = self.names.peek_due()?;
-        if due <= now {
-            return self
-                .pacer
-                .ready(true, now)
-                .then(|| self.names.pop_first())
-                .flatten()
-                .map(|name| (name, None));
-        }
-        if !self.pacer.ready(false, now) {
-            return None;
-        }
-        let spacing = self.spacing();
-        if spacing > self.pacer.floor() && self.names.latest_start(spacing, now)? > now {
-            return None;
-        }
-        let name = self.names.pop_first()?;
-        self.names.asked_early(spacing);
-        Some((name, Some(spacing)))
     }
 
     /// The query of `lookup`, recorded as in flight; none when it cannot be written.
@@ -477,6 +444,7 @@ impl Engine {
             }
         };
         self.pacer.sent(now, steady);
+        self.names.charge(&lookup.name);
         self.fill.sent();
         self.stats.queries += 1;
         self.totals.queries += 1;

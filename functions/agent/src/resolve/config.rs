@@ -2,7 +2,7 @@
 //! nameservers, the stats socket) and the watch on the file (inode, size and mtime, looked at
 //! every second).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -17,6 +17,9 @@ use crate::log::log;
 pub struct Installed {
     /// The host names to resolve (IP literals are not).
     pub names: BTreeSet<String>,
+    /// The account of each name the route lines name (the lowest, when routes of several
+    /// accounts share a host): its share of the queries.
+    pub accounts: BTreeMap<String, String>,
     /// Hosts that are neither a name nor an IP literal.
     pub ignored: Vec<String>,
     pub nameservers: Vec<SocketAddr>,
@@ -56,6 +59,7 @@ pub fn read_installed(text: &str, config_dir: &Path) -> Installed {
             Err(_) => installed.ignored.push(host),
         }
     }
+    installed.accounts = route_accounts(text);
     let nameservers = autoproxy::artifact::nameservers(text);
     installed.nameservers = nameservers.valid;
     installed.ignored_nameservers = nameservers.ignored;
@@ -75,6 +79,38 @@ pub fn read_installed(text: &str, config_dir: &Path) -> Installed {
         Err(path) => installed.unsafe_agent_socket = Some(path),
     }
     installed
+}
+
+/// The account of each host name the `#@route`/`#@suffix` lines name (`<key> <host>:<port>
+/// <rule> <account> <zone>`), normalised as the names are; the lowest account when routes of
+/// several accounts share a host.
+fn route_accounts(text: &str) -> BTreeMap<String, String> {
+    use autoproxy::artifact::{ROUTE_LINE, SUFFIX_LINE};
+    let mut accounts: BTreeMap<String, String> = BTreeMap::new();
+    for entry in autoproxy::artifact::body(text).lines().filter_map(|line| {
+        line.strip_prefix(ROUTE_LINE)
+            .or_else(|| line.strip_prefix(SUFFIX_LINE))
+    }) {
+        let fields: Vec<&str> = entry.split_whitespace().collect();
+        let (Some(target), Some(account)) = (fields.get(1), fields.get(3)) else {
+            continue;
+        };
+        let Some(name) = autoproxy::artifact::target_host(target)
+            .filter(|(host, _)| host.parse::<IpAddr>().is_err())
+            .and_then(|(host, _)| autoproxy::names::HostName::parse(&host).ok())
+        else {
+            continue;
+        };
+        let name = name.as_str().to_owned();
+        match accounts.get_mut(&name) {
+            Some(kept) if kept.as_str() <= *account => {}
+            Some(kept) => *kept = (*account).to_owned(),
+            None => {
+                accounts.insert(name, (*account).to_owned());
+            }
+        }
+    }
+    accounts
 }
 
 impl Installed {
@@ -233,6 +269,24 @@ mod tests {
             ["api.x.example"]
         );
         assert_eq!(installed.ignored, ["bad$name.example"]);
+        assert_eq!(
+            installed.accounts,
+            BTreeMap::from([("api.x.example".to_owned(), "1".to_owned())])
+        );
+        let shared = "# generation: 1\nglobal\n\
+                      #@route a.example api.x.example:443 api 222 Z\n\
+                      #@suffix b.example API.x.example.:8443 ingress-int 111 Z\n\
+                      #@route c.example api.y.example:443 api 333 Z\n\
+                      #@route d.example api.z.example:443\n";
+        let accounts = read_installed(shared, Path::new("/nonexistent")).accounts;
+        assert_eq!(
+            accounts.into_iter().collect::<Vec<_>>(),
+            [
+                ("api.x.example".to_owned(), "111".to_owned()),
+                ("api.y.example".to_owned(), "333".to_owned())
+            ],
+            "the lowest account of a shared host; none without the field"
+        );
         assert_eq!(
             installed.nameservers,
             ["10.0.0.2:53".parse::<SocketAddr>().expect("addr")]

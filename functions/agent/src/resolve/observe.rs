@@ -219,10 +219,15 @@ impl Observer {
         }
         let lag = engine.lag(now);
         let first_pass = self.first_pass;
+        let by_account: Vec<(String, u64)> = engine
+            .sent_by_account()
+            .map(|(account, sent)| (account.to_owned(), sent))
+            .collect();
         self.figures.update(|f| {
             f.updated = now;
             f.names = u64::try_from(engine.len()).unwrap_or(u64::MAX);
             f.queries_total = engine.totals.queries;
+            f.queries_by_account = by_account;
             f.failures_total = engine.totals.failed;
             f.timeouts_total = engine.totals.timeouts;
             f.fill_backoffs_total = engine.totals.backoffs;

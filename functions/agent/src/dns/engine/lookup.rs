@@ -49,6 +49,14 @@ impl Lookup {
     }
 }
 
+impl Lookup {
+    /// Whether this is a follow-up of a turn under way (a retry, a TCP query, a CNAME target,
+    /// AAAA), not its first query.
+    pub fn is_follow_up(&self) -> bool {
+        self.attempt > 0 || self.chased > 0 || self.tcp || self.qtype != RecordType::A
+    }
+}
+
 /// What comes after a reply or a failed query.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Next {

@@ -1,9 +1,9 @@
 //! Every name the engine knows: its address and what the rules know of it (`NameState`),
-//! when it is due, its share of the steady rate, whether a turn of it is under way, and why
-//! it is known at all (the config names it, or it was wanted until some time).
+//! when it is due, its share of the steady rate, whether a turn of it is under way, why it is
+//! known at all (the config names it, or it was wanted until some time), and the account its
+//! routes belong to, whose share of the queries it is asked in ([`super::shares`]).
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use hickory_proto::rr::Name;
 
 use super::super::schedule::{self, NameState, Outcome, Rules};
+use super::shares::{PLATFORM, Shares};
 use crate::log::log;
 
 /// One name.
@@ -29,6 +30,8 @@ pub struct Entry {
     /// Known without an address and no turn of it has ended yet: its first answer, or its
     /// first turn's tries, are still to come.
     pub first_pending: bool,
+    /// The account whose share it is asked in.
+    pub account: Arc<str>,
 }
 
 /// How a turn's end changed a name.
@@ -40,12 +43,15 @@ pub struct Ended {
     pub changed: bool,
 }
 
-/// The names, their due times in order, and their demand.
+/// The names, their due times in order (by account), and their demand.
 #[derive(Debug, Default)]
 pub struct Names {
     entries: HashMap<Arc<str>, Entry>,
-    /// Due times; an entry whose name was asked since, is busy or gone is stale and skipped.
-    due: BinaryHeap<Reverse<(Instant, Arc<str>)>>,
+    /// Due times by account; an entry whose name was asked since, is busy, gone or moved to
+    /// another account is stale and skipped.
+    shares: Shares,
+    /// The account of each name the config's routes name (others are [`PLATFORM`]'s).
+    accounts: HashMap<Arc<str>, Arc<str>>,
     /// Σ 1/period over the names: the steady rate, in queries per second.
     demand: f64,
     /// Names whose first turn is still to end ([`Entry::first_pending`]).
@@ -105,6 +111,7 @@ impl Names {
             return None;
         };
         let name: Arc<str> = Arc::from(name);
+        let account = self.account_of(&name);
         self.demand += 1.0 / period.as_secs_f64();
         let entry = Entry {
             qname,
@@ -120,15 +127,69 @@ impl Names {
             wanted_until: None,
             why: None,
             first_pending: address.is_none(),
+            account: Arc::clone(&account),
         };
         self.first_pending += usize::from(entry.first_pending);
         if let Some(old) = self.entries.insert(Arc::clone(&name), entry) {
             self.forget(&old);
         }
         if address.is_some() {
-            self.due.push(Reverse((due, Arc::clone(&name))));
+            self.shares.push(&account, due, &name);
         }
         Some(name)
+    }
+
+    /// The account `name` is asked in.
+    fn account_of(&self, name: &str) -> Arc<str> {
+        self.accounts
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| Arc::from(PLATFORM))
+    }
+
+    /// The account of each name (the config's); names it leaves out are [`PLATFORM`]'s.
+    pub fn set_accounts(&mut self, accounts: &BTreeMap<String, String>) {
+        let mut interned: BTreeMap<&str, Arc<str>> = BTreeMap::new();
+        self.accounts = accounts
+            .iter()
+            .map(|(name, account)| {
+                let account = interned
+                    .entry(account.as_str())
+                    .or_insert_with(|| Arc::from(account.as_str()));
+                (Arc::from(name.as_str()), Arc::clone(account))
+            })
+            .collect();
+        let mut moved = Vec::new();
+        for (name, entry) in &mut self.entries {
+            let account = self
+                .accounts
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| Arc::from(PLATFORM));
+            if account != entry.account {
+                entry.account = Arc::clone(&account);
+                if !entry.busy {
+                    moved.push((account, entry.due, Arc::clone(name)));
+                }
+            }
+        }
+        for (account, due, name) in moved {
+            self.shares.push(&account, due, &name);
+        }
+        let used: BTreeSet<&str> = self.entries.values().map(|e| e.account.as_ref()).collect();
+        self.shares.prune(&|account| used.contains(account));
+    }
+
+    /// Counts a query of `name` against its account's share.
+    pub fn charge(&mut self, name: &str) {
+        if let Some(entry) = self.entries.get(name) {
+            self.shares.charge(&entry.account);
+        }
+    }
+
+    /// Queries sent for each account's names since the start.
+    pub fn sent_by_account(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.shares.sent()
     }
 
     /// Forgets `name`; whether it had an address.
@@ -208,23 +269,36 @@ impl Names {
             .sum();
     }
 
-    /// The earliest valid due time, dropping stale heap entries on the way.
+    /// The earliest valid due time, dropping stale queue entries on the way.
     pub fn peek_due(&mut self) -> Option<Instant> {
-        while let Some(Reverse((due, name))) = self.due.peek() {
-            match self.entries.get(name) {
-                Some(entry) if !entry.busy && entry.due == *due => return Some(*due),
-                _ => {
-                    self.due.pop();
-                }
-            }
-        }
-        None
+        let entries = &self.entries;
+        self.shares
+            .peek(&|account, due, name| queued(entries, account, due, name))
     }
 
     /// The name due first, whether due or not.
     pub fn pop_first(&mut self) -> Option<Arc<str>> {
-        self.peek_due()?;
-        self.due.pop().map(|Reverse((_, name))| name)
+        let entries = &self.entries;
+        self.shares
+            .pop_first(&|account, due, name| queued(entries, account, due, name))
+    }
+
+    /// A name due at `now` of an account whose count is below `account`'s
+    /// ([`Shares::pop_due_below`]).
+    pub fn pop_due_below(&mut self, account: &str, now: Instant) -> Option<Arc<str>> {
+        let entries = &self.entries;
+        self.shares
+            .pop_due_below(account, now, &|account, due, name| {
+                queued(entries, account, due, name)
+            })
+    }
+
+    /// A name due at `now`, of the account whose turn it is ([`Shares::pop_due`]).
+    pub fn pop_due(&mut self, now: Instant) -> Option<Arc<str>> {
+        let entries = &self.entries;
+        self.shares.pop_due(now, &|account, due, name| {
+            queued(entries, account, due, name)
+        })
     }
 
     /// The latest time the name due first may be asked so that every name is asked by its
@@ -313,9 +387,17 @@ impl Names {
         self.demand += 1.0 / settled.next.as_secs_f64() - 1.0 / entry.period.as_secs_f64();
         entry.period = settled.next;
         entry.due = now + settled.next;
-        self.due.push(Reverse((entry.due, Arc::clone(name))));
+        self.shares.push(&entry.account, entry.due, name);
         Some(Ended { answered, changed })
     }
+}
+
+/// Whether the queue entry (`account`, `due`, `name`) stands: the name is not in a turn, was
+/// not asked since, and is still the account's.
+fn queued(entries: &HashMap<Arc<str>, Entry>, account: &str, due: Instant, name: &str) -> bool {
+    entries
+        .get(name)
+        .is_some_and(|e| !e.busy && e.due == due && *e.account == *account)
 }
 
 /// `t - now` in seconds, negative when `t` is past.

@@ -29,6 +29,9 @@ pub struct Figures {
     pub names: u64,
     /// DNS queries sent since the service started.
     pub queries_total: u64,
+    /// The same by the account of the names they were for, by account (empty: the names no
+    /// route line names).
+    pub queries_by_account: Vec<(String, u64)>,
     /// Turns that ended without an answer (three tries each) since the service started.
     pub failures_total: u64,
     /// Queries no answer came to in time since the service started.
@@ -77,6 +80,7 @@ impl Figures {
             unresolved_routes: 0,
             names: 0,
             queries_total: 0,
+            queries_by_account: Vec::new(),
             failures_total: 0,
             timeouts_total: 0,
             fill_backoffs_total: 0,

@@ -90,6 +90,28 @@ fn resolver_families(figures: &Figures, now: Instant) -> Vec<Family> {
             "DNS queries the resolver sent since it started.",
             figures.queries_total,
         ),
+        Family {
+            samples: figures
+                .queries_by_account
+                .iter()
+                .map(|(account, sent)| {
+                    let account = if account.is_empty() {
+                        "platform"
+                    } else {
+                        account
+                    };
+                    (
+                        format!("{{account=\"{}\"}}", escape(account)),
+                        sent.to_string(),
+                    )
+                })
+                .collect(),
+            ..counter(
+                "autoproxy_resolver_account_queries_total",
+                "DNS queries the resolver sent since it started, by the account of the routes the name is for (platform: the proxy's own names, an apply's new names, a held route's previous host).",
+                0,
+            )
+        },
         counter(
             "autoproxy_resolver_failures_total",
             "Lookups that got no usable answer (three tries each) since the resolver started.",
@@ -217,6 +239,7 @@ mod tests {
             unresolved_routes: 1,
             names: 2,
             queries_total: 40,
+            queries_by_account: vec![(String::new(), 4), ("111111111111".to_owned(), 36)],
             failures_total: 2,
             timeouts_total: 5,
             fill_backoffs_total: 1,
@@ -247,6 +270,8 @@ mod tests {
                 "autoproxy_unresolved_routes 1",
                 "autoproxy_resolver_names 2",
                 "autoproxy_resolver_queries_total 40",
+                "autoproxy_resolver_account_queries_total{account=\"platform\"} 4",
+                "autoproxy_resolver_account_queries_total{account=\"111111111111\"} 36",
                 "autoproxy_resolver_failures_total 2",
                 "autoproxy_resolver_timeouts_total 5",
                 "autoproxy_resolver_fill_backoffs_total 1",
