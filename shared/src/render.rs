@@ -42,6 +42,10 @@ pub struct RenderOptions {
     pub log: String,
     /// Global connection limit.
     pub maxconn: u32,
+    /// How many connections one route may hold at once (counted by route in a stick
+    /// table); the connection past it is refused as `reject_route_full`. `None`: a tenth of
+    /// `maxconn` ([`RenderOptions::route_share`]).
+    pub route_maxconn: Option<u32>,
     /// How long an old worker may keep serving after a reload (Kubernetes watches last
     /// hours; old workers must not pile up).
     pub hard_stop_after: String,
@@ -67,10 +71,26 @@ impl Default for RenderOptions {
             chroot: "/var/lib/haproxy".to_owned(),
             log: "stdout format raw local0".to_owned(),
             maxconn: 20_000,
+            route_maxconn: None,
             hard_stop_after: "30m".to_owned(),
             backend_port: None,
             prometheus_exporter: true,
         }
+    }
+}
+
+/// A route's default share of `maxconn`, as a divisor: ten routes past their share (ten
+/// loops, ten runaway clients) are needed to fill the proxy, while one busy route still has
+/// thousands of connections (2,000 of the production 20,000).
+const ROUTE_SHARE_DIVISOR: u32 = 10;
+
+impl RenderOptions {
+    /// The connections one route may hold: `route_maxconn`, else a tenth of `maxconn`; at
+    /// least 1.
+    pub fn route_share(&self) -> u32 {
+        self.route_maxconn
+            .unwrap_or(self.maxconn / ROUTE_SHARE_DIVISOR)
+            .max(1)
     }
 }
 
@@ -166,6 +186,11 @@ impl Renderer {
         let resolvers: Vec<String> = input.resolvers.iter().map(ToString::to_string).collect();
         let proxies: Vec<&str> = input.proxies.iter().map(HostName::as_str).collect();
         let maps = MapFiles::stable();
+        // The template reads the share as a number, whether set or defaulted.
+        let options = RenderOptions {
+            route_maxconn: Some(input.options.route_share()),
+            ..input.options.clone()
+        };
         let mut header = Header {
             generation: input.generation,
             sha256: "0".repeat(64),
@@ -179,7 +204,7 @@ impl Renderer {
                 routes => Value::from(Serde(&routes)),
                 resolvers => Value::from(Serde(&resolvers)),
                 proxies => Value::from(Serde(&proxies)),
-                options => Value::from(Serde(input.options)),
+                options => Value::from(Serde(&options)),
                 maps => Value::from(Serde(&maps)),
                 generation_key => artifact::GENERATION_KEY,
                 suffix_depth => artifact::SUFFIX_DEPTH,
@@ -458,6 +483,31 @@ mod tests {
                 "{bad:?}: {err:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_route_s_share_is_its_setting_or_a_tenth_of_maxconn() {
+        let check = |maxconn: u32, route_maxconn: Option<u32>, share: u32| {
+            let options = RenderOptions {
+                maxconn,
+                route_maxconn,
+                ..RenderOptions::default()
+            };
+            assert_eq!(options.route_share(), share, "{maxconn} {route_maxconn:?}");
+            let text = render_options(&[], DEFAULT_TEMPLATE, &options)
+                .unwrap()
+                .text;
+            assert!(
+                text.contains(&format!("{{ sc0_conn_cur gt {share} }}")),
+                "{text}"
+            );
+            assert!(text.contains(&format!(" size {maxconn} ")), "{text}");
+        };
+        check(20_000, None, 2_000);
+        check(300, None, 30);
+        check(5, None, 1);
+        check(300, Some(100), 100);
+        check(300, Some(0), 1);
     }
 
     #[test]
