@@ -78,13 +78,14 @@ templates: tools
 ## reload times, idle CPU and failed connections across reloads, for 1,000 and 10,000 routes,
 ## the per-route template against the map-based one; the reject counters' cost per connection
 ## at 10,000 routes (the default template against the map-based one before them, both running,
-## measured in turns); then the apply document's 20 route-only
+## measured in turns), and the route share's (the default template against itself without the
+## stick table's rules); then the apply document's 20 route-only
 ## changes (no reload) with connections and a kubectl watch held through the proxy (kubectl
 ## and openssl on PATH); then a cold first install of 4,000 and 10,000 routes (about 3 min: the
 ## address service fills at up to 800 queries/s, an apply follows 1 s after the first, and the
 ## queries after the fill are watched for 60 s); its section goes at the end of
 ## docs/BENCHMARKS.md. Quicker: DATAPLANE_ARGS="--routes 1000 --before-reloads 0 --cold 1000
-## --counters 1000".
+## --counters 1000 --share 1000".
 ## The data-plane benchmark runs on the distribution's HAProxy (2.6 on Debian 12), then again
 ## (as long again) with HAProxy 3.0 first on PATH, into a section of its own after it
 ## ("Data plane on HAProxy 3.0"; AUTOPROXY_EXPECT_HAPROXY stops it on any other version).

@@ -515,7 +515,8 @@ pub const DEFAULT_GRACE_HOURS: u64 = 24;
 
 /// `RENDER_OPTIONS`. Its `backend_port` overrides the built-in rules' port (tests and demos
 /// point every route at one local backend); beside `ROUTING_RULES`, whose rules each set
-/// their own port, it is refused rather than silently overriding them.
+/// their own port, it is refused rather than silently overriding them. A `route_maxconn` of
+/// 0 is refused.
 fn render_options(raw: Option<String>, own_rules: bool) -> Result<RenderOptions, SettingsError> {
     let Some(raw) = raw else {
         return Ok(RenderOptions::default());
@@ -527,6 +528,13 @@ fn render_options(raw: Option<String>, own_rules: bool) -> Result<RenderOptions,
             &raw,
         )
     })?;
+    if options.route_maxconn == Some(0) {
+        return Err(invalid(
+            "RENDER_OPTIONS",
+            "a route_maxconn of at least 1 (0 would refuse every connection)",
+            &raw,
+        ));
+    }
     match options.backend_port {
         Some(port) if own_rules => Err(invalid(
             "RENDER_OPTIONS",

@@ -150,6 +150,7 @@ pub fn loopback_options(
         chroot: String::new(),
         log: "127.0.0.1:9 local0".to_owned(),
         maxconn: 2_000,
+        route_maxconn: None,
         hard_stop_after: "30s".to_owned(),
         backend_port: Some(backend_port),
         prometheus_exporter: true,

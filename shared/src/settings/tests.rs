@@ -108,6 +108,11 @@ fn bad_values_name_the_variable_expectation_and_value() {
         ("MAX_RULE_DROP_PERCENT", "ten", "0 to 100"),
         ("CONFIG_KEY", "/abs/key", "S3 key"),
         ("RENDER_OPTIONS", "{\"https_port\": 1}", "JSON object"),
+        (
+            "RENDER_OPTIONS",
+            "{\"route_maxconn\": 0}",
+            "route_maxconn of at least 1",
+        ),
         ("ROUTE53_REQUESTS_PER_SECOND", "0", "above 0"),
         ("IGNORE_ZONES", "12345:a.internal", "111111111111:zone.name"),
         ("IGNORE_ZONES", "111111111111:bad zone", "one account"),

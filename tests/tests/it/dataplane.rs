@@ -16,6 +16,8 @@ use autoproxy_tests::dns::DnsServer;
 use autoproxy_tests::proxy::HaproxyFiles;
 use autoproxy_tests::proxy::{self, Backends, Haproxy, ProbeError};
 
+mod shares;
+
 /// The backends: one for each end of each kind of route, one for every route between.
 const BACKENDS: [&str; 5] = [
     "api-first",

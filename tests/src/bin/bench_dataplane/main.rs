@@ -9,11 +9,13 @@
 //!
 //! `bench_dataplane [--routes 1000,10000] [--window 10] [--reloads 20] [--before-reloads 20]
 //!                  [--skip-before] [--skip-after] [--no-agent] [--cold 4000,10000]
-//!                  [--counters 10000] [--out docs/BENCHMARKS.md] [--haproxy-section]`
+//!                  [--counters 10000] [--share 10000] [--out docs/BENCHMARKS.md]
+//!                  [--haproxy-section]`
 //! (`--cold`: the route counts of the cold first install, `cold.rs`, `0` for none; it runs
 //! alone with `--skip-before --skip-after`; `--counters`: the route counts at which the reject
 //! counters' cost per connection is measured, the default template against the map-based one
-//! before them, side by side, `counters.rs`, `0` for none)
+//! before them, side by side, `counters.rs`, `0` for none; `--share`: the same for each route's
+//! share of `maxconn`, the default template against it without the stick table's two rules)
 //!
 //! The HAProxy measured is the `haproxy` first on PATH (the harness and the agent both run
 //! that one); `AUTOPROXY_EXPECT_HAPROXY=3.0` makes any other version an error. With
@@ -71,6 +73,8 @@ struct Args {
     cold: Vec<usize>,
     /// Route counts of the reject counters' comparison.
     counters: Vec<usize>,
+    /// Route counts of the route share's comparison.
+    shares: Vec<usize>,
     out: PathBuf,
     /// Report in the section for this HAProxy's branch instead of the main one.
     haproxy_section: bool,
@@ -86,6 +90,7 @@ fn args() -> Args {
         no_agent: false,
         cold: vec![4_000, 10_000],
         counters: vec![10_000],
+        shares: vec![10_000],
         out: autoproxy_tests::root().join("docs/BENCHMARKS.md"),
         haproxy_section: false,
     };
@@ -112,6 +117,7 @@ fn args() -> Args {
             "--no-agent" => args.no_agent = true,
             "--cold" => args.cold = counts(&flag, &value()),
             "--counters" => args.counters = counts(&flag, &value()),
+            "--share" => args.shares = counts(&flag, &value()),
             "--out" => args.out = PathBuf::from(value()),
             "--haproxy-section" => args.haproxy_section = true,
             other => panic!("unknown flag {other}"),
@@ -174,14 +180,18 @@ fn main() {
             applies.push(apply);
         }
     }
-    let counters: Vec<counters::Counters> = args
-        .counters
-        .iter()
-        .map(|&count| {
-            println!("\n== reject counters, {count} routes: with and without, side by side ==");
+    let parts = [
+        (counters::Part::Counters, &args.counters),
+        (counters::Part::RouteShare, &args.shares),
+    ];
+    let counters: Vec<counters::Counters> = parts
+        .into_iter()
+        .flat_map(|(part, counts)| counts.iter().map(move |&count| (part, count)))
+        .map(|(part, count)| {
+            println!("\n== {part:?}, {count} routes: with and without, side by side ==");
             let routes = dataplane::routes(count);
             let ends = resolve_routes(&env, &routes);
-            counters::compare(&env, nameserver, &routes, &ends)
+            counters::compare(&env, nameserver, part, &routes, &ends)
         })
         .collect();
     let colds = cold::cold_installs(&env, &args.cold);

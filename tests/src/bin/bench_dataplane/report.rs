@@ -224,6 +224,9 @@ How each figure is measured:
   connection as above, over 5 rounds of the four end routes, the two HAProxies taking
   turns on each route (who goes first alternating by round), each one's idle CPU over one
   window taken off. The target: within 3 %.
+* **Route share**: what counting each route's connections in a stick table and refusing the
+  one past its share costs a routed connection: the default template against itself without
+  the `track-sc0` and `use_backend reject_route_full` rules, measured as the reject counters.
 * **Failed connections**: at the largest route count, two clients open connections to the
   four end routes one after another while the master reloads every 0.5 s, or as soon as
   the previous reload is done when it takes longer (20 reloads, none signalled after 40 s,

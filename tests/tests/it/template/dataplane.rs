@@ -53,12 +53,21 @@ fn the_stats_listener_address_is_a_parameter_the_renderer_reads() {
         Some(RenderOptions::default().stats_bind.as_str()),
         "loopback by default, as the renderer's own default"
     );
-    assert_eq!(render_options(&template, None), RenderOptions::default());
+    let deployed = render_options(&template, None);
+    assert_eq!(
+        RenderOptions {
+            route_maxconn: None,
+            ..deployed
+        },
+        RenderOptions::default(),
+        "the renderer's defaults but the route's share, which the stack sets"
+    );
     let open = render_options(&template, Some(":8404"));
     assert_eq!(open.stats_bind, ":8404");
     assert_eq!(
         RenderOptions {
             stats_bind: RenderOptions::default().stats_bind,
+            route_maxconn: None,
             ..open
         },
         RenderOptions::default(),
@@ -95,6 +104,34 @@ fn the_stats_listener_address_is_a_parameter_the_renderer_reads() {
             "{bad} admitted by {pattern}"
         );
     }
+}
+
+/// `ProxyRouteMaxConn` reaches the renderer, and its default is the renderer's own share (a
+/// tenth of the production `maxconn`, which bounds it).
+#[test]
+fn the_share_of_a_route_is_a_parameter_the_renderer_reads() {
+    let template = template();
+    let parameter = &template["Parameters"]["ProxyRouteMaxConn"];
+    let defaults = RenderOptions::default();
+    assert_eq!(
+        parameter["Default"].as_u64(),
+        Some(u64::from(defaults.route_share()))
+    );
+    assert_eq!(
+        parameter["MaxValue"].as_u64(),
+        Some(u64::from(defaults.maxconn))
+    );
+    assert_eq!(
+        render_options(&template, None).route_maxconn,
+        Some(defaults.route_share())
+    );
+    let mut stack = stack(&template);
+    stack.refs.insert("ProxyRouteMaxConn".into(), json!(500));
+    let variables =
+        &template["Resources"]["GenerateFunction"]["Properties"]["Environment"]["Variables"];
+    let raw = stack.resolve(&variables["RENDER_OPTIONS"]).unwrap();
+    let options: RenderOptions = serde_json::from_str(raw.as_str().unwrap()).unwrap();
+    assert_eq!(options.route_maxconn, Some(500), "{raw}");
 }
 
 #[test]
