@@ -126,10 +126,10 @@ fn problems(doc: &str, text: &str) -> (Vec<String>, usize) {
     let mut shown = Vec::new();
     for (index, block) in blocks(text).iter().enumerate() {
         let at = format!("{doc}, code block {}", index + 1);
-        if block.lang == "sh" {
-            if let Some(why) = dash_refuses(block) {
-                problems.push(format!("{at} is fenced `sh`, and dash refuses it: {why}"));
-            }
+        if block.lang == "sh"
+            && let Some(why) = dash_refuses(block)
+        {
+            problems.push(format!("{at} is fenced `sh`, and dash refuses it: {why}"));
         }
         let lines = runnable(block);
         if !lines.iter().any(|line| line.starts_with("aws ")) {
