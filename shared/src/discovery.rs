@@ -54,12 +54,8 @@ impl Matching<'_> {
         self.ignore.ignores(&zone.account, &zone.name)
     }
 
-    fn entry(&self, zone: &Zone, records: Vec<crate::model::RecordSet>) -> ZoneEntry {
-        let zone_records = ZoneRecords {
-            zone: zone.clone(),
-            records,
-        };
-        let outcome = zone_routes_within(self.rules, &zone_records, self.proxies, self.borders);
+    fn entry(&self, zone: &Zone, records: &ZoneRecords) -> ZoneEntry {
+        let outcome = zone_routes_within(self.rules, records, self.proxies, self.borders);
         let warnings = crate::warnings::zone_lines(&outcome.warnings);
         ZoneEntry::new(zone, outcome.routes, warnings)
     }
@@ -218,10 +214,10 @@ async fn read_zone(
     zone: &Zone,
     matching: Matching<'_>,
 ) -> Result<Option<ZoneEntry>, ScanError> {
-    let Some((records, pages)) = account.read_records(&zone.id).await? else {
+    let Some((records, pages)) = account.read_records(zone, matching.rules).await? else {
         return Ok(None);
     };
-    let entry = matching.entry(zone, records);
+    let entry = matching.entry(zone, &records);
     info!(
         account = %zone.account,
         zone_id = %zone.id,

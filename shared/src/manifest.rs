@@ -107,6 +107,7 @@ impl ZoneEntry {
         proxies: &[HostName],
     ) -> Self {
         let zone_records = crate::model::ZoneRecords {
+            unnamed_left: 0,
             zone: zone.clone(),
             records,
         };
@@ -411,6 +412,7 @@ mod tests {
         let routes = crate::rules::zone_routes(
             &DEFAULT_RULES,
             &ZoneRecords {
+                unnamed_left: 0,
                 zone: zone.clone(),
                 records,
             },

@@ -110,11 +110,31 @@ impl RecordSet {
     }
 }
 
-/// A zone with every record set read from it.
+/// A zone with the record sets read from it: every one, or those the rules can read
+/// ([`crate::rules::Sieve`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ZoneRecords {
     pub zone: Zone,
     pub records: Vec<RecordSet>,
+    /// A or CNAME sets read whose names are not plain host names and that were left out of
+    /// `records` (a sieve keeps the first few): counted in the zone's warning all the same.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unnamed_left: usize,
+}
+
+impl ZoneRecords {
+    /// A zone with every record set of `records`.
+    pub fn whole(zone: Zone, records: Vec<RecordSet>) -> ZoneRecords {
+        ZoneRecords {
+            zone,
+            records,
+            unnamed_left: 0,
+        }
+    }
+}
+
+fn is_zero(count: &usize) -> bool {
+    *count == 0
 }
 
 /// How HAProxy matches the TLS SNI of a route.

@@ -10,10 +10,11 @@ use aws_sdk_route53::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_route53::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_route53::operation::get_hosted_zone::GetHostedZoneError;
 use aws_sdk_route53::operation::list_resource_record_sets::ListResourceRecordSetsError;
-use aws_sdk_route53::types::{RrType, VpcRegion};
+use aws_sdk_route53::types::{ResourceRecordSet, RrType, VpcRegion};
 
-use crate::model::{RecordSet, Zone, ZoneKey};
+use crate::model::{RecordSet, Zone, ZoneKey, ZoneRecords};
 use crate::ratelimit::{Permit, RateLimiter};
+use crate::rules::{Rule, Sieve};
 use crate::settings::ProxyVpc;
 
 /// Route53's page sizes: the most it returns per call.
@@ -232,14 +233,17 @@ impl AccountRoute53 {
         }
     }
 
-    /// Every record set of a zone, 300 a page. Route53's order (reversed labels, with `*`
+    /// The record sets of a zone that `rules` can read ([`Sieve`]), paging through all of
+    /// them, 300 a page: a page's other sets are dropped as it is read, so a zone's memory is
+    /// what its rules look at, whatever its size. Route53's order (reversed labels, with `*`
     /// and `-` sorting unexpectedly) is never used to stop early: only `IsTruncated` ends
     /// the walk. `None` when the zone no longer exists.
     pub async fn read_records(
         &self,
-        zone_id: &str,
-    ) -> Result<Option<(Vec<RecordSet>, u32)>, ScanError> {
-        let mut records = Vec::new();
+        zone: &Zone,
+        rules: &[Rule],
+    ) -> Result<Option<(ZoneRecords, u32)>, ScanError> {
+        let mut sieve = Sieve::new(rules, zone);
         let mut next = RecordCursor::default();
         let mut pages = 0;
         loop {
@@ -247,7 +251,7 @@ impl AccountRoute53 {
             let result = self
                 .client
                 .list_resource_record_sets()
-                .hosted_zone_id(zone_id)
+                .hosted_zone_id(&zone.id)
                 .max_items(RECORDS_PER_PAGE)
                 .set_start_record_name(next.name.take())
                 .set_start_record_type(next.rtype.take())
@@ -267,23 +271,7 @@ impl AccountRoute53 {
                 Err(err) => return Err(self.error("ListResourceRecordSets", err)),
             };
             pages += 1;
-            // Only the types a rule can use are kept: at scale, memory is the other cost.
-            records.extend(
-                page.resource_record_sets()
-                    .iter()
-                    .filter(|set| matches!(set.r#type(), RrType::A | RrType::Cname))
-                    .map(|set| RecordSet {
-                        name: set.name().to_owned(),
-                        rtype: set.r#type().as_str().to_owned(),
-                        values: set
-                            .resource_records()
-                            .iter()
-                            .map(|r| r.value().to_owned())
-                            .collect(),
-                        alias_target: set.alias_target().map(|a| a.dns_name().to_owned()),
-                        set_identifier: set.set_identifier().map(str::to_owned),
-                    }),
-            );
+            sift_page(page.resource_record_sets(), &mut sieve);
             match next_record_cursor(
                 page.is_truncated(),
                 page.next_record_name(),
@@ -295,7 +283,28 @@ impl AccountRoute53 {
                 Err(message) => return Err(self.incomplete("ListResourceRecordSets", message)),
             }
         }
-        Ok(Some((records, pages)))
+        Ok(Some((sieve.finish(), pages)))
+    }
+}
+
+/// Keeps of one page of record sets those `sieve` wants, as the rules read them; the others
+/// are never copied.
+pub fn sift_page(sets: &[ResourceRecordSet], sieve: &mut Sieve) {
+    for set in sets {
+        if !sieve.wants(set.name(), set.r#type().as_str()) {
+            continue;
+        }
+        sieve.keep(RecordSet {
+            name: set.name().to_owned(),
+            rtype: set.r#type().as_str().to_owned(),
+            values: set
+                .resource_records()
+                .iter()
+                .map(|r| r.value().to_owned())
+                .collect(),
+            alias_target: set.alias_target().map(|a| a.dns_name().to_owned()),
+            set_identifier: set.set_identifier().map(str::to_owned),
+        });
     }
 }
 

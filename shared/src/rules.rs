@@ -18,11 +18,13 @@ use crate::warnings::{EXAMPLE_BYTES, EXAMPLES};
 mod address;
 mod mode;
 mod parse;
+mod sieve;
 mod table;
 
 pub use address::{NeverBackend, never_backend};
 pub use mode::{BackType, SniMode, StoredTarget, TargetError};
 pub use parse::{FIELDS, MAX_RULES, RuleRef, RulesError, parse_rules};
+pub use sieve::Sieve;
 pub use table::{DEFAULT_RULES, FRONT_TYPE, Rule};
 
 /// Something the matcher skipped or decided, worth a person's attention.
@@ -310,7 +312,7 @@ fn index<'a>(
     warnings: &mut Vec<Warning>,
 ) -> Index<'a> {
     let mut by_name: Index<'a> = HashMap::new();
-    let mut skipped = 0;
+    let mut skipped = zone.unnamed_left;
     let mut first = Vec::new();
     for record in &zone.records {
         match normalize(&record.name).to_host() {

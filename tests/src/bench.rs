@@ -188,6 +188,7 @@ pub fn synthetic_routes(zones: usize) -> Vec<Route> {
     for i in 0..zones {
         let name = format!("r{i:05}.bench.internal.");
         let zone = ZoneRecords {
+            unnamed_left: 0,
             zone: Zone {
                 account: format!("{:012}", 100_000_000_000u64 + (i % 50) as u64),
                 id: format!("Z{i:06}"),

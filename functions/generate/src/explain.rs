@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use autoproxy::excerpt;
-use autoproxy::model::{RecordSet, SniMatch, ZoneKey};
+use autoproxy::model::{RecordSet, SniMatch, Zone};
 use autoproxy::names::{HostName, NameError};
 use autoproxy::ownership::Grace;
 use serde::Serialize;
@@ -129,20 +129,25 @@ pub async fn explain(deps: &Deps, name: &HostName) -> Result<Explanation, Explai
     };
     let mut reads = BTreeMap::new();
     for entry in why::candidates(name, manifest.as_ref()) {
-        let key = ZoneKey {
+        let zone = Zone {
             account: entry.account.clone(),
             id: entry.id.clone(),
+            name: entry.name.clone(),
+            private: true,
         };
         let account = deps.accounts.iter().find(|a| a.account == entry.account);
         let read = match account {
             None => ZoneRead::NotScanned,
-            Some(account) => match account.read_records(&entry.id).await {
+            Some(account) => match account
+                .read_records(&zone, &deps.settings.routing_rules)
+                .await
+            {
                 Ok(Some((records, _))) => ZoneRead::Records(records),
                 Ok(None) => ZoneRead::Gone,
                 Err(err) => ZoneRead::Failed(err.to_string()),
             },
         };
-        reads.insert(key, read);
+        reads.insert(zone.key(), read);
     }
     let mut answer = why::explain(&why::Facts {
         name,

@@ -229,7 +229,9 @@ pub async fn handle_batch(
     // Only the mapping's own records are its to keep (an id it did not deliver would fail the
     // whole batch); a taken message that is refused is simply not deleted.
     let batch_item_failures = batch.failures();
-    // Taken messages stay hidden for the rest of this invocation, and then some.
+    // Taken messages stay hidden at least until this invocation ends: the time left to the
+    // reads' deadline plus the most kept back from it for publishing, rounded up to whole
+    // seconds by the take (900 s, Lambda's longest, without a deadline).
     let hold = || {
         deadline.map_or(Duration::from_secs(900), |deadline| {
             deadline.saturating_duration_since(tokio::time::Instant::now()) + PUBLISH_RESERVE

@@ -290,6 +290,7 @@ mod tests {
                 RecordSet::new(&format!("proxy.api.{name}"), "CNAME", &[PROXY]),
             ];
             let zone_records = ZoneRecords {
+                unnamed_left: 0,
                 zone: zone.clone(),
                 records,
             };

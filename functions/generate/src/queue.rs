@@ -27,9 +27,9 @@ pub const PUBLISH_SPACING: Duration = Duration::from_secs(20);
 /// latency: half a second.
 pub const BURST_WINDOW: Duration = Duration::from_millis(500);
 
-/// The most messages a run takes from the queue besides its batch: a bound on its memory
-/// (SQS holds messages of up to 1 MiB; CloudTrail events are a few KiB). The rest wait for the
-/// next run.
+/// The most messages a run takes from the queue besides its batch, all its takes together
+/// (up to three: see [`gather`]): a bound on its memory (SQS holds messages of up to 1 MiB;
+/// CloudTrail events are a few KiB). The rest wait in the queue for the next run.
 pub const DRAIN_LIMIT: usize = 2_000;
 
 /// SQS's most messages per `ReceiveMessage` and per `DeleteMessageBatch`.
@@ -40,6 +40,8 @@ const SQS_BATCH: usize = 10;
 pub struct EventQueue {
     client: aws_sdk_sqs::Client,
     url: String,
+    /// [`DRAIN_LIMIT`], or a smaller one ([`EventQueue::with_drain_limit`]).
+    limit: usize,
 }
 
 /// What a queue run did besides its run, for the summary.
@@ -68,19 +70,27 @@ impl EventQueue {
         EventQueue {
             client: aws_sdk_sqs::Client::new(sdk),
             url: url.to_owned(),
+            limit: DRAIN_LIMIT,
         }
     }
 
-    /// Takes what waits in the queue now, up to [`DRAIN_LIMIT`] messages, each hidden from
-    /// every other consumer for `hold`, and adds their events to `batch`. A message that holds
-    /// no Route53 event is left: SQS shows it again after `hold` and, past the queue's
-    /// `maxReceiveCount`, moves it to the dead-letter queue. A failed receive ends the drain:
-    /// what was taken is read, the rest waits for the next run.
-    pub async fn drain(&self, batch: &mut Batch, hold: Duration) -> Drained {
+    /// The same queue, drained of at most `limit` messages instead of [`DRAIN_LIMIT`]: for
+    /// tests, where SQS on moto takes minutes over thousands of messages.
+    pub fn with_drain_limit(self, limit: usize) -> EventQueue {
+        EventQueue { limit, ..self }
+    }
+
+    /// Takes what waits in the queue now, up to `budget` messages, each hidden from every
+    /// other consumer for `hold` (in whole seconds, rounded up), and adds their events to
+    /// `batch`. A message that holds no Route53 event is left: SQS shows it again after `hold`
+    /// and, past the queue's `maxReceiveCount`, moves it to the dead-letter queue. A failed
+    /// receive ends the drain: what was taken is read, the rest waits for the next run.
+    pub async fn drain(&self, batch: &mut Batch, hold: Duration, budget: usize) -> Drained {
         let mut drained = Drained::default();
-        let hold_secs = i32::try_from(hold.as_secs().clamp(1, 43_200)).unwrap_or(43_200);
-        while drained.messages < DRAIN_LIMIT {
-            let want = (DRAIN_LIMIT - drained.messages).min(SQS_BATCH);
+        let hold_secs = hold.as_secs() + u64::from(hold.subsec_nanos() > 0);
+        let hold_secs = i32::try_from(hold_secs.clamp(1, 43_200)).unwrap_or(43_200);
+        while drained.messages < budget {
+            let want = (budget - drained.messages).min(SQS_BATCH);
             let received = self
                 .client
                 .receive_message()
@@ -119,6 +129,7 @@ impl EventQueue {
     /// Deletes the messages a run has read and written. One that fails to go is shown again
     /// after its hold and read again by a later run: its zone costs one more read, nothing else.
     pub async fn delete(&self, receipts: &[String]) {
+        let mut deleted = 0;
         for (chunk_index, chunk) in receipts.chunks(SQS_BATCH).enumerate() {
             let entries = chunk.iter().enumerate().filter_map(|(i, receipt)| {
                 DeleteMessageBatchRequestEntry::builder()
@@ -135,28 +146,33 @@ impl EventQueue {
                 .send()
                 .await;
             match answer {
-                Ok(out) if out.failed.is_empty() => {}
-                Ok(out) => warn!(
-                    failed = out.failed.len(),
-                    "some taken messages were not deleted: SQS shows them again later"
-                ),
+                Ok(out) if out.failed.is_empty() => deleted += out.successful.len(),
+                Ok(out) => {
+                    deleted += out.successful.len();
+                    warn!(
+                        failed = out.failed.len(),
+                        "some taken messages were not deleted: SQS shows them again later"
+                    );
+                }
                 Err(err) => {
                     warn!(error = %autoproxy::aws_error::reason(&err), "deleting taken messages failed: SQS shows them again later")
                 }
             }
         }
         info!(
-            messages = receipts.len(),
-            "deleted the messages taken from the event queue"
+            deleted,
+            taken = receipts.len(),
+            "deleted messages taken from the event queue"
         );
     }
 }
 
 /// Takes what else waits in the queue for a batch (see the module's comment): a lone event
 /// waits [`BURST_WINDOW`] and looks again; a burst within [`PUBLISH_SPACING`] of an event
-/// run's publish waits out the rest of it, then takes what came meanwhile. `hold`: how long a
-/// taken message stays hidden, asked at each take. Returns what was taken, and the time
-/// waited.
+/// run's publish waits out the rest of it, then takes what came meanwhile. The takes share
+/// the queue's one drain limit ([`DRAIN_LIMIT`]): a later take gets what the earlier ones
+/// left of it. `hold`: how long a taken message stays hidden, asked at each take. Returns
+/// what was taken, and the time waited.
 pub async fn gather(
     queue: Option<&EventQueue>,
     store: &ConfigStore,
@@ -189,7 +205,8 @@ pub async fn gather(
     Ok((drained, waited))
 }
 
-/// One more take from the queue, if there is one, into `drained`.
+/// One more take from the queue, if there is one, into `drained`: at most what the run's
+/// earlier takes left of the drain limit.
 async fn take(
     queue: Option<&EventQueue>,
     drained: &mut Drained,
@@ -197,7 +214,11 @@ async fn take(
     hold: Duration,
 ) {
     if let Some(queue) = queue {
-        let more = queue.drain(batch, hold).await;
+        let budget = queue.limit.saturating_sub(drained.messages);
+        if budget == 0 {
+            return;
+        }
+        let more = queue.drain(batch, hold, budget).await;
         drained.messages += more.messages;
         drained.receipts.extend(more.receipts);
     }

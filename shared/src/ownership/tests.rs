@@ -27,6 +27,7 @@ fn entry(account: &str, id: &str, name: &str, opted_in: bool) -> ZoneEntry {
     };
     let proxies = [HostName::parse(PROXY).unwrap()];
     let zone_records = ZoneRecords {
+        unnamed_left: 0,
         zone: zone.clone(),
         records,
     };
@@ -135,7 +136,16 @@ fn a_newcomer_never_adds_to_or_moves_an_existing_route() {
             ),
         ];
         let proxies = [HostName::parse(PROXY).unwrap()];
-        zone_routes(&DEFAULT_RULES, &ZoneRecords { zone, records }, &proxies).routes
+        zone_routes(
+            &DEFAULT_RULES,
+            &ZoneRecords {
+                unnamed_left: 0,
+                zone,
+                records,
+            },
+            &proxies,
+        )
+        .routes
     };
     assert_eq!(ingress.len(), 1);
     newcomer.routes.extend(ingress);
@@ -229,6 +239,7 @@ fn eks_entry(account: &str, id: &str, name: &str, sni: &str) -> ZoneEntry {
     ];
     let proxies = [HostName::parse(PROXY).unwrap()];
     let zone_records = ZoneRecords {
+        unnamed_left: 0,
         zone: zone.clone(),
         records,
     };
@@ -398,6 +409,7 @@ fn a_name_inside_a_child_zone_is_the_child_zones_in_every_mode() {
         zone_routes(
             &rules,
             &ZoneRecords {
+                unnamed_left: 0,
                 zone: zone.clone(),
                 records,
             },

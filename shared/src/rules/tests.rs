@@ -5,6 +5,7 @@ const PROXY: &str = "peering-proxy.tools.example.com";
 
 fn zone(account: &str, id: &str, name: &str, records: Vec<RecordSet>) -> ZoneRecords {
     ZoneRecords {
+        unnamed_left: 0,
         zone: Zone {
             account: account.to_owned(),
             id: id.to_owned(),

@@ -158,6 +158,7 @@ fn two_thousand_rules() {
         .map(|i| {
             let name = format!("c{i:04}.example.internal.");
             ZoneRecords {
+                unnamed_left: 0,
                 zone: Zone {
                     account: format!("{:012}", 100_000_000_000u64 + (i % 10)),
                     id: format!("Z{i:05}"),

@@ -1,11 +1,11 @@
 use std::collections::BTreeMap;
 
 use autoproxy::manifest::{Manifest, ZoneEntry, zone_key};
-use autoproxy::model::{RecordSet, Route, Zone, ZoneKey};
+use autoproxy::model::{RecordSet, Route, Zone, ZoneKey, ZoneRecords};
 use autoproxy::names::HostName;
 use autoproxy::ownership::{self, Grace, Holders, Mode};
 use autoproxy::render::{DEFAULT_TEMPLATE, RenderInput, RenderOptions, Renderer};
-use autoproxy::rules::{DEFAULT_RULES, Rule, merge_claims, parse_rules};
+use autoproxy::rules::{DEFAULT_RULES, Rule, Sieve, merge_claims, parse_rules};
 use autoproxy::s3::CurrentConfig;
 use serde_json::json;
 
@@ -76,7 +76,8 @@ fn run_with(rules: &[Rule], zones: &[Seed<'_>], previous: Option<&Manifest>) -> 
         };
         let entry = ZoneEntry::matched(&zone, records.clone(), rules, &proxies());
         manifest.zones.insert(zone_key(&zone.key()), entry);
-        reads.insert(zone.key(), ZoneRead::Records(records.clone()));
+        let read = Sieve::new(rules, &zone).sift(records.clone());
+        reads.insert(zone.key(), ZoneRead::Records(read));
     }
     let remembered = previous.map(Holders::of).unwrap_or_default();
     let owned = ownership::owned_routes(&manifest.zones, &remembered, Mode::FirstHolder, GRACE);
@@ -284,13 +285,16 @@ fn an_unknown_name_says_no_zone_holds_it() {
 #[test]
 fn a_change_since_the_last_run_is_named() {
     let mut world = run(&[(A, "Z1", "new.example.internal", vec![])], None);
-    let key = ZoneKey {
+    let zone = Zone {
         account: A.into(),
         id: "Z1".into(),
+        name: "new.example.internal.".into(),
+        private: true,
     };
+    let records = api_pair("new.example.internal", PROXY);
     world.reads.insert(
-        key,
-        ZoneRead::Records(api_pair("new.example.internal", PROXY)),
+        zone.key(),
+        ZoneRead::Records(ZoneRecords::whole(zone, records)),
     );
     let answer = ask(&world, "proxy.api.new.example.internal");
     assert!(!answer.routed);

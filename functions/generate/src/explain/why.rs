@@ -18,7 +18,8 @@ use super::{CarriedRoute, Explanation, ZoneRef};
 /// What Route53 answered for one zone just now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ZoneRead {
-    Records(Vec<RecordSet>),
+    /// The sets the rules can read (see [`autoproxy::rules::Sieve`]).
+    Records(ZoneRecords),
     /// The zone no longer exists.
     Gone,
     /// The zone's account is not among those this generator scans.
@@ -372,8 +373,8 @@ fn records_step(finding: &mut Finding, facts: &Facts<'_>, rule: &Rule, entry: &Z
         rule.back_types_text(),
         rule.port
     ));
-    let records = match facts.reads.get(&finding.key) {
-        Some(ZoneRead::Records(records)) => records,
+    let read = match facts.reads.get(&finding.key) {
+        Some(ZoneRead::Records(read)) => read,
         Some(ZoneRead::Gone) => {
             finding.why.push(
                 "Route53 no longer has this zone: the next run drops what it gave".to_owned(),
@@ -396,7 +397,7 @@ fn records_step(finding: &mut Finding, facts: &Facts<'_>, rule: &Rule, entry: &Z
         }
     };
     let named = |wanted: &HostName| {
-        records
+        read.records
             .iter()
             .filter(|set| normalize(&set.name).to_host().is_ok_and(|n| n == *wanted))
             .cloned()
@@ -420,7 +421,7 @@ fn records_step(finding: &mut Finding, facts: &Facts<'_>, rule: &Rule, entry: &Z
         )
     });
     finding.records = fronts.into_iter().chain(backs).collect();
-    change_step(finding, facts, rule, entry, records);
+    change_step(finding, facts, rule, entry, read);
 }
 
 /// Whether Route53 now says otherwise than the last run read, and what the matcher warns of.
@@ -429,7 +430,7 @@ fn change_step(
     facts: &Facts<'_>,
     rule: &Rule,
     entry: &ZoneEntry,
-    records: &[RecordSet],
+    read: &ZoneRecords,
 ) {
     let zone = Zone {
         account: entry.account.clone(),
@@ -437,10 +438,13 @@ fn change_step(
         name: entry.name.clone(),
         private: true,
     };
-    let records = records.to_vec();
     let now = zone_routes_within(
         std::slice::from_ref(rule),
-        &ZoneRecords { zone, records },
+        &ZoneRecords {
+            zone,
+            records: read.records.clone(),
+            unnamed_left: read.unnamed_left,
+        },
         facts.proxies,
         facts.borders,
     );

@@ -6,8 +6,10 @@
 use std::sync::{Arc, Mutex};
 
 use autoproxy_generate::handler::{Reply, handle_payload};
-use autoproxy_generate::queue::{BURST_WINDOW, PUBLISH_SPACING};
-use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
+use autoproxy_generate::queue::{BURST_WINDOW, DRAIN_LIMIT, PUBLISH_SPACING};
+use aws_sdk_sqs::types::{
+    DeleteMessageBatchRequestEntry, QueueAttributeName, SendMessageBatchRequestEntry,
+};
 
 use super::*;
 
@@ -135,6 +137,77 @@ async fn a_lone_change_waits_for_no_spacing_a_burst_does() {
         burst > PUBLISH_SPACING - Duration::from_secs(5) && burst <= PUBLISH_SPACING,
         "{waits:?}"
     );
+}
+
+/// A run takes at most its drain limit ([`DRAIN_LIMIT`]; here 20, as SQS on moto is slow over
+/// thousands of messages) from the queue in all, however many takes it makes: a burst right
+/// after an event run's publish takes what waits, waits out the spacing and takes again, and
+/// the second take gets only what is left of the limit. What it did not take stays in the
+/// queue for the next run.
+#[tokio::test]
+async fn a_run_takes_at_most_the_drain_limit_across_its_takes() {
+    let (estate, zones, _) = burst_estate().await;
+    let sqs = aws_sdk_sqs::Client::new(&estate.sdk);
+    let url = queue(&estate).await;
+    let mut deps = estate.deps(&[("EVENT_QUEUE_URL", url.as_str())]).await;
+    let limit = 20;
+    assert!(limit < DRAIN_LIMIT);
+    deps.queue = deps.queue.map(|queue| queue.with_drain_limit(limit));
+    run(&deps, &json!({}), AT).await;
+    // An event run's publish: the burst below waits out the spacing, then takes again.
+    change(&estate.own, &zones[0], 0).await;
+    let lone = record("lone", OWN_ACCOUNT, &zones[0].id);
+    let summary = batch_run(&deps, &json!({ "Records": [lone] }))
+        .await
+        .summary;
+    assert!(summary.published, "{summary:?}");
+    let waiting = limit + 10;
+    let body = event(
+        "change-resource-record-sets.json",
+        OWN_ACCOUNT,
+        &zones[1].id,
+    )
+    .to_string();
+    for chunk in 0..waiting.div_ceil(10) {
+        let entries = (chunk * 10..waiting.min(chunk * 10 + 10)).map(|i| {
+            SendMessageBatchRequestEntry::builder()
+                .id(format!("e{i}"))
+                .message_body(&body)
+                .build()
+                .unwrap()
+        });
+        sqs.send_message_batch()
+            .queue_url(&url)
+            .set_entries(Some(entries.collect()))
+            .send()
+            .await
+            .unwrap();
+    }
+    let burst: Vec<Value> = (1..3)
+        .map(|i| record(&format!("b{i}"), OWN_ACCOUNT, &zones[i].id))
+        .collect();
+    let reply = batch_run(&deps, &json!({ "Records": burst })).await;
+
+    let queue = reply.summary.queue.clone().unwrap();
+    assert!(queue.waited_ms > 0, "{queue:?}: no second take");
+    assert!(
+        queue.drained <= limit,
+        "a run took {} messages, more than its drain limit ({limit})",
+        queue.drained
+    );
+    let left = sqs
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .send()
+        .await
+        .unwrap();
+    let left = left
+        .attributes()
+        .and_then(|a| a.get(&QueueAttributeName::ApproximateNumberOfMessages))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(left, (waiting - queue.drained).to_string(), "{queue:?}");
 }
 
 /// A queue for the generator to drain, as the stack's `Route53EventsQueue`.

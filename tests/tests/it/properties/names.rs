@@ -318,6 +318,7 @@ impl GenZone {
 
     pub(super) fn zone_records(&self) -> ZoneRecords {
         ZoneRecords {
+            unnamed_left: 0,
             zone: Zone {
                 account: self.account.clone(),
                 id: self.id.clone(),

@@ -169,6 +169,7 @@ pub(super) fn a_well_formed_api_pair_always_routes_whatever_its_spelling() {
             records.swap(i, pick % count);
         }
         let data = ZoneRecords {
+            unnamed_left: 0,
             zone: Zone {
                 account: case.account.clone(),
                 id: case.id.clone(),
