@@ -18,6 +18,7 @@ mod fleet;
 mod grants;
 mod linted;
 mod parameters;
+mod proxy_vpcs;
 mod queue;
 pub(super) mod stack;
 mod variables;
