@@ -15,6 +15,7 @@ mod dead_letters;
 mod docs;
 mod first_run;
 mod fleet;
+mod fleet_report;
 mod grants;
 mod linted;
 mod parameters;

@@ -87,7 +87,7 @@ const UNCHECKED: &[(&str, &str, &[&str], &[&str])] = &[
     ),
     // No resource-level permissions: the one action, on `*`.
     (
-        "ConfigureFunction",
+        "FleetReportFunction",
         "ListFleetInstances",
         &["ssm:DescribeInstanceInformation"],
         &["*"],
@@ -154,8 +154,9 @@ fn what_moto_cannot_check_is_exactly_this() {
         by_sid(&configure, "SendToTaggedInstances")["Condition"],
         serde_json::json!({"StringEquals": {"ssm:resourceTag/Role": "peering-proxy"}})
     );
+    let report = statements_in(&template, "FleetReportFunction", &stack);
     assert_eq!(
-        by_sid(&configure, "ListFleetRecords")["Condition"],
+        by_sid(&report, "ListFleetRecords")["Condition"],
         serde_json::json!({"StringLike": {"s3:prefix": "haproxy/haproxy.fleet/*"}})
     );
     // Without the settings, neither optional grant exists.
