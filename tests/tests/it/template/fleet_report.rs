@@ -19,9 +19,10 @@ fn invoked_by(template: &Value, kind: &str, wanted: impl Fn(&Value) -> bool) -> 
             continue;
         }
         let events = resource["Properties"]["Events"].as_mapping();
-        let hit = events.into_iter().flatten().any(|(_, event)| {
-            event["Type"].as_str() == Some(kind) && wanted(&event["Properties"])
-        });
+        let hit = events
+            .into_iter()
+            .flatten()
+            .any(|(_, event)| event["Type"].as_str() == Some(kind) && wanted(&event["Properties"]));
         if hit {
             functions.push(name.as_str().unwrap().to_owned());
         }
@@ -94,10 +95,17 @@ fn the_fleet_report_has_a_schedule_and_an_execution_no_rollout_can_take() {
         "s3:PutObject",
         "ssm:DescribeInstanceInformation",
     ] {
-        assert!(report.iter().any(|a| a == needed), "{reporter} lacks {needed}");
+        assert!(
+            report.iter().any(|a| a == needed),
+            "{reporter} lacks {needed}"
+        );
     }
     let rollout = actions("ConfigureFunction");
-    for report_only in ["s3:PutObject", "s3:ListBucket", "ssm:DescribeInstanceInformation"] {
+    for report_only in [
+        "s3:PutObject",
+        "s3:ListBucket",
+        "ssm:DescribeInstanceInformation",
+    ] {
         assert!(
             !rollout.iter().any(|a| a == report_only),
             "ConfigureFunction keeps the report's {report_only}"

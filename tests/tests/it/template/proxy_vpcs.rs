@@ -24,7 +24,9 @@ fn deployed(template: &Value, parameters: &[(&str, serde_json::Value)]) -> Stack
         assert!(stack.refs.contains_key(*name), "no parameter {name}");
         stack.refs.insert((*name).into(), value.clone());
     }
-    stack.decide_conditions(template).expect("the conditions decide");
+    stack
+        .decide_conditions(template)
+        .expect("the conditions decide");
     stack
 }
 
@@ -66,7 +68,12 @@ fn fleet(extra: &str) -> Vec<(&'static str, serde_json::Value)> {
         ("ProxyStatsBind", json!(":8404")),
         (
             "ProxyVpcs",
-            json!(extra.split(',').filter(|s| !s.is_empty()).collect::<Vec<_>>()),
+            json!(
+                extra
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .collect::<Vec<_>>()
+            ),
         ),
     ]
 }
@@ -107,9 +114,10 @@ fn a_created_fleet_makes_its_vpc_a_proxy_vpc_by_itself() {
 fn the_first_run_sees_the_same_proxy_vpcs() {
     let template = template();
     let stack = deployed(&template, &fleet(""));
-    let function = &template["Resources"]["GenerateFunction"]["Properties"]["Environment"]
-        ["Variables"]["PROXY_VPCS"];
-    let first_run = &template["Resources"]["GenerateOnDeploy"]["Properties"]["Settings"]["PROXY_VPCS"];
+    let function = &template["Resources"]["GenerateFunction"]["Properties"]["Environment"]["Variables"]
+        ["PROXY_VPCS"];
+    let first_run =
+        &template["Resources"]["GenerateOnDeploy"]["Properties"]["Settings"]["PROXY_VPCS"];
     assert_eq!(
         stack.resolve(function).unwrap(),
         stack.resolve(first_run).unwrap()
