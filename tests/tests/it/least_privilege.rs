@@ -319,7 +319,7 @@ async fn each_function_works_with_exactly_its_template_policy() {
     admin_s3
         .put_object()
         .bucket(BUCKET)
-        .key("haproxy/haproxy.fleet/i-0lp.json")
+        .key("haproxy/haproxy.fleet/arn:aws:ec2:us-east-1:123456789012:instance/i-0lp.json")
         .body(ByteStream::from(record.to_string().into_bytes()))
         .send()
         .await
