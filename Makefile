@@ -137,7 +137,7 @@ dist: tools sam-build
 	cargo build -q --workspace --bin dist && "$${CARGO_TARGET_DIR:-target}/debug/dist"
 
 ## `sam build` of template.yaml for this machine's architecture (the Architecture parameter and
-## the agent's alike) into .aws-sam/build: the three functions (cargo lambda, through SAM) and
+## the agent's alike) into .aws-sam/build: the four functions (cargo lambda, through SAM) and
 ## the AgentLayer (build-AgentLayer below). Every binary at the architecture's baseline CPU
 ## (RUSTFLAGS; cargo lambda would tune the functions for Lambda's hosts, and they wait on AWS
 ## APIs, not on the CPU): with one set of flags the functions and the agent share one target

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks the SAM template and the two templates beside it (docs/member-account.yaml,
 # docs/central-forwarding.yaml) offline: cfn-lint, sam validate --lint, checkov, and a sam build
-# that must produce the three functions' bootstrap binaries and the AgentLayer's autoproxy-agent.
+# that must produce the four functions' bootstrap binaries and the AgentLayer's autoproxy-agent.
 # Needs the tools from `.ci/tools.sh all`. Fails on the first step that fails; each step names itself.
 #
 #   .ci/check-templates.sh            all four steps
@@ -77,7 +77,7 @@ esac
 # alike, every binary at the baseline CPU, so the agent shares the functions' target directory.
 # make dist packages exactly this build.
 make --no-print-directory sam-build
-for fn in GenerateFunction ConfigureFunction AgentPublisherFunction; do
+for fn in GenerateFunction ConfigureFunction FleetReportFunction AgentPublisherFunction; do
   bin=.aws-sam/build/$fn/bootstrap
   [ -f "$bin" ] && [ -x "$bin" ] || fail "$bin is missing or not executable"
   [ "$(od -An -tx1 -j18 -N2 "$bin" | xargs)" = "$machine" ] || fail "$bin is not a $arch ELF executable"

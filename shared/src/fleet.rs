@@ -2,7 +2,7 @@
 //! have been behind, and which proxies SSM manages that are not applying at all.
 //!
 //! Every apply writes one record per instance beside the config
-//! (`haproxy/haproxy.cfg` → `haproxy/haproxy.fleet/<instance-id>.json`), overwritten on each
+//! (`haproxy/haproxy.cfg` → `haproxy/haproxy.fleet/<instance ARN>.json`), overwritten on each
 //! apply, so the latest result of each instance survives the command's output. A proxy that
 //! never applies writes none, so the records alone cannot see it: [`report`] joins them with
 //! the instances SSM manages under the target tag ([`Listing`]) and compares both with the
@@ -94,9 +94,39 @@ pub fn prefix(config_key: &str) -> String {
     format!("{}.fleet/", config_stem(config_key))
 }
 
-/// One instance's record: `haproxy/haproxy.cfg`, `i-0abc` → `haproxy/haproxy.fleet/i-0abc.json`.
-pub fn record_key(config_key: &str, instance_id: &str) -> String {
-    format!("{}{instance_id}.json", prefix(config_key))
+/// One instance's record, keyed by its instance ARN (what IAM's `ec2:SourceInstanceARN` names
+/// the instance whose role credentials sign a request, so the instances' policy lets each write
+/// its own record only): `haproxy/haproxy.cfg`, `arn:aws:ec2:us-east-1:123456789012:instance/`,
+/// `i-0abc` → `haproxy/haproxy.fleet/arn:aws:ec2:us-east-1:123456789012:instance/i-0abc.json`.
+pub fn record_key(config_key: &str, instance_arn_prefix: &str, instance_id: &str) -> String {
+    format!(
+        "{}{instance_arn_prefix}{instance_id}.json",
+        prefix(config_key)
+    )
+}
+
+/// Whether `prefix` is an instance ARN without its id, `arn:<partition>:ec2:<region>:<account>:instance/`.
+pub fn is_instance_arn_prefix(prefix: &str) -> bool {
+    let Some(head) = prefix.strip_suffix(":instance/") else {
+        return false;
+    };
+    let parts: Vec<&str> = head.split(':').collect();
+    let word = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    matches!(parts[..], ["arn", partition, "ec2", region, account]
+        if word(partition) && word(region)
+            && account.len() == 12 && account.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The instance whose record `key` is by its key alone: the id after an instance ARN under the
+/// records' prefix (see [`record_key`]); `None` for any other key (the id-only keys older agents
+/// wrote, which no instance may write any more).
+pub fn key_instance<'k>(config_key: &str, key: &'k str) -> Option<&'k str> {
+    let arn = key
+        .strip_prefix(prefix(config_key).as_str())?
+        .strip_suffix(".json")?;
+    let at = arn.rfind(":instance/")? + ":instance/".len();
+    let (head, id) = arn.split_at(at);
+    (is_instance_arn_prefix(head) && !id.is_empty() && !id.contains('/')).then_some(id)
 }
 
 /// Where the report goes: beside the config and outside the records' prefix, so listing the

@@ -315,7 +315,10 @@ impl Stack {
                 .find('}')
                 .ok_or_else(|| error(text, "an unclosed ${"))?;
             let name = &after[..end];
-            let value = if let Some(value) = vars.get(name) {
+            let value = if let Some(literal) = name.strip_prefix('!') {
+                // `${!Literal}` stays `${Literal}` (an IAM policy variable, say).
+                format!("${{{literal}}}")
+            } else if let Some(value) = vars.get(name) {
                 value.clone()
             } else if let Some(value) = self.attributes.get(name) {
                 value.clone()

@@ -1,5 +1,5 @@
 //! The fleet record: what this instance runs now and how this apply ended, written to
-//! `<ConfigKey without .cfg>.fleet/<instance id>.json` in the config bucket after every apply,
+//! `<ConfigKey without .cfg>.fleet/<instance ARN>.json` in the config bucket after every apply,
 //! pushed or the association's (docs/ARCHITECTURE.md, "Fleet records"). Its `generation` is
 //! what HAProxy itself reported at the end of the run, never what the run meant to install.
 //! The same record stays on the instance ([`LOCAL`], beside the maps), where the address

@@ -154,30 +154,33 @@ fn an_empty_fleet_has_nobody_behind() {
     assert_eq!(report.table().lines().count(), 1, "the header only");
 }
 
+const ARN: &str = "arn:aws:ec2:us-east-1:123456789012:instance/";
+
 #[test]
 fn keys_sit_beside_the_config() {
     for (config, prefix_, record_, report_) in [
         (
             "haproxy/haproxy.cfg",
             "haproxy/haproxy.fleet/",
-            "haproxy/haproxy.fleet/i-0abc.json",
+            "haproxy/haproxy.fleet/arn:aws:ec2:us-east-1:123456789012:instance/i-0abc.json",
             "haproxy/haproxy.fleet.json",
         ),
         (
             "haproxy.cfg",
             "haproxy.fleet/",
-            "haproxy.fleet/i-0abc.json",
+            "haproxy.fleet/arn:aws:ec2:us-east-1:123456789012:instance/i-0abc.json",
             "haproxy.fleet.json",
         ),
         (
             "a/b/c.cfg",
             "a/b/c.fleet/",
-            "a/b/c.fleet/i-0abc.json",
+            "a/b/c.fleet/arn:aws:ec2:us-east-1:123456789012:instance/i-0abc.json",
             "a/b/c.fleet.json",
         ),
     ] {
         assert_eq!(prefix(config), prefix_);
-        assert_eq!(record_key(config, "i-0abc"), record_);
+        assert_eq!(record_key(config, ARN, "i-0abc"), record_);
+        assert_eq!(key_instance(config, record_), Some("i-0abc"));
         assert_eq!(report_key(config), report_);
         assert!(!report_key(config).starts_with(&prefix(config)));
     }
@@ -533,4 +536,47 @@ fn the_table_ends_with_the_member_accounts_and_names_each_that_is_not_ok() {
     // Without a manifest's accounts, nothing is said of them.
     report.accounts.clear();
     assert!(!report.table().contains("member accounts"));
+}
+
+#[test]
+fn only_an_instance_arn_under_the_prefix_names_an_instance() {
+    let config = "haproxy/haproxy.cfg";
+    for (key, instance) in [
+        (
+            "haproxy/haproxy.fleet/arn:aws-cn:ec2:cn-north-1:123456789012:instance/i-1.json",
+            Some("i-1"),
+        ),
+        // What older agents wrote: no instance may write it any more.
+        ("haproxy/haproxy.fleet/i-0abc.json", None),
+        (
+            "haproxy/haproxy.fleet/arn:aws:ec2:us-east-1:1234:instance/i-1.json",
+            None,
+        ),
+        (
+            "haproxy/haproxy.fleet/arn:aws:s3:us-east-1:123456789012:instance/i-1.json",
+            None,
+        ),
+        (
+            "haproxy/haproxy.fleet/arn:aws:ec2:us-east-1:123456789012:instance/.json",
+            None,
+        ),
+        (
+            "haproxy/haproxy.fleet/x/arn:aws:ec2:us-east-1:123456789012:instance/i-1.json",
+            None,
+        ),
+        (
+            "other/arn:aws:ec2:us-east-1:123456789012:instance/i-1.json",
+            None,
+        ),
+    ] {
+        assert_eq!(key_instance(config, key), instance, "{key}");
+    }
+    assert!(is_instance_arn_prefix(ARN));
+    for bad in [
+        "",
+        "arn:aws:ec2:us-east-1:123456789012:instance",
+        "arn:aws:ec2::123456789012:instance/",
+    ] {
+        assert!(!is_instance_arn_prefix(bad), "{bad}");
+    }
 }

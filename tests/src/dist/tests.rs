@@ -373,6 +373,7 @@ fn the_archive_holds_the_template_the_zips_the_companions_and_the_readme() {
             "autoproxy-9.8.7/docs/member-account.yaml",
             "autoproxy-9.8.7/functions/AgentPublisherFunction.zip",
             "autoproxy-9.8.7/functions/ConfigureFunction.zip",
+            "autoproxy-9.8.7/functions/FleetReportFunction.zip",
             "autoproxy-9.8.7/functions/GenerateFunction.zip",
             "autoproxy-9.8.7/layers/AgentLayer.zip",
             "autoproxy-9.8.7/template.yaml",

@@ -45,6 +45,13 @@ impl<'a> Deploy<'a> {
     /// What `!Ref name` resolves to: the given value (the last, if named twice) or the
     /// parameter's `Default`.
     pub(super) fn value(&self, name: &str) -> Result<String, AgentError> {
+        // The pseudo parameters, as the tests' stack has them.
+        match name {
+            "AWS::Partition" => return Ok("aws".to_owned()),
+            "AWS::Region" => return Ok(crate::moto::REGION.to_owned()),
+            "AWS::AccountId" => return Ok(crate::moto::OWN_ACCOUNT.to_owned()),
+            _ => {}
+        }
         let spec = self.spec(name).ok_or_else(|| AgentError::Unresolved {
             found: format!("!Ref {name}"),
         })?;

@@ -39,8 +39,9 @@ const KEY: &str = "haproxy/haproxy.cfg";
 const RUN_TIMEOUT: Duration = Duration::from_secs(90);
 /// The instance the SSM agent stand-in says it runs on.
 const INSTANCE: &str = "i-0a1b2c3d4e5f60718";
-/// Where that instance's fleet record goes.
-const RECORD: &str = "haproxy/haproxy.fleet/i-0a1b2c3d4e5f60718.json";
+/// Where that instance's fleet record goes: its ARN, the one key its role may write.
+const RECORD: &str =
+    "haproxy/haproxy.fleet/arn:aws:ec2:us-east-1:123456789012:instance/i-0a1b2c3d4e5f60718.json";
 
 /// moto with a versioned bucket, an HAProxy that is not started yet, and backends.
 struct Fixture {

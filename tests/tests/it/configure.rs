@@ -333,6 +333,15 @@ fn fleet_request() -> Value {
     serde_json::from_str(include_str!("../../../events/fleet-report.json")).unwrap()
 }
 
+/// Where an instance's record goes: under its ARN, the one key its role may write.
+fn record_key(instance_id: &str) -> String {
+    autoproxy::fleet::record_key(
+        KEY,
+        "arn:aws:ec2:us-east-1:123456789012:instance/",
+        instance_id,
+    )
+}
+
 /// A record as the apply document writes it, at the end of an apply that ran just now.
 fn fleet_record(instance_id: &str, generation: u64, result: &str, reason: &str) -> String {
     let now = DateTime::from(std::time::SystemTime::now());
@@ -370,18 +379,18 @@ async fn the_fleet_report_compares_each_record_with_the_latest_config() {
     put_config(&fx, KEY, 7).await;
     put_config(&fx, KEY, 8).await;
     let current = fleet_record("i-0current", 8, "applied", "");
-    put_text(&fx, "haproxy/haproxy.fleet/i-0current.json", current).await;
+    put_text(&fx, &record_key("i-0current"), current).await;
     let behind = fleet_record("i-0behind", 7, "rejected", "haproxy -c refused the config");
-    put_text(&fx, "haproxy/haproxy.fleet/i-0behind.json", behind).await;
+    put_text(&fx, &record_key("i-0behind"), behind).await;
     put_text(
         &fx,
-        "haproxy/haproxy.fleet/i-0broken.json",
+        &record_key("i-0broken"),
         "{\"instance_id\": ".to_owned(),
     )
     .await;
     // Terminated a day ago: its last record stays until the lifecycle rule expires it.
     let gone = fleet_record_at("i-0gone", 6, "applied", "", "2020-01-01T00:00:00Z");
-    put_text(&fx, "haproxy/haproxy.fleet/i-0gone.json", gone).await;
+    put_text(&fx, &record_key("i-0gone"), gone).await;
     let published = fx
         .deps
         .s3
@@ -434,7 +443,7 @@ async fn the_fleet_report_compares_each_record_with_the_latest_config() {
     );
     assert_eq!(report.warnings.len(), 1, "{:?}", report.warnings);
     assert!(
-        report.warnings[0].starts_with("haproxy/haproxy.fleet/i-0broken.json: not a fleet record"),
+        report.warnings[0].starts_with(&format!("{}: not a fleet record", record_key("i-0broken"))),
         "{:?}",
         report.warnings
     );

@@ -98,14 +98,18 @@ const CONFIGURE: &[(&str, Check)] = &[
     ("SendApplyDocument", Check::ActionOnly(SSM_RESOURCES)),
     ("FollowCommands", Check::Needed),
     ("ReadConfigMetadata", Check::Needed),
+    // The standalone policy attached to the role, listed after the inline ones.
+    ("SendToTaggedInstances", Check::ActionOnly(SSM_RESOURCES)),
+];
+
+const FLEET_REPORT: &[(&str, Check)] = &[
+    ("ReadLatestConfig", Check::Needed),
     ("ListFleetRecords", Check::Needed),
     ("ReadFleetRecords", Check::Needed),
     ("WriteFleetReport", Check::Needed),
     // Without it the report goes without the member accounts, with a warning naming the denial.
     ("ReadManifestAccounts", Check::Needed),
     ("ListFleetInstances", Check::Needed),
-    // The standalone policy attached to the role, listed after the inline ones.
-    ("SendToTaggedInstances", Check::ActionOnly(SSM_RESOURCES)),
 ];
 
 const PUBLISHER: &[(&str, Check)] = &[
@@ -280,7 +284,7 @@ async fn each_function_works_with_exactly_its_template_policy() {
     .await;
     assert_eq!(proven, ["ReadWriteConfigAndManifest", "ReadTemplate"]);
 
-    // The configure function: a rollout to the tagged instances and the fleet report.
+    // The configure function: a rollout to the tagged instances; then the fleet report's.
     aws_sdk_ssm::Client::new(&admin)
         .create_document()
         .name(DOCUMENT)
@@ -315,7 +319,7 @@ async fn each_function_works_with_exactly_its_template_policy() {
     admin_s3
         .put_object()
         .bucket(BUCKET)
-        .key("haproxy/haproxy.fleet/i-0lp.json")
+        .key("haproxy/haproxy.fleet/arn:aws:ec2:us-east-1:123456789012:instance/i-0lp.json")
         .body(ByteStream::from(record.to_string().into_bytes()))
         .send()
         .await
@@ -377,14 +381,30 @@ async fn each_function_works_with_exactly_its_template_policy() {
         let soon = tokio::time::Instant::now() + Duration::from_secs(10);
         match configure::handle(&deps, &event, soon).await {
             Ok(Reply::Rollout(outcome))
-                if !outcome.dispatched.is_empty() && outcome.dispatched.iter().all(|r| r.sent) => {}
-            other => return Err(format!("rollout: {other:?}")),
+                if !outcome.dispatched.is_empty() && outcome.dispatched.iter().all(|r| r.sent) =>
+            {
+                Ok(())
+            }
+            other => Err(format!("rollout: {other:?}")),
         }
+    })
+    .await;
+    assert_eq!(proven, ["FollowCommands", "ReadConfigMetadata"]);
+    prove_fleet_report(&template, &iam, &deps).await;
+}
+
+/// The fleet report's function (the same code, its own role): the report, and nothing of a
+/// rollout.
+async fn prove_fleet_report(template: &serde_yaml::Value, iam: &Enforcing, deps: &configure::Deps) {
+    let report_statements = statements(template, "FleetReportFunction");
+    let checks = classified(&report_statements, FLEET_REPORT);
+    let proven = prove(iam, checks, || async {
+        let soon = tokio::time::Instant::now() + Duration::from_secs(10);
         // moto checks IAM before it answers DescribeInstanceInformation, which it does not
         // implement (500): with the grant the report goes without the instance list; without
         // it, the list is denied. The report never fails for either, so the denial is read
         // from the join it reports.
-        match configure::handle(&deps, &json!({"fleet": true}), soon).await {
+        match configure::handle(deps, &json!({"fleet": true}), soon).await {
             Ok(Reply::Fleet(report)) => match &report.join {
                 Join::Missing { reason } if DENIED.iter().any(|word| reason.contains(word)) => {
                     Err(format!("fleet report's instance list: {reason}"))
@@ -399,8 +419,7 @@ async fn each_function_works_with_exactly_its_template_policy() {
     assert_eq!(
         proven,
         [
-            "FollowCommands",
-            "ReadConfigMetadata",
+            "ReadLatestConfig",
             "ListFleetRecords",
             "ReadFleetRecords",
             "WriteFleetReport",

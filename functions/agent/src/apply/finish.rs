@@ -323,7 +323,11 @@ impl Run {
                 ),
             );
         }
-        let key = record::key(&self.params.key, &record.instance_id);
+        let key = record::key(
+            &self.params.key,
+            &self.params.instance_arn_prefix,
+            &record.instance_id,
+        );
         let s3 = self.s3().await;
         let (put, ()) = tokio::join!(
             record::put(&s3, &self.params.bucket, &key, &record),

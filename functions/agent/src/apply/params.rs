@@ -11,6 +11,9 @@ pub struct Params {
     pub version: String,
     pub config: PathBuf,
     pub reload: Vec<String>,
+    /// `arn:<partition>:ec2:<region>:<account>:instance/`: the fleet record's key is this
+    /// instance's ARN, the one key its role may write.
+    pub instance_arn_prefix: String,
 }
 
 impl Params {
@@ -32,7 +35,14 @@ impl Params {
                 .filter(|w| !w.is_empty())
                 .map(str::to_owned)
                 .collect(),
+            instance_arn_prefix: var("InstanceArnPrefix")?,
         };
+        if !autoproxy::fleet::is_instance_arn_prefix(&params.instance_arn_prefix) {
+            return Err(format!(
+                "parameter InstanceArnPrefix {:?} is not arn:<partition>:ec2:<region>:<account>:instance/; nothing changed",
+                params.instance_arn_prefix
+            ));
+        }
         Ok(params)
     }
 }

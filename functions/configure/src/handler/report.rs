@@ -198,7 +198,8 @@ pub(super) async fn record_keys(
     Ok(keys)
 }
 
-/// The records that read and parse, each at its own instance's key; a warning per other key.
+/// The records that read and parse, each at its own instance's key (the instance ARN the
+/// instances' policy lets only that instance write); a warning per other record.
 pub(super) async fn read_records(
     deps: &Deps,
     bucket: &str,
@@ -208,14 +209,20 @@ pub(super) async fn read_records(
     let mut records = Vec::new();
     let mut warnings = Vec::new();
     for key in keys {
+        // An id-only key is an older agent's, which no instance may write any more: it stays
+        // unread until the bucket's lifecycle rule expires it.
+        let Some(owner) = fleet::key_instance(config_key, &key) else {
+            info!(
+                key,
+                "not an instance's record key (an older agent's?): not read"
+            );
+            continue;
+        };
         match read_record(deps, bucket, &key).await {
-            Ok(record) if fleet::record_key(config_key, &record.instance_id) == key => {
-                records.push(record);
-            }
+            Ok(record) if record.instance_id == owner => records.push(record),
             Ok(record) => warnings.push(format!(
-                "{key}: holds the record of {}, which belongs at {}",
-                record.instance_id,
-                fleet::record_key(config_key, &record.instance_id)
+                "{key}: holds the record of {}, written under {owner}'s key",
+                record.instance_id
             )),
             Err(reason) => warnings.push(format!("{key}: {reason}")),
         }

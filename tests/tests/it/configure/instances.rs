@@ -92,7 +92,7 @@ async fn report_with(records: &[(&str, u64, Option<&str>)], rules: &[&Rule]) -> 
             Some(at) => fleet_record_at(id, *generation, "applied", "", at),
             None => fleet_record(id, *generation, "applied", ""),
         };
-        put_text(&fx, &format!("haproxy/haproxy.fleet/{id}.json"), record).await;
+        put_text(&fx, &record_key(id), record).await;
     }
     let deps = Deps {
         ssm: ssm_answering(rules),
@@ -324,7 +324,7 @@ async fn the_report_shows_the_member_accounts_from_the_generators_manifest() {
     put_config(&fx, KEY, 8).await;
     put_text(
         &fx,
-        "haproxy/haproxy.fleet/i-0applied.json",
+        &record_key("i-0applied"),
         fleet_record("i-0applied", 8, "applied", ""),
     )
     .await;

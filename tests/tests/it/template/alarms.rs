@@ -128,8 +128,8 @@ fn alarms_tell_how_to_invoke_the_deployed_functions_never_cargo_lambda() {
     let text = serde_yaml::to_string(&template["Resources"]).unwrap();
     assert!(!text.contains("cargo lambda"), "a local emulator's command");
     for (alarm, function) in [
-        ("FleetBehindAlarm", "ConfigureFunction"),
-        ("FleetUnhealthyAlarm", "ConfigureFunction"),
+        ("FleetBehindAlarm", "FleetReportFunction"),
+        ("FleetUnhealthyAlarm", "FleetReportFunction"),
         ("GuardBlockedAlarm", "GenerateFunction"),
         ("AccountHeldAlarm", "GenerateFunction"),
     ] {
@@ -146,6 +146,7 @@ fn alarms_tell_how_to_invoke_the_deployed_functions_never_cargo_lambda() {
     for (output, function) in [
         ("GenerateFunctionName", "GenerateFunction"),
         ("ConfigureFunctionName", "ConfigureFunction"),
+        ("FleetReportFunctionName", "FleetReportFunction"),
     ] {
         assert_eq!(
             template["Outputs"][output]["Value"],

@@ -47,7 +47,7 @@ fn records_of_gone_instances_expire_and_the_silence_limit_is_a_parameter() {
     assert!(prefix.contains("${Stem}.fleet/"), "{prefix}");
     let days = rule["ExpirationInDays"].as_u64().expect("ExpirationInDays");
     assert!((1..=30).contains(&days), "{days}");
-    let silence = &template["Resources"]["ConfigureFunction"]["Properties"]["Environment"]["Variables"]
+    let silence = &template["Resources"]["FleetReportFunction"]["Properties"]["Environment"]["Variables"]
         ["FLEET_SILENT_AFTER_MINUTES"];
     assert_eq!(
         format!("{silence:?}"),
@@ -105,10 +105,12 @@ fn only_the_generator_may_write_the_config_the_manifest_and_the_template() {
     );
     assert!(exempt.contains("GenerateFunctionRole.Arn"), "{exempt}");
     assert!(exempt.contains("BreakGlassRoleArn"), "{exempt}");
-    assert!(
-        !exempt.contains("ConfigureFunctionRole"),
-        "the configure function never writes the config: {exempt}"
-    );
+    for role in ["ConfigureFunctionRole", "FleetReportFunctionRole"] {
+        assert!(
+            !exempt.contains(role),
+            "the configure code never writes the config: {exempt}"
+        );
+    }
 }
 
 /// The bucket policy's write protection names exact keys (the config, the manifest, the

@@ -87,7 +87,7 @@ const UNCHECKED: &[(&str, &str, &[&str], &[&str])] = &[
     ),
     // No resource-level permissions: the one action, on `*`.
     (
-        "ConfigureFunction",
+        "FleetReportFunction",
         "ListFleetInstances",
         &["ssm:DescribeInstanceInformation"],
         &["*"],
@@ -154,8 +154,9 @@ fn what_moto_cannot_check_is_exactly_this() {
         by_sid(&configure, "SendToTaggedInstances")["Condition"],
         serde_json::json!({"StringEquals": {"ssm:resourceTag/Role": "peering-proxy"}})
     );
+    let report = statements_in(&template, "FleetReportFunction", &stack);
     assert_eq!(
-        by_sid(&configure, "ListFleetRecords")["Condition"],
+        by_sid(&report, "ListFleetRecords")["Condition"],
         serde_json::json!({"StringLike": {"s3:prefix": "haproxy/haproxy.fleet/*"}})
     );
     // Without the settings, neither optional grant exists.
@@ -333,4 +334,40 @@ fn the_instances_may_publish_metrics_only_in_the_agents_namespace() {
     ))
     .unwrap();
     assert_eq!(publish["Condition"], expected);
+}
+
+/// An instance writes its own fleet record and no other: the statement's one resource is the
+/// record under `${ec2:SourceInstanceARN}` (which IAM sets to the ARN of the instance whose
+/// role credentials sign the request), and that is exactly the key the agent writes, with the
+/// ARN prefix the apply document fixes at deploy time.
+#[test]
+fn an_instance_may_write_only_its_own_fleet_record() {
+    let template = template();
+    let grants = instance_grants();
+    let (_, actions, resources) = grants
+        .iter()
+        .find(|(sid, _, _)| sid == "WriteFleetRecord")
+        .expect("a WriteFleetRecord statement");
+    assert_eq!(actions, &["s3:PutObject"]);
+    let [resource] = &resources[..] else {
+        panic!("one resource: {resources:?}");
+    };
+    let own = |arn: &str| resource.replace("${ec2:SourceInstanceARN}", arn);
+    assert!(
+        resource.contains("${ec2:SourceInstanceARN}") && !resource.contains('*'),
+        "an instance may write keys beyond its own record: {resource}"
+    );
+    // The document's fixed prefix, as the stack deploys it, and the agent's key with it.
+    let document = &template["Resources"]["ApplyConfigDocument"]["Properties"]["Content"];
+    let prefix = stack(&template)
+        .resolve(&document["parameters"]["InstanceArnPrefix"]["default"])
+        .unwrap();
+    let prefix = prefix.as_str().expect("the ARN prefix");
+    assert!(autoproxy::fleet::is_instance_arn_prefix(prefix), "{prefix}");
+    let arn = format!("{prefix}i-0abc");
+    let key = autoproxy::fleet::record_key("haproxy/haproxy.cfg", prefix, "i-0abc");
+    assert_eq!(own(&arn), format!("{BUCKET_ARN}/{key}"));
+    // Another instance's record is another resource.
+    let other = autoproxy::fleet::record_key("haproxy/haproxy.cfg", prefix, "i-0def");
+    assert_ne!(own(&arn), format!("{BUCKET_ARN}/{other}"));
 }

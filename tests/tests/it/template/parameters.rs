@@ -38,10 +38,25 @@ fn get_att_target(value: &Value) -> Option<String> {
     }
 }
 
+/// The text of `!Sub <text>` when every `${…}` in it is a pseudo parameter (`${AWS::Region}`,
+/// …): a value the stack itself fixes, which no deployer or caller chooses.
+fn pseudo_sub(value: &Value) -> Option<&str> {
+    let Value::Tagged(tagged) = value else {
+        return None;
+    };
+    let text = tagged.value.as_str().filter(|_| tagged.tag == "Sub")?;
+    let names = text.split("${").skip(1);
+    names
+        .map(|rest| rest.split('}').next().unwrap_or_default())
+        .all(|name| name.starts_with("AWS::"))
+        .then_some(text)
+}
+
 /// One line per apply-document parameter, outside `CALLER_CHOSEN`, that a caller could set
 /// to something the deployer did not choose: its `allowedValues` must be exactly one
-/// `!Ref` of a template parameter that constrains its value, or one `!GetAtt` of a resource of
-/// the stack (what the stack published: the agent's sha256), and its `default` the same.
+/// `!Ref` of a template parameter that constrains its value, one `!GetAtt` of a resource of
+/// the stack (what the stack published: the agent's sha256), or one `!Sub` of pseudo
+/// parameters only (the stack's own partition, region, account), and its `default` the same.
 fn free_parameters(template: &Value) -> Vec<String> {
     let parameters =
         template["Resources"]["ApplyConfigDocument"]["Properties"]["Content"]["parameters"]
@@ -57,6 +72,15 @@ fn free_parameters(template: &Value) -> Vec<String> {
             Some(values) if values.len() == 1 => Some(&values[0]),
             _ => None,
         };
+        if let Some(text) = only.and_then(pseudo_sub) {
+            if spec.get("default").and_then(pseudo_sub) != Some(text) {
+                problems.push(format!(
+                    "{name}: default is not !Sub {text:?}: {:?}",
+                    spec.get("default")
+                ));
+            }
+            continue;
+        }
         if let Some(attribute) = only.and_then(get_att_target) {
             let resource = attribute.split('.').next().unwrap_or_default();
             if template["Resources"].get(resource).is_none() {
@@ -142,6 +166,8 @@ Resources:
           Pinned: {type: String, default: !GetAtt Published.Sha, allowedValues: [!GetAtt Published.Sha]}
           Unpinned: {type: String, default: x, allowedValues: [!GetAtt Published.Sha]}
           Elsewhere: {type: String, default: !GetAtt Gone.Sha, allowedValues: [!GetAtt Gone.Sha]}
+          Stacks: {type: String, default: !Sub 'a:${AWS::Region}', allowedValues: [!Sub 'a:${AWS::Region}']}
+          Chosen: {type: String, default: !Sub 'a:${Loose}', allowedValues: [!Sub 'a:${Loose}']}
 ",
     )
     .unwrap();
@@ -158,7 +184,8 @@ Resources:
             "Escapes",
             "Missing",
             "Unpinned",
-            "Elsewhere"
+            "Elsewhere",
+            "Chosen"
         ],
         "{problems:#?}"
     );

@@ -55,6 +55,8 @@ fn each_function_gets_exactly_the_settings_its_code_reads() {
     for (function, expected) in [
         ("GenerateFunction", GENERATE_VARIABLES),
         ("ConfigureFunction", CONFIGURE_VARIABLES),
+        // The same binary: it reads the same settings at its start.
+        ("FleetReportFunction", CONFIGURE_VARIABLES),
         // Its only input is the layer's file and the resource's properties.
         ("AgentPublisherFunction", &[]),
     ] {
