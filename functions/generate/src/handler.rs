@@ -360,7 +360,8 @@ async fn sweep(
         .as_ref()
         .map_or(0, Members::organizations_calls);
     let (accounts, listing_warning) = run_accounts(deps, scope, previous).await?;
-    let borders = deps.borders();
+    let learned = deps.vpcs.learn(scope, previous, &accounts).await;
+    let borders = deps.borders_with(&learned.networks);
     let matching = Matching {
         rules: &deps.settings.routing_rules,
         proxies: &deps.settings.proxy_hostnames,
@@ -370,6 +371,8 @@ async fn sweep(
     let before = Route53Calls::now(&accounts);
     let mut swept = discovery::sweep(&accounts, previous, scope, matching, deadline).await?;
     swept.warnings.extend(listing_warning);
+    swept.warnings.extend(learned.warnings);
+    swept.manifest.networks = learned.networks;
     if let Some(members) = &deps.members {
         let warning = members.note_management(&mut swept.outcomes).await;
         swept.warnings.extend(warning);
@@ -384,6 +387,7 @@ async fn sweep(
         costs: Costs {
             route53: before.since(&accounts),
             organizations,
+            ec2: learned.calls,
         },
     })
 }
