@@ -9,7 +9,10 @@ use serde::{Deserialize, Serialize};
 use crate::accounts::AccountState;
 use crate::model::{Route, Zone, ZoneKey};
 use crate::names::{HostName, normalize};
+use crate::networks::Networks;
 use crate::rules::{Rule, StoredTarget};
+
+mod stored_networks;
 
 /// Current format; a manifest of another format is ignored (the next run is a full sweep).
 pub const FORMAT: u32 = 1;
@@ -52,6 +55,14 @@ pub struct Manifest {
     /// Every account's state, since when and why (see [`crate::accounts`]), by account id.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub accounts: Vec<AccountState>,
+    /// Each member's networks as its VPCs gave them at the last full sweep that could read
+    /// them (see [`crate::networks::refreshed`]): what an event run judges backs with.
+    #[serde(
+        default,
+        skip_serializing_if = "Networks::is_empty",
+        with = "stored_networks"
+    )]
+    pub networks: Networks,
     /// How many stored routes were dropped on reading because the rule table no longer makes
     /// them (a `ROUTING_RULES` change): the run then reads every zone again. Never stored.
     #[serde(skip)]
@@ -88,6 +99,7 @@ impl Default for Manifest {
             outside_holders: BTreeMap::new(),
             outside_absent_since: BTreeMap::new(),
             accounts: Vec::new(),
+            networks: Networks::default(),
             stale_routes: 0,
         }
     }
@@ -146,6 +158,7 @@ impl Manifest {
             && self.outside_holders == other.outside_holders
             && self.outside_absent_since == other.outside_absent_since
             && self.accounts == other.accounts
+            && self.networks == other.networks
             && self.format == other.format
     }
 
@@ -373,6 +386,32 @@ mod tests {
             Manifest::from_json(&stored().to_json(), &DEFAULT_RULES).unwrap(),
             Some(stored())
         );
+    }
+
+    #[test]
+    fn the_members_networks_round_trip_and_a_bad_one_is_refused() {
+        let mut manifest = stored();
+        for range in ["10.2.0.0/16", "2600:1f18:ab::/56"] {
+            manifest
+                .networks
+                .insert("222222222222", range.parse().unwrap());
+        }
+        let text = manifest.to_json();
+        assert!(text.contains("\"2600:1f18:ab::/56\""), "{text}");
+        assert_eq!(
+            Manifest::from_json(&text, &DEFAULT_RULES).unwrap(),
+            Some(manifest)
+        );
+        for (from, to) in [
+            ("\"10.2.0.0/16\"", "\"10.2.0.0/33\""),
+            ("\"222222222222\": [", "\"2222\": ["),
+        ] {
+            let err = Manifest::from_json(&text.replace(from, to), &DEFAULT_RULES).unwrap_err();
+            assert!(
+                err.to_string().contains("expected a 12-digit account"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

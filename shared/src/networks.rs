@@ -27,6 +27,8 @@ use crate::rules::{NeverBackend, never_backend};
 
 mod public;
 pub use public::is_global;
+mod vpcs;
+pub use vpcs::{VpcRead, refreshed};
 
 /// Whether a back may be at a globally routable address (`ALLOW_PUBLIC_BACKS`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

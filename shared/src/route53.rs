@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use aws_sdk_route53::Client;
 use aws_sdk_route53::config::interceptors::BeforeTransmitInterceptorContextRef;
-use aws_sdk_route53::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_route53::config::{ConfigBag, Intercept, RuntimeComponents, SharedCredentialsProvider};
 use aws_sdk_route53::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_route53::operation::get_hosted_zone::GetHostedZoneError;
 use aws_sdk_route53::operation::list_resource_record_sets::ListResourceRecordSetsError;
@@ -75,6 +75,7 @@ pub struct AccountRoute53 {
     limiter: Arc<RateLimiter>,
     counter: Arc<CallCounter>,
     operations: Arc<AtomicU64>,
+    credentials: Option<SharedCredentialsProvider>,
 }
 
 impl AccountRoute53 {
@@ -91,7 +92,23 @@ impl AccountRoute53 {
             limiter: Arc::new(RateLimiter::per_second(requests_per_second)),
             counter,
             operations: Arc::new(AtomicU64::new(0)),
+            credentials: None,
         }
+    }
+
+    /// Says which credentials the client was built with (its account's assumed role), so
+    /// that another service's client can share them: with the same provider, the same cache,
+    /// and so the one `AssumeRole`.
+    #[must_use]
+    pub fn with_credentials(mut self, credentials: SharedCredentialsProvider) -> Self {
+        self.credentials = Some(credentials);
+        self
+    }
+
+    /// The credentials given by [`AccountRoute53::with_credentials`]; `None`: the function's
+    /// own.
+    pub fn credentials(&self) -> Option<&SharedCredentialsProvider> {
+        self.credentials.as_ref()
     }
 
     /// HTTP attempts made so far (retries included).

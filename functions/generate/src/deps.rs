@@ -13,10 +13,12 @@ use autoproxy::settings::{GenerateSettings, ProxyVpc};
 use aws_config::retry::RetryConfig;
 use aws_config::sts::AssumeRoleProvider;
 use aws_config::{BehaviorVersion, SdkConfig};
+use aws_sdk_route53::config::SharedCredentialsProvider;
 use tracing::info;
 
 use crate::members::Members;
 use crate::queue::EventQueue;
+use crate::vpcs::VpcReader;
 
 /// The SDK configuration the function runs with: the environment's, with adaptive retries
 /// that back off on Route53's Throttling and PriorRequestNotComplete.
@@ -41,6 +43,9 @@ pub struct Deps {
     pub members: Option<Members>,
     /// The Route53 event queue a queue run drains (`EVENT_QUEUE_URL`).
     pub queue: Option<EventQueue>,
+    /// Reads the members' VPC ranges on a full sweep (docs/ARCHITECTURE.md, "Where a back may
+    /// point").
+    pub vpcs: VpcReader,
     pub default_renderer: Renderer,
 }
 
@@ -78,16 +83,24 @@ impl Deps {
                 .configure(sdk)
                 .build()
                 .await;
-            let config = aws_sdk_route53::config::Builder::from(sdk)
-                .credentials_provider(provider)
-                .build();
-            accounts.push(AccountRoute53::new(&role.account, &config, rate));
+            let credentials = SharedCredentialsProvider::new(provider);
+            let mut config = aws_sdk_route53::config::Builder::from(sdk);
+            config.set_credentials_provider(Some(credentials.clone()));
+            let config = config.build();
+            accounts.push(
+                AccountRoute53::new(&role.account, &config, rate).with_credentials(credentials),
+            );
         }
         let members = settings
             .member_accounts
             .clone()
             .map(|members| Members::new(members, sdk, partition, rate));
         let mut deps = Self::with_accounts(settings, sdk, accounts)?;
+        deps.vpcs = VpcReader::new(
+            sdk,
+            network_regions(&deps.settings, sdk),
+            Some(own.account.clone()),
+        );
         deps.vpc_owner = Some(own);
         deps.members = members;
         Ok(deps)
@@ -110,7 +123,9 @@ impl Deps {
             .event_queue_url
             .as_deref()
             .map(|url| EventQueue::new(sdk, url));
+        let vpcs = VpcReader::new(sdk, network_regions(&settings, sdk), None);
         Ok(Deps {
+            vpcs,
             default_renderer: Renderer::new(DEFAULT_TEMPLATE)?,
             settings,
             store,
@@ -122,10 +137,28 @@ impl Deps {
     }
 
     /// Where a member's back may point (docs/ARCHITECTURE.md, "Where a back may point"): the
-    /// ranges of `MEMBER_NETWORKS`, and public addresses only with `ALLOW_PUBLIC_BACKS`.
-    pub fn borders(&self) -> Borders {
-        self.settings.borders.borders(&Networks::default())
+    /// networks read from the members' VPCs (`learned`) and the ranges of `MEMBER_NETWORKS`,
+    /// and public addresses only with `ALLOW_PUBLIC_BACKS`. What a run, its artifact and
+    /// `explain` judge backs by.
+    pub fn borders_with(&self, learned: &Networks) -> Borders {
+        self.settings.borders.borders(learned)
     }
+}
+
+/// The regions the members' VPCs are read in: where the proxies are, the regions of
+/// `PROXY_VPCS`, else the function's own.
+fn network_regions(settings: &GenerateSettings, sdk: &SdkConfig) -> Vec<String> {
+    let mut regions: Vec<String> = settings
+        .proxy_vpcs
+        .iter()
+        .map(|vpc| vpc.region.clone())
+        .collect();
+    if regions.is_empty() {
+        regions.extend(sdk.region().map(ToString::to_string));
+    }
+    regions.sort();
+    regions.dedup();
+    regions
 }
 
 /// Listing the zones of a proxy VPC failed: with `PROXY_VPCS` set, nobody may route until

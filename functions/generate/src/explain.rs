@@ -149,12 +149,18 @@ pub async fn explain(deps: &Deps, name: &HostName) -> Result<Explanation, Explai
         };
         reads.insert(zone.key(), read);
     }
+    // The members' networks as the last sweep read them, as a run judges with.
+    let learned = manifest
+        .as_ref()
+        .map(|m| m.networks.clone())
+        .unwrap_or_default();
+    let borders = deps.borders_with(&learned);
     let mut answer = why::explain(&why::Facts {
         name,
         config: config.as_ref(),
         manifest: manifest.as_ref(),
         proxies: &deps.settings.proxy_hostnames,
-        borders: &deps.borders(),
+        borders: &borders,
         rules: &deps.settings.routing_rules,
         associated: associated.as_ref(),
         reads: &reads,

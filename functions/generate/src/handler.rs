@@ -294,9 +294,10 @@ async fn run(
     let custom = custom_renderer(deps).await?;
     let renderer = custom.as_ref().unwrap_or(&deps.default_renderer);
     let label = trigger.label();
-    // The borders the sweep judged the literal addresses by travel in the artifact: the agent
-    // judges the addresses it resolves by them.
-    let borders = deps.borders();
+    // The borders the sweep judged the literal addresses by (the members' VPCs it read or
+    // kept, and the operator's ranges) travel in the artifact: the agent judges the addresses
+    // it resolves by them.
+    let borders = deps.borders_with(&swept.manifest.networks);
     let render = |routes: &[Route], generation: u64| {
         let input = RenderInput {
             routes,
@@ -366,7 +367,8 @@ async fn sweep(
         .as_ref()
         .map_or(0, Members::organizations_calls);
     let (accounts, listing_warning) = run_accounts(deps, scope, previous).await?;
-    let borders = deps.borders();
+    let learned = deps.vpcs.learn(scope, previous, &accounts).await;
+    let borders = deps.borders_with(&learned.networks);
     let matching = Matching {
         rules: &deps.settings.routing_rules,
         proxies: &deps.settings.proxy_hostnames,
@@ -376,6 +378,8 @@ async fn sweep(
     let before = Route53Calls::now(&accounts);
     let mut swept = discovery::sweep(&accounts, previous, scope, matching, deadline).await?;
     swept.warnings.extend(listing_warning);
+    swept.warnings.extend(learned.warnings);
+    swept.manifest.networks = learned.networks;
     if let Some(members) = &deps.members {
         let warning = members.note_management(&mut swept.outcomes).await;
         swept.warnings.extend(warning);
@@ -390,6 +394,7 @@ async fn sweep(
         costs: Costs {
             route53: before.since(&accounts),
             organizations,
+            ec2: learned.calls,
         },
     })
 }

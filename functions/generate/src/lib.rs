@@ -9,3 +9,4 @@ mod plan;
 pub mod queue;
 mod report;
 pub mod trigger;
+pub mod vpcs;

@@ -10,6 +10,7 @@ use autoproxy::route53::AccountRoute53;
 use autoproxy::settings::{MemberAccounts, MemberSource};
 use aws_config::SdkConfig;
 use aws_config::sts::AssumeRoleProvider;
+use aws_sdk_route53::config::SharedCredentialsProvider;
 use tokio::sync::Mutex;
 use tracing::{info, warn};
 
@@ -158,12 +159,14 @@ impl Members {
                 .configure(&self.sdk)
                 .build()
                 .await;
-        let mut config =
-            aws_sdk_route53::config::Builder::from(&self.sdk).credentials_provider(provider);
+        let credentials = SharedCredentialsProvider::new(provider);
+        let mut config = aws_sdk_route53::config::Builder::from(&self.sdk);
+        config.set_credentials_provider(Some(credentials.clone()));
         if let Some(endpoint) = self.route53_endpoints.get(account) {
             config = config.endpoint_url(endpoint);
         }
         let config = config.build();
         AccountRoute53::new(account, &config, self.requests_per_second)
+            .with_credentials(credentials)
     }
 }

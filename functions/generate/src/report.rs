@@ -38,6 +38,8 @@ impl Route53Calls {
 pub struct Costs {
     pub route53: Route53Calls,
     pub organizations: u64,
+    /// `DescribeVpcs` attempts: one per member and region on a full sweep, none otherwise.
+    pub ec2: u64,
 }
 
 /// The run's metrics (EMF) and its last log lines. Accounts are counted, never one metric
@@ -68,6 +70,7 @@ pub fn report_run(
         routes = plan.routes,
         route53_calls = costs.route53.calls,
         organizations_calls = costs.organizations,
+        ec2_calls = costs.ec2,
         changed = plan.changed(),
         published,
         accounts_ok = counts.ok,
@@ -85,6 +88,7 @@ pub fn report_run(
         .count("Route53Calls", costs.route53.calls)
         .count("Throttles", costs.route53.retries)
         .count("OrganizationsCalls", costs.organizations)
+        .count("Ec2Calls", costs.ec2)
         .count("Changed", u64::from(plan.changed()))
         .count("Published", u64::from(published))
         .count(

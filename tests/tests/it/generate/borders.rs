@@ -1,7 +1,7 @@
 //! Where a member's back may point, for the literal addresses of A backs: into its own
 //! account's networks, never another member's nor the internet (docs/ARCHITECTURE.md,
-//! "Where a back may point"). The members' networks come from `MEMBER_NETWORKS` here. No
-//! address is ever connected to: the generator only reads them.
+//! "Where a back may point"). The members' networks come from `MEMBER_NETWORKS`, or from
+//! their VPCs in moto. No address is ever connected to: the generator only reads them.
 
 use autoproxy::names::HostName;
 use autoproxy_generate::explain;
@@ -85,4 +85,104 @@ async fn a_members_literal_back_routes_only_into_its_own_network() {
     assert_eq!(summary.rules, 2, "{:#?}", summary.warnings);
     assert!(config.contains("proxy.api.out.a.internal"), "{config}");
     assert!(!config.contains("proxy.api.into-b.a.internal"), "{config}");
+}
+
+/// A VPC of `cidr` in `account`, with `more` IPv4 blocks associated: made with the account's
+/// own credentials, so moto keeps it in that account, as AWS does.
+async fn vpc(account: &Account, cidr: &str, more: &[&str]) {
+    let ec2 = aws_sdk_ec2::Client::new(&account.sdk);
+    let made = ec2.create_vpc().cidr_block(cidr).send().await.unwrap();
+    let id = made.vpc().and_then(|vpc| vpc.vpc_id()).unwrap().to_owned();
+    for block in more {
+        ec2.associate_vpc_cidr_block()
+            .vpc_id(&id)
+            .cidr_block(*block)
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_members_vpcs_are_its_networks_without_member_networks() {
+    let estate = Estate::start().await;
+    // A's VPC; B's, with a second block. No MEMBER_NETWORKS: the generator reads them.
+    vpc(&estate.a, "10.1.0.0/16", &[]).await;
+    vpc(&estate.b, "10.2.0.0/16", &["10.3.0.0/16"]).await;
+    for (zone, address) in [
+        ("own.a.internal", "10.1.0.5"),
+        ("into-b.a.internal", "10.2.0.9"),
+        ("into-b2.a.internal", "10.3.0.7"),
+    ] {
+        estate
+            .a
+            .seed_zone(ZoneSpec::private(zone, api_at(zone, address)))
+            .await
+            .unwrap();
+    }
+    let deps = estate.deps(&[]).await;
+    let scheduled = run(&deps, &event("schedule.json", OWN_ACCOUNT, ""), AT).await;
+    let config = estate.artifact().await.text;
+    assert!(config.contains("proxy.api.own.a.internal"), "{config}");
+    for absent in [
+        "proxy.api.into-b.a.internal",
+        "proxy.api.into-b2.a.internal",
+    ] {
+        assert!(!config.contains(absent), "{absent} routed:\n{config}");
+    }
+    assert_eq!(scheduled.rules, 1, "{:#?}", scheduled.warnings);
+    for expected in [
+        "api.into-b.a.internal is an A record at 10.2.0.9, inside account 222222222222's \
+         network 10.2.0.0/16, another member's",
+        "api.into-b2.a.internal is an A record at 10.3.0.7, inside account 222222222222's \
+         network 10.3.0.0/16, another member's",
+    ] {
+        assert!(
+            scheduled.warnings.iter().any(|w| w.contains(expected)),
+            "no warning says {expected:?}: {:#?}",
+            scheduled.warnings
+        );
+    }
+    // One DescribeVpcs per member and region (A and B, us-east-1), in the run's metric.
+    assert_eq!(deps.vpcs.calls(), 2);
+    assert_eq!(scheduled.metrics[0]["Ec2Calls"].as_f64(), Some(2.0));
+
+    // An event run judges with the networks the manifest keeps, calling EC2 not once.
+    let later = "later.a.internal";
+    let zone = estate
+        .a
+        .seed_zone(ZoneSpec::private(later, api_at(later, "10.2.0.10")))
+        .await
+        .unwrap();
+    let one = run(
+        &deps,
+        &event("create-hosted-zone.json", MEMBER_A, &zone.id),
+        LATER,
+    )
+    .await;
+    assert_eq!(deps.vpcs.calls(), 2);
+    assert_eq!(one.metrics[0]["Ec2Calls"].as_f64(), Some(0.0));
+    assert_eq!(one.zones_scanned, 1, "{one:#?}");
+    assert!(
+        !estate
+            .artifact()
+            .await
+            .text
+            .contains("proxy.api.later.a.internal"),
+        "{one:#?}"
+    );
+    let answer = explain::explain(
+        &deps,
+        &HostName::parse("proxy.api.later.a.internal").unwrap(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        answer.why.iter().any(|step| step.contains(
+            "api.later.a.internal is an A record at 10.2.0.10, inside account 222222222222's \
+             network 10.2.0.0/16"
+        )),
+        "{:#?}",
+        answer.why
+    );
 }

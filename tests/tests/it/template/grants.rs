@@ -177,7 +177,8 @@ fn what_moto_cannot_check_is_exactly_this() {
     assert_member_role_only_reads_route53();
 }
 
-/// The member account's role: only reads Route53, only for the generator's role.
+/// The member account's role: only reads Route53 and its VPCs' ranges, only for the
+/// generator's role.
 fn assert_member_role_only_reads_route53() {
     // The member account's role: only reads Route53, only for the generator's role.
     let text = std::fs::read_to_string(root().join("docs/member-account.yaml")).unwrap();
@@ -211,6 +212,7 @@ fn assert_member_role_only_reads_route53() {
                 strings(&["route53:GetHostedZone", "route53:ListResourceRecordSets"]),
                 strings(&["arn:aws:route53:::hostedzone/*"])
             ),
+            (strings(&["ec2:DescribeVpcs"]), strings(&["*"])),
         ]
     );
     let trust = &role["AssumeRolePolicyDocument"]["Statement"];

@@ -1,0 +1,265 @@
+//! Each member's networks, read from its VPCs (docs/ARCHITECTURE.md, "Where a back may
+//! point"): `ec2:DescribeVpcs` through the member's own role, in each of the proxies' regions,
+//! once per account and region on a full sweep (one call, more only past 1,000 VPCs). An event
+//! run reads none: it judges with the networks the manifest keeps. A read that fails keeps the
+//! account's last networks and warns ([`autoproxy::networks::refreshed`]); it never stops the
+//! run.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use autoproxy::discovery::Scope;
+use autoproxy::manifest::Manifest;
+use autoproxy::networks::{IpNet, Networks, VpcRead, refreshed};
+use autoproxy::route53::{AccountRoute53, CallCounter, CountAttempts};
+use aws_config::SdkConfig;
+use aws_sdk_ec2::config::Region;
+use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_ec2::types::{Vpc, VpcCidrBlockState, VpcCidrBlockStateCode};
+use futures_util::{StreamExt, stream};
+use tracing::{info, warn};
+
+/// Accounts read at once: each is one call per region, and EC2 paces each account apart.
+const ACCOUNTS_IN_FLIGHT: usize = 16;
+/// The most VPCs a `DescribeVpcs` page holds.
+const VPCS_PER_PAGE: i32 = 1000;
+/// EC2's answers for a caller whose policy does not grant the call.
+const NOT_GRANTED: [&str; 3] = [
+    "UnauthorizedOperation",
+    "AccessDenied",
+    "AccessDeniedException",
+];
+
+/// Reads the members' VPCs, counting every attempt.
+#[derive(Debug)]
+pub struct VpcReader {
+    sdk: SdkConfig,
+    /// Where the proxies are: `PROXY_VPCS`' regions, else the function's own.
+    regions: Vec<String>,
+    /// The function's own account: read with the function's credentials, which hold no EC2
+    /// grant, so never read (its networks come from `MEMBER_NETWORKS` alone).
+    skip: Option<String>,
+    counter: Arc<CallCounter>,
+}
+
+/// What a run judges backs with, and what reading it cost.
+#[derive(Debug, Default)]
+pub struct Learned {
+    pub networks: Networks,
+    pub warnings: Vec<String>,
+    /// `DescribeVpcs` attempts (retries included).
+    pub calls: u64,
+}
+
+impl VpcReader {
+    pub fn new(sdk: &SdkConfig, regions: Vec<String>, skip: Option<String>) -> Self {
+        VpcReader {
+            sdk: sdk.clone(),
+            regions,
+            skip,
+            counter: Arc::new(CallCounter::default()),
+        }
+    }
+
+    /// `DescribeVpcs` attempts so far, every account and region.
+    pub fn calls(&self) -> u64 {
+        self.counter.attempts()
+    }
+
+    pub fn regions(&self) -> &[String] {
+        &self.regions
+    }
+
+    /// The members' networks for a run: read afresh on a full sweep, else the manifest's.
+    pub async fn learn(
+        &self,
+        scope: &Scope,
+        previous: Option<&Manifest>,
+        accounts: &[AccountRoute53],
+    ) -> Learned {
+        let kept = previous.map(|manifest| &manifest.networks);
+        if matches!(scope, Scope::Zones(_)) {
+            return Learned {
+                networks: kept.cloned().unwrap_or_default(),
+                ..Learned::default()
+            };
+        }
+        let before = self.calls();
+        // The futures are made before they go into the stream: a stream of closures over
+        // borrowed accounts is not `Send` for every lifetime, which the runtime's spawn needs.
+        let reading: Vec<_> = accounts
+            .iter()
+            .filter(|account| self.skip.as_deref() != Some(account.account.as_str()))
+            .map(|account| self.read(account))
+            .collect();
+        let reads: BTreeMap<String, VpcRead> = stream::iter(reading)
+            .buffer_unordered(ACCOUNTS_IN_FLIGHT)
+            .collect()
+            .await;
+        let empty = Networks::default();
+        let (networks, warnings) = refreshed(kept.unwrap_or(&empty), &reads);
+        for warning in &warnings {
+            warn!(%warning, "member networks kept from the last read");
+        }
+        let calls = self.calls().saturating_sub(before);
+        info!(
+            accounts = reads.len(),
+            regions = self.regions.len(),
+            ec2_calls = calls,
+            "member networks read"
+        );
+        Learned {
+            networks,
+            warnings,
+            calls,
+        }
+    }
+
+    /// One account's ranges in every region; the first region that fails decides.
+    async fn read(&self, account: &AccountRoute53) -> (String, VpcRead) {
+        let mut ranges = BTreeSet::new();
+        for region in &self.regions {
+            match self.read_region(account, region).await {
+                Ok(found) => ranges.extend(found),
+                Err(failed) => return (account.account.clone(), failed),
+            }
+        }
+        (account.account.clone(), VpcRead::Read(ranges))
+    }
+
+    async fn read_region(
+        &self,
+        account: &AccountRoute53,
+        region: &str,
+    ) -> Result<BTreeSet<IpNet>, VpcRead> {
+        let mut config = aws_sdk_ec2::config::Builder::from(&self.sdk)
+            .region(Region::new(region.to_owned()))
+            .interceptor(CountAttempts(self.counter.clone()));
+        if let Some(credentials) = account.credentials() {
+            config.set_credentials_provider(Some(credentials.clone()));
+        }
+        let client = aws_sdk_ec2::Client::from_conf(config.build());
+        let mut pages = client
+            .describe_vpcs()
+            .max_results(VPCS_PER_PAGE)
+            .into_paginator()
+            .send();
+        let mut ranges = BTreeSet::new();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|err| failure(region, &err))?;
+            ranges.extend(page.vpcs().iter().flat_map(vpc_ranges));
+        }
+        info!(account = %account.account, region, networks = ranges.len(), "read VPCs");
+        Ok(ranges)
+    }
+}
+
+/// A VPC's ranges: its IPv4 blocks (the primary among them) and its IPv6 blocks, but those
+/// leaving or that failed to join.
+fn vpc_ranges(vpc: &Vpc) -> Vec<IpNet> {
+    let v4 = vpc
+        .cidr_block_association_set()
+        .iter()
+        .filter(|block| live(block.cidr_block_state()))
+        .filter_map(|block| block.cidr_block());
+    let v6 = vpc
+        .ipv6_cidr_block_association_set()
+        .iter()
+        .filter(|block| live(block.ipv6_cidr_block_state()))
+        .filter_map(|block| block.ipv6_cidr_block());
+    vpc.cidr_block()
+        .into_iter()
+        .chain(v4)
+        .chain(v6)
+        .filter_map(|range| range.parse::<IpNet>().ok())
+        .map(|range| range.trunc())
+        .collect()
+}
+
+fn live(state: Option<&VpcCidrBlockState>) -> bool {
+    !matches!(
+        state.and_then(VpcCidrBlockState::state),
+        Some(
+            VpcCidrBlockStateCode::Disassociated
+                | VpcCidrBlockStateCode::Disassociating
+                | VpcCidrBlockStateCode::Failed
+                | VpcCidrBlockStateCode::Failing
+        )
+    )
+}
+
+/// What a failed call says of the account: its role refused (no answer from EC2, STS said
+/// AccessDenied), the grant missing, or another failure.
+fn failure<E>(region: &str, err: &SdkError<E, aws_sdk_ec2::config::http::HttpResponse>) -> VpcRead
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    let no_answer = err.raw_response().is_none();
+    if no_answer
+        && DisplayErrorContext(err)
+            .to_string()
+            .contains("AccessDenied")
+    {
+        return VpcRead::RoleRefused;
+    }
+    let reason = autoproxy::aws_error::reason(err);
+    let region = region.to_owned();
+    if err.code().is_some_and(|code| NOT_GRANTED.contains(&code)) {
+        VpcRead::NotGranted { region, reason }
+    } else {
+        VpcRead::Failed { region, reason }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_ec2::types::{VpcCidrBlockAssociation, VpcIpv6CidrBlockAssociation};
+
+    use super::*;
+
+    fn state(code: VpcCidrBlockStateCode) -> VpcCidrBlockState {
+        VpcCidrBlockState::builder().state(code).build()
+    }
+
+    #[test]
+    fn a_vpcs_ranges_are_its_live_blocks_of_both_families() {
+        let vpc = Vpc::builder()
+            .cidr_block("10.1.0.0/16")
+            .cidr_block_association_set(
+                VpcCidrBlockAssociation::builder()
+                    .cidr_block("10.1.0.0/16")
+                    .cidr_block_state(state(VpcCidrBlockStateCode::Associated))
+                    .build(),
+            )
+            .cidr_block_association_set(
+                VpcCidrBlockAssociation::builder()
+                    .cidr_block("100.64.0.0/20")
+                    .cidr_block_state(state(VpcCidrBlockStateCode::Associating))
+                    .build(),
+            )
+            .cidr_block_association_set(
+                VpcCidrBlockAssociation::builder()
+                    .cidr_block("10.7.0.0/16")
+                    .cidr_block_state(state(VpcCidrBlockStateCode::Disassociated))
+                    .build(),
+            )
+            .ipv6_cidr_block_association_set(
+                VpcIpv6CidrBlockAssociation::builder()
+                    .ipv6_cidr_block("2600:1f18:ab:cd00::/56")
+                    .ipv6_cidr_block_state(state(VpcCidrBlockStateCode::Associated))
+                    .build(),
+            )
+            .ipv6_cidr_block_association_set(
+                VpcIpv6CidrBlockAssociation::builder()
+                    .ipv6_cidr_block("not a range")
+                    .build(),
+            )
+            .build();
+        let got: BTreeSet<String> = vpc_ranges(&vpc).iter().map(ToString::to_string).collect();
+        let expected: BTreeSet<String> = ["10.1.0.0/16", "100.64.0.0/20", "2600:1f18:ab:cd00::/56"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(got, expected);
+    }
+}
