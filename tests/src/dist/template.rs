@@ -343,6 +343,11 @@ fn stamp(template: &mut Value, release: &Release, arch: Arch) -> Result<(), Dist
         "Release".into(),
         format!("{} (commit {})", release.version, release.commit).into(),
     );
+    stamp_resources(map, release)
+}
+
+/// Each function's and layer's description, ended with the release's version and short commit.
+fn stamp_resources(map: &mut Mapping, release: &Release) -> Result<(), DistError> {
     let short = match release.commit.strip_suffix("-dirty") {
         Some(head) => format!("{}-dirty", head.chars().take(12).collect::<String>()),
         None => release.commit.chars().take(12).collect(),
