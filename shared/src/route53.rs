@@ -311,17 +311,22 @@ pub fn sift_page(sets: &[ResourceRecordSet], sieve: &mut Sieve) {
         if !sieve.wants(set.name(), set.r#type().as_str()) {
             continue;
         }
-        sieve.keep(RecordSet {
-            name: set.name().to_owned(),
-            rtype: set.r#type().as_str().to_owned(),
-            values: set
-                .resource_records()
-                .iter()
-                .map(|r| r.value().to_owned())
-                .collect(),
-            alias_target: set.alias_target().map(|a| a.dns_name().to_owned()),
-            set_identifier: set.set_identifier().map(str::to_owned),
-        });
+        sieve.keep(record_set(set));
+    }
+}
+
+/// One record set as the rules read it, copied out of the SDK's.
+pub fn record_set(set: &ResourceRecordSet) -> RecordSet {
+    RecordSet {
+        name: set.name().to_owned(),
+        rtype: set.r#type().as_str().to_owned(),
+        values: set
+            .resource_records()
+            .iter()
+            .map(|r| r.value().to_owned())
+            .collect(),
+        alias_target: set.alias_target().map(|a| a.dns_name().to_owned()),
+        set_identifier: set.set_identifier().map(str::to_owned),
     }
 }
 

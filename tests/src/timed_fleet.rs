@@ -18,7 +18,7 @@ use aws_sdk_ssm::operation::list_commands::ListCommandsOutput;
 use aws_sdk_ssm::operation::send_command::SendCommandOutput;
 use aws_sdk_ssm::primitives::DateTime;
 use aws_sdk_ssm::types::{Command, CommandStatus};
-use aws_smithy_mocks::{MockResponseInterceptor, RuleMode, create_mock_http_client, mock};
+use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock};
 
 /// One command as sent.
 #[derive(Debug, Clone)]
@@ -148,21 +148,25 @@ impl TimedFleet {
         });
         let invocations = mock!(aws_sdk_ssm::Client::list_command_invocations)
             .then_output(|| ListCommandInvocationsOutput::builder().build());
-        let interceptor = MockResponseInterceptor::new()
-            .rule_mode(RuleMode::MatchAny)
-            .with_rule(&send)
-            .with_rule(&list)
-            .with_rule(&invocations);
-        let config = aws_sdk_ssm::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("testing", "testing", None, None, "test"))
-            .retry_config(RetryConfig::disabled())
-            .http_client(create_mock_http_client())
-            .interceptor(interceptor)
-            .build();
-        aws_sdk_ssm::Client::from_conf(config)
+        ssm_answering(&[&send, &list, &invocations])
     }
+}
+
+/// An SSM client whose calls the rules answer (`aws-smithy-mocks`); nothing leaves the process.
+pub fn ssm_answering(rules: &[&Rule]) -> aws_sdk_ssm::Client {
+    let interceptor = rules.iter().fold(
+        MockResponseInterceptor::new().rule_mode(RuleMode::MatchAny),
+        |interceptor, rule| interceptor.with_rule(rule),
+    );
+    let config = aws_sdk_ssm::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("testing", "testing", None, None, "test"))
+        .retry_config(RetryConfig::disabled())
+        .http_client(create_mock_http_client())
+        .interceptor(interceptor)
+        .build();
+    aws_sdk_ssm::Client::from_conf(config)
 }
 
 fn first(parameters: &HashMap<String, Vec<String>>, name: &str) -> String {

@@ -15,7 +15,7 @@ use std::process::Command;
 
 use autoproxy::model::{RecordSet, Zone, ZoneRecords};
 use autoproxy::names::HostName;
-use autoproxy::route53::{RECORDS_PER_PAGE, sift_page};
+use autoproxy::route53::{RECORDS_PER_PAGE, record_set, sift_page};
 use autoproxy::rules::{DEFAULT_RULES, Sieve, zone_routes};
 use aws_sdk_route53::types::{AliasTarget, ResourceRecord, ResourceRecordSet, RrType};
 
@@ -78,17 +78,7 @@ fn keep_all(sets: &[ResourceRecordSet], into: &mut Vec<RecordSet>) {
     into.extend(
         sets.iter()
             .filter(|set| matches!(set.r#type(), RrType::A | RrType::Cname))
-            .map(|set| RecordSet {
-                name: set.name().to_owned(),
-                rtype: set.r#type().as_str().to_owned(),
-                values: set
-                    .resource_records()
-                    .iter()
-                    .map(|r| r.value().to_owned())
-                    .collect(),
-                alias_target: set.alias_target().map(|a| a.dns_name().to_owned()),
-                set_identifier: set.set_identifier().map(str::to_owned),
-            }),
+            .map(record_set),
     );
 }
 

@@ -6,32 +6,14 @@
 //! the paginator, the filter the function sends and its error handling all run as they would
 //! against AWS. The records are real objects in moto's S3, read by the function itself.
 
-use aws_sdk_ssm::config::retry::RetryConfig;
-use aws_sdk_ssm::config::{BehaviorVersion, Credentials, Region};
+use autoproxy_tests::timed_fleet::ssm_answering;
 use aws_sdk_ssm::operation::describe_instance_information::DescribeInstanceInformationOutput;
 use aws_sdk_ssm::primitives::DateTime;
 use aws_sdk_ssm::types::{InstanceInformation, PingStatus};
-use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock};
+use aws_smithy_mocks::{Rule, mock};
 
 use super::*;
 use autoproxy::fleet::{FleetReport, State};
-
-/// An SSM client whose calls the rules answer; nothing leaves the process.
-fn ssm_answering(rules: &[&Rule]) -> aws_sdk_ssm::Client {
-    let interceptor = rules.iter().fold(
-        MockResponseInterceptor::new().rule_mode(RuleMode::MatchAny),
-        |interceptor, rule| interceptor.with_rule(rule),
-    );
-    let config = aws_sdk_ssm::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("testing", "testing", None, None, "test"))
-        .retry_config(RetryConfig::disabled())
-        .http_client(create_mock_http_client())
-        .interceptor(interceptor)
-        .build();
-    aws_sdk_ssm::Client::from_conf(config)
-}
 
 /// Whether a request lists the target tag's instances: `tag:Role` = `peering-proxy`.
 fn filters_on_the_tag(

@@ -15,6 +15,16 @@ mod as_written;
 mod aws_cli;
 mod either_cli;
 
+/// Fails unless each of `expected` is in one of the problems `found`.
+fn reported(found: &[String], expected: &[&str]) {
+    for expected in expected {
+        assert!(
+            found.iter().any(|f| f.contains(expected)),
+            "{expected:?} not in {found:#?}"
+        );
+    }
+}
+
 /// The docs whose commands are checked: the repository's, and the release bundle's README.
 const DOCS: [&str; 3] = ["README.md", "docs/DEPLOY.md", "tests/src/dist/README.md"];
 

@@ -15,7 +15,7 @@ use serde_json::{Value as Json, json};
 
 use super::as_written::{bash, filled, python_answers};
 use super::aws_cli::aws_python;
-use super::{Block, DOCS, blocks, raw_commands};
+use super::{Block, DOCS, blocks, raw_commands, reported};
 
 /// What the AWS CLI makes of each `{"dir", "argv"}`: the API operation it would call (its
 /// payload, if any, checked as JSON), or how it refused.
@@ -235,16 +235,14 @@ fn a_v2_only_option_a_literal_payload_or_bash_in_an_sh_block_is_reported() {
                raw-in-base64-out --payload '{}' out.json\ngrep -q x <<<\"$y\"\n```\n";
     let (found, called) = problems("x", doc);
     assert_eq!(called, 0, "{found:#?}");
-    for expected in [
-        "dash refuses it",
-        "Unknown options: --cli-binary-format",
-        "`--payload {}` is literal",
-    ] {
-        assert!(
-            found.iter().any(|f| f.contains(expected)),
-            "{expected:?} not in {found:#?}"
-        );
-    }
+    reported(
+        &found,
+        &[
+            "dash refuses it",
+            "Unknown options: --cli-binary-format",
+            "`--payload {}` is literal",
+        ],
+    );
     let right = "```sh\necho '{\"force\": true}' > payload.json\naws lambda invoke \
                  --function-name f --payload fileb://payload.json out.json\n```\n";
     assert_eq!(problems("x", right), (Vec::new(), 1));
