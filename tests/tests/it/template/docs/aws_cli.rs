@@ -20,6 +20,15 @@ pub(super) fn aws_python() -> PathBuf {
         .unwrap_or_else(|| "python3".into())
 }
 
+/// The AWS CLI's environment in these checks: no profile, test credentials, a region.
+pub(super) const AWS_CLI_ENV: [(&str, &str); 5] = [
+    ("AWS_CONFIG_FILE", "/dev/null"),
+    ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
+    ("AWS_ACCESS_KEY_ID", "testing"),
+    ("AWS_SECRET_ACCESS_KEY", "testing"),
+    ("AWS_DEFAULT_REGION", "us-east-1"),
+];
+
 /// What the AWS CLI makes of each argv (without `aws`): the `--parameter-overrides` it would
 /// send, or how it refused the command line.
 fn aws_parses(argvs: &[Vec<String>]) -> Vec<Result<Json, String>> {
@@ -45,13 +54,7 @@ for argv in json.load(sys.stdin):
     else:
         print(json.dumps({"error": "exit %s: %s" % (rc, err.getvalue().strip())}))
 "#;
-    let env = [
-        ("AWS_CONFIG_FILE", "/dev/null"),
-        ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
-        ("AWS_ACCESS_KEY_ID", "testing"),
-        ("AWS_SECRET_ACCESS_KEY", "testing"),
-    ];
-    python_answers(&aws_python(), PARSER, &json!(argvs), &env)
+    python_answers(&aws_python(), PARSER, &json!(argvs), &AWS_CLI_ENV)
 }
 
 /// Every problem of the `aws cloudformation deploy` commands of `doc`; and how many

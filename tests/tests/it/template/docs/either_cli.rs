@@ -14,7 +14,7 @@ use autoproxy_tests::root;
 use serde_json::{Value as Json, json};
 
 use super::as_written::{bash, filled, python_answers};
-use super::aws_cli::aws_python;
+use super::aws_cli::{AWS_CLI_ENV, aws_python};
 use super::{Block, DOCS, blocks, raw_commands, reported};
 
 /// What the AWS CLI makes of each `{"dir", "argv"}`: the API operation it would call (its
@@ -52,14 +52,7 @@ for item in json.load(sys.stdin):
         continue
     print(json.dumps({"ok": got["op"]}))
 "#;
-    let env = [
-        ("AWS_CONFIG_FILE", "/dev/null"),
-        ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
-        ("AWS_ACCESS_KEY_ID", "testing"),
-        ("AWS_SECRET_ACCESS_KEY", "testing"),
-        ("AWS_DEFAULT_REGION", "us-east-1"),
-    ];
-    python_answers(&aws_python(), PARSER, &json!(inputs), &env)
+    python_answers(&aws_python(), PARSER, &json!(inputs), &AWS_CLI_ENV)
 }
 
 /// The lines of `block` this check runs: the `aws` commands that need nothing the block
