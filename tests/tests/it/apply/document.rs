@@ -20,7 +20,8 @@ fn the_document_declares_strict_env_var_parameters() {
             "ReloadCommand",
             "AgentSha256",
             "AgentArchitecture",
-            "AgentDirectory"
+            "AgentDirectory",
+            "InstanceArnPrefix"
         ]
     );
     let agent = autoproxy_tests::agent::Published::describe(autoproxy_tests::agent::BUCKET);
@@ -63,6 +64,12 @@ fn the_document_declares_strict_env_var_parameters() {
         ("AgentArchitecture", "riscv64", false),
         ("AgentDirectory", "/var/lib/autoproxy", true),
         ("AgentDirectory", "/tmp", false),
+        // Only this stack's account and region: the one key its instances may write.
+        (
+            "InstanceArnPrefix",
+            "arn:aws:ec2:us-east-1:999999999999:instance/",
+            false,
+        ),
     ];
     for (name, value, allowed) in cases {
         let result = document.resolve(&[("ConfigBucket", "bucket"), (name, value)]);
@@ -83,6 +90,13 @@ fn the_document_declares_strict_env_var_parameters() {
     assert_eq!(defaults["ConfigPath"], "/etc/haproxy/haproxy.cfg");
     assert_eq!(defaults["ReloadCommand"], "systemctl reload haproxy");
     assert_eq!(defaults["AgentSha256"], agent.sha256);
+    let prefix = &defaults["InstanceArnPrefix"];
+    assert!(
+        prefix.starts_with("arn:aws:ec2:") && prefix.ends_with(":instance/"),
+        "{prefix}"
+    );
+    let own = document.resolve(&[("ConfigBucket", "bucket"), ("InstanceArnPrefix", prefix)]);
+    assert!(own.is_ok(), "{own:?}");
     assert!(matches!(document.resolve(&[]), Err(AgentError::Missing(_))));
 }
 
