@@ -23,8 +23,8 @@ use std::net::{IpAddr, Ipv4Addr};
 
 pub use ipnet::IpNet;
 
-use crate::rules::{NeverBackend, never_backend};
-
+mod never;
+pub use never::{NeverBackend, never_backend};
 mod public;
 pub use public::is_global;
 mod vpcs;

@@ -15,13 +15,12 @@ use crate::near_miss::{NearMiss, near_proxy};
 use crate::networks::{Border, Borders};
 use crate::warnings::{EXAMPLE_BYTES, EXAMPLES};
 
-mod address;
 mod mode;
 mod parse;
 mod sieve;
 mod table;
 
-pub use address::{NeverBackend, never_backend};
+pub use crate::networks::{NeverBackend, never_backend};
 pub use mode::{BackType, SniMode, StoredTarget, TargetError};
 pub use parse::{FIELDS, MAX_RULES, RuleRef, RulesError, parse_rules};
 pub use sieve::Sieve;
