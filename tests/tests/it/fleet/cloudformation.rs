@@ -6,11 +6,11 @@
 //! (moto's CloudFormation makes every `AWS::ElasticLoadBalancingV2::LoadBalancer` an
 //! application load balancer, which then refuses the TCP listener: "Listener protocol 'TCP'
 //! must be one of 'HTTP, HTTPS'"), so `ProxyListener` is left out; the instance-refresh custom
-//! resource and its inline Python function (moto runs Lambda code only in Docker;
-//! `fleet::refresh` runs it against a stand-in); the target group's attributes (moto keeps its
-//! own defaults: a deregistration delay of 300 s); the role's `ManagedPolicyArns` (moto attaches
-//! none); the instances' metadata options (moto does not carry a launch template's over). The
-//! static tests (`template::fleet`) hold those properties.
+//! resource, its inline Python function and that function's log group (moto runs Lambda code
+//! only in Docker; `fleet::refresh` runs it against a stand-in); the target group's attributes
+//! (moto keeps its own defaults: a deregistration delay of 300 s); the role's
+//! `ManagedPolicyArns` (moto attaches none); the instances' metadata options (moto does not
+//! carry a launch template's over). The static tests (`template::fleet`) hold those properties.
 
 use std::process::Command;
 
@@ -19,10 +19,11 @@ use serde_json::Value as Json;
 use serde_yaml::{Mapping, Value};
 
 /// Resources of the fleet moto cannot create (see the module's doc).
-const LEFT_OUT: [&str; 4] = [
+const LEFT_OUT: [&str; 5] = [
     "ProxyListener",
     "ProxyInstanceRefresh",
     "ProxyInstanceRefreshFunction",
+    "ProxyInstanceRefreshLogGroup",
     "ProxyInstanceRefreshRole",
 ];
 
