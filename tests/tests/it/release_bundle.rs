@@ -17,7 +17,8 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use autoproxy_tests::dist::{
-    Arch, CARRIED, CHECKSUMS, NOTICES, RELEASE_OUTPUTS, elf_machine, zip_entry,
+    Arch, CARRIED, CHECKSUMS, NOTICES, RELEASE_OUTPUTS, Release, bundle_deploy_doc, elf_machine,
+    zip_entry,
 };
 use autoproxy_tests::moto::Moto;
 use autoproxy_tests::{root, tool};
@@ -161,11 +162,23 @@ fn the_bundle_holds_the_templates_and_a_readme_and_cfn_lint_passes() {
         readme.starts_with(&format!("# autoproxy {}\n", env!("CARGO_PKG_VERSION"))),
         "{readme}"
     );
-    // What the repository's files are, at the same paths: the docs name them by these.
+    // What the repository's files are, at the same paths: the docs name them by these;
+    // DEPLOY as `bundle_deploy_doc` writes the bundle's copy of it.
+    let release = Release {
+        version: env!("CARGO_PKG_VERSION"),
+        commit: "",
+    };
+    let arch = Arch::host().expect("a Lambda architecture");
     for carried in CARRIED {
         let shipped = std::fs::read(unpacked.dir.join(carried))
             .unwrap_or_else(|e| panic!("the bundle has no {carried}: {e}"));
-        let source = std::fs::read(root().join(carried)).unwrap();
+        let mut source = std::fs::read(root().join(carried)).unwrap();
+        if carried == "docs/DEPLOY.md" {
+            let text = String::from_utf8(source).unwrap();
+            source = bundle_deploy_doc(&text, &release, arch)
+                .unwrap()
+                .into_bytes();
+        }
         assert!(shipped == source, "{carried} differs from the repository's");
     }
     // Every docs/… file a text of the bundle names is in it.
