@@ -108,6 +108,11 @@ fn argv_of(dir: &Path, program: &str, line: &str) -> Result<Vec<Vec<String>>, St
     let prelude = format!(r#"{program}() {{ printf '%s\0' "$#" "$@"; }}"#);
     let out = bash(dir, &prelude, &filled(line), &[])?;
     let text = String::from_utf8(out).map_err(|err| err.to_string())?;
+    argvs_written(&text)
+}
+
+/// The argvs a stand-in wrote as `printf '%s\0' "$#" "$@"` does: each count, then its words.
+pub(super) fn argvs_written(text: &str) -> Result<Vec<Vec<String>>, String> {
     let mut fields = text.split('\0');
     let mut calls = Vec::new();
     while let Some(count) = fields.next().filter(|f| !f.is_empty()) {

@@ -13,7 +13,7 @@ use std::process::Command;
 use autoproxy_tests::root;
 use serde_json::{Value as Json, json};
 
-use super::as_written::{bash, filled, python_answers};
+use super::as_written::{argvs_written, bash, filled, python_answers};
 use super::aws_cli::{AWS_CLI_ENV, aws_python};
 use super::{Block, DOCS, blocks, raw_commands, reported};
 
@@ -165,14 +165,7 @@ fn argvs(dir: &Path, lines: &[String]) -> Result<Vec<Vec<String>>, String> {
         prelude.push_str(&format!("\n{name}={value}"));
     }
     bash(dir, &prelude, &filled(&lines.join("\n")), &[])?;
-    let text = std::fs::read_to_string(&calls).unwrap_or_default();
-    let mut fields = text.split('\0');
-    let mut made = Vec::new();
-    while let Some(count) = fields.next().filter(|f| !f.is_empty()) {
-        let count: usize = count.parse().map_err(|_| format!("argc {count:?}"))?;
-        made.push(fields.by_ref().take(count).map(str::to_owned).collect());
-    }
-    Ok(made)
+    argvs_written(&std::fs::read_to_string(&calls).unwrap_or_default())
 }
 
 /// A `--payload` that is not read from a file: v2 takes it as base64.
