@@ -417,6 +417,9 @@ fn an_endpoint_name_outside_every_zone_is_explained_by_its_holder_and_claimants(
             &format!(
                 "eks.b.example.internal is a CNAME to ABC123.gr7.us-east-1.eks.amazonaws.com.: the backend exists, and clients send {ENDPOINT} as SNI"
             ),
+            // What explain cannot see, the address the proxies resolve, it says who judges.
+            "each proxy judges the address it resolves: one inside another member's network (not \
+             in account 222222222222's own 0 network(s)), link-local holds the route",
             &format!("ownership: this zone holds the name {ENDPOINT}"),
             // The newcomer is in the answer too, refused.
             "zone a.example.internal (ZA in account 111111111111) claims the name, outside it, as an SNI",

@@ -7,13 +7,16 @@ use autoproxy::artifact::{self, ROUTE_LINE, SUFFIX_DEPTH, SUFFIX_LINE};
 use autoproxy::manifest::{Manifest, ZoneEntry};
 use autoproxy::model::{RecordSet, SniMatch, Zone, ZoneKey, ZoneRecords};
 use autoproxy::names::{HostName, normalize};
-use autoproxy::near_miss::near_proxy;
 use autoproxy::networks::Borders;
 use autoproxy::ownership::{self, Grace, Holders, Mode, Owned};
-use autoproxy::rules::{BackType, FRONT_TYPE, Rule, TargetError, zone_routes_within};
+use autoproxy::rules::{Rule, zone_routes_within};
 use autoproxy::s3::CurrentConfig;
 
 use super::{CarriedRoute, Explanation, ZoneRef};
+
+mod records;
+
+use records::{describe_back, describe_front};
 
 /// What Route53 answered for one zone just now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -465,76 +468,6 @@ fn change_step(
     finding
         .warnings
         .extend(autoproxy::warnings::zone_lines(&now.warnings));
-}
-
-/// What a back record of an accepted type is, and the SNI its mode reads from it, if any;
-/// an A record's addresses judged for the zone's account (`within`).
-fn describe_back(
-    rule: &Rule,
-    back: &HostName,
-    set: &RecordSet,
-    within: (&Borders, &str),
-) -> String {
-    let (borders, account) = within;
-    let never = (set.rtype == BackType::A.as_str())
-        .then(|| {
-            set.values.iter().find_map(|value| {
-                let why = borders.judge(value.parse().ok()?, account).err()?;
-                Some(format!(
-                    "{back} is an A record at {value}, {why}, so no route"
-                ))
-            })
-        })
-        .flatten();
-    if let Some(never) = never {
-        return never;
-    }
-    let raw = set.target().unwrap_or_default();
-    let target = normalize(raw);
-    match rule.sni_mode.back_target([&target]) {
-        Ok(None) => format!("{back} is a {} record: the backend exists", set.rtype),
-        Ok(Some(sni)) => format!(
-            "{back} is a {} to {raw}: the backend exists, and clients send {sni} as SNI",
-            set.rtype
-        ),
-        Err(TargetError::NotAHost(error)) => format!(
-            "{back} is a {} to {raw}: the backend exists, but clients can send no SNI for it \
-             ({error})",
-            set.rtype
-        ),
-        Err(TargetError::NotOne) => format!("{back} is a {} to {raw}", set.rtype),
-    }
-}
-
-/// What the front record is, and whether it points at the proxy.
-fn describe_front(front: &HostName, sets: &[RecordSet], proxies: &[HostName]) -> String {
-    let Some(set) = sets.first() else {
-        return format!("Route53 has no record {front}: the zone has not opted in to this rule");
-    };
-    if set.rtype != FRONT_TYPE {
-        return format!(
-            "{front} is a {} record, not a CNAME to the peering proxy",
-            set.rtype
-        );
-    }
-    let raw = set.values.first().map_or("", String::as_str);
-    let Ok(target) = HostName::parse(raw) else {
-        return format!("{front} is a CNAME to {raw:?}, which is not a host name");
-    };
-    if proxies.contains(&target) {
-        return format!("{front} is a CNAME to the peering proxy {target}");
-    }
-    match near_proxy(&target, proxies) {
-        Some(near) => format!("{front} {near}"),
-        None => format!(
-            "{front} is a CNAME to {target}, not to the peering proxy ({})",
-            proxies
-                .iter()
-                .map(HostName::as_str)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    }
 }
 
 /// What the last run read from the zone for this rule.

@@ -5,6 +5,7 @@
 
 use autoproxy::names::HostName;
 use autoproxy_generate::explain;
+use aws_sdk_route53::config::{Credentials, SharedCredentialsProvider};
 
 use super::*;
 
@@ -185,4 +186,72 @@ async fn a_members_vpcs_are_its_networks_without_member_networks() {
         "{:#?}",
         answer.why
     );
+}
+
+/// An SDK whose every call EC2 answers with `status` and `code`, as EC2's query protocol
+/// writes an error: moto grants every call, so a member role without the grant, or EC2
+/// failing, is answered here, through the SDK's own stack (signing, retries, error parsing).
+fn ec2_answering(status: u16, code: &'static str) -> SdkConfig {
+    let client = aws_smithy_http_client::test_util::infallible_client_fn(move |_request| {
+        let body = format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Response><Errors><Error><Code>{code}\
+             </Code><Message>not this time</Message></Error></Errors><RequestID>r-1\
+             </RequestID></Response>"
+        );
+        http::Response::builder().status(status).body(body).unwrap()
+    });
+    SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+            "AKIDTEST", "secret", None, None, "test",
+        )))
+        .retry_config(aws_config::retry::RetryConfig::disabled())
+        .http_client(client)
+        .build()
+}
+
+#[tokio::test]
+async fn a_member_whose_vpcs_cannot_be_read_keeps_its_last_networks_and_says_why() {
+    use autoproxy::discovery::Scope;
+    use autoproxy::manifest::Manifest;
+    use autoproxy_generate::vpcs::VpcReader;
+
+    let mut previous = Manifest::default();
+    previous
+        .networks
+        .insert(MEMBER_A, "10.1.0.0/16".parse().unwrap());
+    for (status, code, expected) in [
+        (
+            403,
+            "UnauthorizedOperation",
+            format!(
+                "account {MEMBER_A}: DescribeVpcs in us-east-1 was refused (UnauthorizedOperation: \
+                 not this time): the member role lacks the ec2:DescribeVpcs grant of \
+                 docs/member-account.yaml"
+            ),
+        ),
+        (
+            503,
+            "Unavailable",
+            format!("account {MEMBER_A}: DescribeVpcs in us-east-1 failed ("),
+        ),
+    ] {
+        let sdk = ec2_answering(status, code);
+        let account = AccountRoute53::new(MEMBER_A, &aws_sdk_route53::Config::from(&sdk), 5.0);
+        let reader = VpcReader::new(&sdk, vec!["us-east-1".into(), "eu-west-1".into()], None);
+        let learned = reader
+            .learn(&Scope::Full, Some(&previous), &[account])
+            .await;
+        // The first region's refusal decides: the second region is not asked.
+        assert_eq!(learned.calls, 1, "{code}");
+        assert_eq!(learned.networks, previous.networks, "{code}");
+        assert_eq!(learned.warnings.len(), 1, "{code}: {:#?}", learned.warnings);
+        let warning = &learned.warnings[0];
+        assert!(warning.contains(&expected), "{code}: {warning}");
+        assert!(
+            warning.contains("its backs are judged with the 1 network(s) last read"),
+            "{code}: {warning}"
+        );
+    }
 }
