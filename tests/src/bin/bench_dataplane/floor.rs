@@ -302,3 +302,44 @@ fn cpu_in_turns(
         .map(|(sample, idle)| sample.per_connection(*idle, ticks))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether `template` holds each piece: the log line, the route share, the reject rules.
+    fn pieces(template: &str) -> [bool; 3] {
+        [
+            template.contains("    log-format \""),
+            template.contains("track-sc0 var(txn.route)"),
+            template.contains("use_backend reject_no_route"),
+        ]
+    }
+
+    #[test]
+    fn each_step_puts_one_piece_back_and_compiles() {
+        let expected = [
+            (Step::Routing, [false, false, false]),
+            (Step::Share, [false, true, false]),
+            (Step::Rejects, [false, true, true]),
+            (Step::Published, [true, true, true]),
+            (Step::TcpLog, [false, true, true]),
+        ];
+        for (step, has) in expected {
+            let template = step.template().expect("a template");
+            assert_eq!(pieces(&template), has, "{step:?}");
+            assert!(
+                template.contains("map_str(") && template.contains("set-dst "),
+                "{step:?} routes"
+            );
+            autoproxy::render::Renderer::new(&template).unwrap_or_else(|e| panic!("{step:?}: {e}"));
+        }
+        assert!(
+            Step::TcpLog
+                .template()
+                .unwrap()
+                .contains("    option tcplog\n")
+        );
+        assert!(Step::Floor.template().is_none());
+    }
+}
