@@ -21,7 +21,7 @@ use autoproxy_tests::proxy::{Backend, HaproxyFiles};
 
 use super::counters::without_route_share;
 use super::env::Env;
-use super::latency::{self, Latency};
+use super::latency::{self, Latency, Percentiles};
 
 /// Rounds over the targets, each config once per target and round.
 const ROUNDS: usize = 4;
@@ -135,6 +135,8 @@ pub(super) struct Floor {
     pub(super) latency: Latency,
     /// The lines the published config logged (one per connection: the log is on).
     pub(super) logged: usize,
+    /// Idle time to the backend's first byte through each step, per [`Step::ALL`].
+    pub(super) first_byte: Vec<Percentiles>,
 }
 
 impl Floor {
@@ -200,6 +202,7 @@ pub(super) fn floor(env: &Env, nameserver: Ipv4Addr, count: usize) -> Floor {
         );
     }
     let at = |step: Step| Step::ALL.iter().position(|s| *s == step).expect("a step");
+    let first_byte = latency::idle_each(&proxies, &targets);
     let latency = latency::measure(
         hello.addr,
         &proxies[at(Step::Published)],
@@ -220,6 +223,7 @@ pub(super) fn floor(env: &Env, nameserver: Ipv4Addr, count: usize) -> Floor {
         cpu,
         latency,
         logged,
+        first_byte,
     }
 }
 

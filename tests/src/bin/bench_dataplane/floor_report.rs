@@ -45,16 +45,20 @@ pub(super) fn section(floors: &[Floor], elapsed: Duration, branch: Option<&str>)
 }
 
 fn cpu_table(floors: &[Floor]) -> String {
-    let mut out =
-        String::from("| worker CPU per connection (µs), each step against the one before |");
+    let mut out = String::from("| config, each step against the one before |");
     let mut rule = String::from("|---|");
     for floor in floors {
-        write!(out, " {} routes |", floor.routes).unwrap();
-        rule.push_str("---|");
+        write!(
+            out,
+            " {r} routes: worker CPU per connection (µs) | {r} routes: time to first byte, idle, p50 / p99 (µs) |",
+            r = floor.routes
+        )
+        .unwrap();
+        rule.push_str("---|---|");
     }
     writeln!(out, "\n{rule}").unwrap();
     let mut before = None;
-    for step in Step::ALL {
+    for (index, step) in Step::ALL.into_iter().enumerate() {
         write!(out, "| {} |", step.label()).unwrap();
         for floor in floors {
             let now = floor.cpu_of(step).micros;
@@ -76,6 +80,8 @@ fn cpu_table(floors: &[Floor]) -> String {
                     .unwrap();
                 }
             }
+            let first_byte = floor.first_byte[index];
+            write!(out, " {} / {} |", us(first_byte.p50), us(first_byte.p99)).unwrap();
         }
         out.push('\n');
         if step != Step::TcpLog {
@@ -84,11 +90,12 @@ fn cpu_table(floors: &[Floor]) -> String {
     }
     out.push_str("| **the published config ÷ the floor** |");
     for floor in floors {
-        write!(out, " **{:.2}×** |", floor.ratio()).unwrap();
+        write!(out, " **{:.2}×** | |", floor.ratio()).unwrap();
     }
     out.push_str("\n| connections per config |");
     for floor in floors {
-        write!(out, " {} |", floor.cpu_of(Step::Floor).connections).unwrap();
+        let idle = floor.first_byte.first().map_or(0, |p| p.count);
+        write!(out, " {} | {idle} |", floor.cpu_of(Step::Floor).connections).unwrap();
     }
     out.push('\n');
     out
@@ -269,5 +276,5 @@ window taken off. A step's figure in brackets is its difference from the step be
 run's noise when it is a few µs. Latency: from the client's connect to the first byte of the
 backend's answer, the ClientHello sent at once; 5 turns of each path (direct, the minimal
 config, the published config) in rotation, idle 200 connections one after another per turn,
-loaded 1 s per turn.
+loaded 1 s per turn; the first table's idle times the same, through every config in rotation.
 ";

@@ -122,19 +122,41 @@ pub(super) fn measure(
 
 /// [`ROUNDS`] turns of `run` on each path, the first of each turn rotating.
 fn in_turns(paths: &[Path; 3], run: impl Fn(&Path) -> Vec<Duration>) -> Paths {
-    let mut times: [Vec<Duration>; 3] = Default::default();
+    let [direct, published, floor]: [Percentiles; 3] =
+        each_in_turns(paths, run).try_into().expect("three paths");
+    Paths {
+        direct,
+        published,
+        floor,
+    }
+}
+
+/// [`ROUNDS`] turns of `run` on each of `paths`, the first of each turn rotating.
+fn each_in_turns(paths: &[Path], run: impl Fn(&Path) -> Vec<Duration>) -> Vec<Percentiles> {
+    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); paths.len()];
     for round in 0..ROUNDS {
         for offset in 0..paths.len() {
             let index = (round + offset) % paths.len();
             times[index].extend(run(&paths[index]));
         }
     }
-    let [direct, published, floor] = times.map(Percentiles::of);
-    Paths {
-        direct,
-        published,
-        floor,
-    }
+    times.into_iter().map(Percentiles::of).collect()
+}
+
+/// The idle first-byte times through each of `proxies`, in turns.
+pub(super) fn idle_each(proxies: &[Proxy], targets: &[&Target]) -> Vec<Percentiles> {
+    let hellos: Vec<Vec<u8>> = targets
+        .iter()
+        .map(|t| autoproxy_tests::proxy::client_hello(&t.sni))
+        .collect();
+    let paths: Vec<Path> = proxies
+        .iter()
+        .map(|proxy| Path {
+            addr: proxy.https,
+            hellos: hellos.clone(),
+        })
+        .collect();
+    each_in_turns(&paths, |path| sequential(path, IDLE_TURN))
 }
 
 /// `count` connections, one after another.
