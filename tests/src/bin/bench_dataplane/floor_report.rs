@@ -268,7 +268,8 @@ map at one backend that answers once it has read the ClientHello: the floor (a h
 config: `tcp-request inspect-delay`, `reject unless { req.ssl_hello_type 1 }`, one static
 server, no log), the default template with its log line, reject rules and route share taken
 off, each step putting one back, and the published config with `option tcplog` for its
-`log-format`. Logs go to stdout as deployed (here HAProxy's log file). CPU per connection as in
+`log-format`. Logs go to stdout as deployed (here HAProxy's log file). The published config
+checks no server's health (one server for every route), so no health check is measured. CPU per connection as in
 [Data plane](#data-plane): two clients, one connection after another, each a ClientHello with the
 route's SNI read to the end; 4 rounds over the first exact and the last suffix route, every
 config once per route and round, whoever goes first rotating; each one's idle CPU over one
