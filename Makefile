@@ -64,6 +64,9 @@ unit:
 templates: tools
 	bash .ci/check-templates.sh
 
+# Route counts of the HAProxy floor's run (bench_dataplane --floor).
+FLOOR_ROUTES ?= 4000,10000
+
 ## The scale benchmark: seeds moto with 2,000 zones x 200 records in 10 accounts,
 ## sweeps through per-account recording proxies, renders, runs haproxy -c, sizes the Lambda
 ## binaries, then sweeps 10,000 zones in 50 accounts four times, the members named by role ARNs or
@@ -86,6 +89,11 @@ templates: tools
 ## queries after the fill are watched for 60 s); its section goes at the end of
 ## docs/BENCHMARKS.md. Quicker: DATAPLANE_ARGS="--routes 1000 --before-reloads 0 --cold 1000
 ## --counters 1000 --share 1000".
+## Then the HAProxy floor (about 2 min), on the distribution's HAProxy: at FLOOR_ROUTES routes,
+## the published config against a minimal hand-written one doing the same passthrough, and
+## each of the published config's pieces, all running at once and measured in turns (worker
+## CPU per connection), and the time to the backend's first byte direct, through one and
+## through the other, idle and loaded; its section goes at the end of docs/BENCHMARKS.md.
 ## The data-plane benchmark runs on the distribution's HAProxy (2.6 on Debian 12), then again
 ## (as long again) with HAProxy 3.0 first on PATH, into a section of its own after it
 ## ("Data plane on HAProxy 3.0"; AUTOPROXY_EXPECT_HAPROXY stops it on any other version).
@@ -97,6 +105,8 @@ bench: core-tools
 	cargo build --profile bench-run -p autoproxy-tests --bin bench --bin bench_sweep --bin bench_dataplane --bin bench_records
 	target/bench-run/bench $(BENCH_ARGS)
 	AUTOPROXY_AGENT_BINARY="$(AGENT_BINARY)" target/bench-run/bench_dataplane $(DATAPLANE_ARGS)
+	target/bench-run/bench_dataplane --skip-before --skip-after --cold 0 --counters 0 --share 0 \
+	  --no-agent --floor $(FLOOR_ROUTES)
 	PATH="$(HAPROXY30):$$PATH" AUTOPROXY_EXPECT_HAPROXY=3.0 \
 	  AUTOPROXY_AGENT_BINARY="$(AGENT_BINARY)" \
 	  target/bench-run/bench_dataplane --haproxy-section $(DATAPLANE_ARGS)

@@ -28,6 +28,7 @@ mod held;
 mod held_in_time;
 mod install;
 mod launcher;
+mod long_sessions;
 mod loops;
 mod repair;
 mod running;

@@ -10,12 +10,16 @@
 //! `bench_dataplane [--routes 1000,10000] [--window 10] [--reloads 20] [--before-reloads 20]
 //!                  [--skip-before] [--skip-after] [--no-agent] [--cold 4000,10000]
 //!                  [--counters 10000] [--share 10000] [--out docs/BENCHMARKS.md]
-//!                  [--haproxy-section]`
+//!                  [--floor 4000,10000] [--haproxy-section]`
 //! (`--cold`: the route counts of the cold first install, `cold.rs`, `0` for none; it runs
 //! alone with `--skip-before --skip-after`; `--counters`: the route counts at which the reject
 //! counters' cost per connection is measured, the default template against the map-based one
 //! before them, side by side, `counters.rs`, `0` for none; `--share`: the same for each route's
-//! share of `maxconn`, the default template against it without the stick table's two rules)
+//! share of `maxconn`, the default template against it without the stick table's two rules;
+//! `--floor`: the route counts at which the published config is measured against a minimal
+//! hand-written one, and each of its pieces, side by side, `floor.rs`, with the added latency,
+//! `latency.rs`, into a section of its own; none by default, `make bench` runs it alone with
+//! `--skip-before --skip-after --cold 0 --counters 0 --share 0 --no-agent`)
 //!
 //! The HAProxy measured is the `haproxy` first on PATH (the harness and the agent both run
 //! that one); `AUTOPROXY_EXPECT_HAPROXY=3.0` makes any other version an error. With
@@ -31,6 +35,9 @@ mod apply;
 mod cold;
 mod counters;
 mod env;
+mod floor;
+mod floor_report;
+mod latency;
 mod measure;
 mod report;
 mod under_load;
@@ -75,6 +82,8 @@ struct Args {
     counters: Vec<usize>,
     /// Route counts of the route share's comparison.
     shares: Vec<usize>,
+    /// Route counts of the published config against the floor.
+    floor: Vec<usize>,
     out: PathBuf,
     /// Report in the section for this HAProxy's branch instead of the main one.
     haproxy_section: bool,
@@ -91,6 +100,7 @@ fn args() -> Args {
         cold: vec![4_000, 10_000],
         counters: vec![10_000],
         shares: vec![10_000],
+        floor: Vec::new(),
         out: autoproxy_tests::root().join("docs/BENCHMARKS.md"),
         haproxy_section: false,
     };
@@ -118,6 +128,7 @@ fn args() -> Args {
             "--cold" => args.cold = counts(&flag, &value()),
             "--counters" => args.counters = counts(&flag, &value()),
             "--share" => args.shares = counts(&flag, &value()),
+            "--floor" => args.floor = counts(&flag, &value()),
             "--out" => args.out = PathBuf::from(value()),
             "--haproxy-section" => args.haproxy_section = true,
             other => panic!("unknown flag {other}"),
@@ -201,7 +212,26 @@ fn main() {
         counters: &counters,
         colds: &colds,
     };
-    write_report(&args, &env, &runs, started);
+    if !(rows.is_empty() && applies.is_empty() && counters.is_empty() && colds.is_empty()) {
+        write_report(&args, &env, &runs, started);
+    }
+    floors(&args, &env, nameserver);
+}
+
+/// The published config against the floor at each `--floor` count, in a section of its own.
+fn floors(args: &Args, env: &Env, nameserver: Ipv4Addr) {
+    let started = Instant::now();
+    let floors: Vec<floor::Floor> = args
+        .floor
+        .iter()
+        .map(|&count| {
+            println!("\n== {count} routes: the published config against the floor ==");
+            floor::floor(env, nameserver, count)
+        })
+        .collect();
+    if !floors.is_empty() {
+        write_floor(args, &floors, started);
+    }
 }
 
 /// A row per route count and design, reloads under load at the largest count only.
@@ -246,18 +276,43 @@ fn resolve_routes(env: &Env, routes: &[Route]) -> Ends {
 /// The section, printed and spliced into the report file.
 fn write_report(args: &Args, env: &Env, runs: &Runs<'_>, started: Instant) {
     let elapsed = started.elapsed();
-    let branch = args
-        .haproxy_section
+    let branch = branch(args);
+    let section = section(runs, (elapsed, env.ticks, env.window), branch.as_deref());
+    splice(
+        args,
+        dataplane::markers(branch.as_deref()),
+        &section,
+        started,
+    );
+}
+
+/// The floor's section, printed and spliced into the report file.
+fn write_floor(args: &Args, floors: &[floor::Floor], started: Instant) {
+    let branch = branch(args);
+    let section = floor_report::section(floors, started.elapsed(), branch.as_deref());
+    splice(
+        args,
+        floor_report::markers(branch.as_deref()),
+        &section,
+        started,
+    );
+}
+
+/// The HAProxy branch of a section of its own (`--haproxy-section`), else `None`.
+fn branch(args: &Args) -> Option<String> {
+    args.haproxy_section
         .then(|| haproxy_version::check_expected().map(|h| h.branch()))
         .transpose()
-        .unwrap_or_else(|e| panic!("{e}"));
-    let section = section(runs, (elapsed, env.ticks, env.window), branch.as_deref());
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `section` printed and put between `markers` in the report file.
+fn splice(args: &Args, (begin, end): (String, String), section: &str, started: Instant) {
     println!("\n{section}");
     let document = std::fs::read_to_string(&args.out).unwrap_or_default();
-    let (begin, end) = dataplane::markers(branch.as_deref());
     std::fs::write(
         &args.out,
-        dataplane::splice_section(&document, &begin, &end, &section),
+        dataplane::splice_section(&document, &begin, &end, section),
     )
     .expect("write the report");
     println!(
