@@ -1,8 +1,8 @@
 //! `make dist`: the release bundle, `dist/autoproxy-<version>.tar.gz`, which deploys with the
 //! SAM CLI or the AWS CLI alone (no Rust toolchain, no cargo-lambda, no Zig). It holds the
 //! stack's template with every function and the agent layer pointing at prebuilt zips beside
-//! it, those zips, the two templates member and forwarding accounts deploy and the deploy docs
-//! (at the paths the docs name them by), the licence, the third-party notices, the release
+//! it, those zips, the two templates member and forwarding accounts deploy, the deploy docs and
+//! the runbook of day 2 (at the paths the docs name them by), the licence, the third-party notices, the release
 //! notes and a README for a first deploy; `dist/SHA256SUMS` lists the archive's digest.
 //!
 //! The binaries come from `sam build` (the Makefile runs it exactly as
@@ -26,11 +26,13 @@ pub use template::{ARCH_PARAMETERS, RELEASE_OUTPUTS, bundle_template, template_t
 pub const SAM_BUILD_DIR: &str = ".aws-sam/build";
 /// What the bundle carries from the repository, at the same relative path (the docs name the
 /// templates by these paths): the templates member and forwarding accounts deploy
-/// (docs/DEPLOY.md, "Cross-account setup" and "Any region"), the docs a deployer reads, the
-/// licence and the release notes. All as they are but docs/DEPLOY.md: [`bundle_deploy_doc`].
-pub const CARRIED: [&str; 7] = [
+/// (docs/DEPLOY.md, "Cross-account setup" and "Any region"), the docs a deployer reads (the
+/// runbook of day 2 among them), the licence and the release notes. All as they are but
+/// docs/DEPLOY.md: [`bundle_deploy_doc`].
+pub const CARRIED: [&str; 8] = [
     "docs/member-account.yaml",
     "docs/central-forwarding.yaml",
+    "docs/RUNBOOK.md",
     "docs/DEPLOY.md",
     "docs/ARCHITECTURE.md",
     "docs/BENCHMARKS.md",

@@ -1,7 +1,7 @@
 //! The bundle's copy of docs/DEPLOY.md: the repository's, told apart for a bundle user. A note
-//! under its title says which parts build from source and where a bundle's runbook is, and the
-//! parameter table gives `Architecture` and `ProxyArchitecture` the one value the bundle's
-//! template offers.
+//! under its title says which parts build from source and where a bundle's runbook is
+//! (docs/RUNBOOK.md), and the parameter table gives `Architecture` and `ProxyArchitecture` the
+//! one value the bundle's template offers.
 
 use super::{Arch, DistError, Release};
 
@@ -17,8 +17,8 @@ pub fn bundle_deploy_doc(text: &str, release: &Release, arch: Arch) -> Result<St
         .ok_or_else(|| missing("a `# ` title on its first line"))?;
     let note = format!(
         "\n> **This copy comes with the release bundle autoproxy {version} for {arch}.** From the\n\
-         > bundle, deploy as its `README.md` shows, and upgrade, roll back and remove as\n\
-         > [Day 2 with a release bundle](#day-2-with-a-release-bundle) does. What builds from\n\
+         > bundle, deploy as its `README.md` shows, and upgrade, roll back, answer the alarms and\n\
+         > remove as its runbook, [docs/RUNBOOK.md](RUNBOOK.md), does. What builds from\n\
          > source (`sam build`, cargo-lambda, `samconfig.toml`, `sam deploy --guided`) is for a\n\
          > clone of the repository: `--guided` here would write a `samconfig.toml` into the\n\
          > bundle's directory, which a later deploy from it would apply again. `Architecture` and\n\

@@ -369,6 +369,7 @@ fn the_archive_holds_the_template_the_zips_the_companions_and_the_readme() {
             "autoproxy-9.8.7/docs/ARCHITECTURE.md",
             "autoproxy-9.8.7/docs/BENCHMARKS.md",
             "autoproxy-9.8.7/docs/DEPLOY.md",
+            "autoproxy-9.8.7/docs/RUNBOOK.md",
             "autoproxy-9.8.7/docs/central-forwarding.yaml",
             "autoproxy-9.8.7/docs/member-account.yaml",
             "autoproxy-9.8.7/functions/AgentPublisherFunction.zip",

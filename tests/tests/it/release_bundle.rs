@@ -29,6 +29,8 @@ const TOOLCHAIN: [&str; 4] = ["cargo", "rustc", "cargo-lambda", "zig"];
 /// What deploying the bundle needs.
 const DEPLOY_TOOLS: [&str; 3] = ["sam", "aws", "cfn-lint"];
 const ARTIFACT_BUCKET: &str = "autoproxy-release-artifacts";
+/// The runbook of day 2 (upgrade, roll back, the alarms, removal), at its path in the bundle.
+const RUNBOOK: &str = "docs/RUNBOOK.md";
 
 /// `make dist`, once: the archive it wrote.
 fn archive() -> &'static Path {
@@ -208,6 +210,38 @@ fn the_bundle_holds_the_templates_and_a_readme_and_cfn_lint_passes() {
     let out = unpacked.run("cfn-lint", &templates, &[]);
     let report = succeeded("cfn-lint", &out);
     assert_eq!(report.trim(), "", "cfn-lint reported findings");
+}
+
+/// The runbook a bundle's user follows on day 2 is in the bundle, as the repository has it,
+/// and both the bundle's README and its copy of DEPLOY send the reader to it.
+#[test]
+fn the_bundle_carries_the_runbook_its_readme_and_deploy_name() {
+    let unpacked = Unpacked::new();
+    let runbook = std::fs::read_to_string(unpacked.dir.join(RUNBOOK))
+        .unwrap_or_else(|e| panic!("the bundle has no {RUNBOOK}: {e}"));
+    assert_eq!(
+        runbook,
+        std::fs::read_to_string(root().join(RUNBOOK)).unwrap(),
+        "{RUNBOOK} differs from the repository's"
+    );
+    for part in [
+        "## Upgrade",
+        "## Roll back",
+        "## When an alarm fires",
+        "## Remove",
+    ] {
+        assert!(
+            runbook.contains(&format!("\n{part}\n")),
+            "{RUNBOOK} has no {part}"
+        );
+    }
+    for doc in ["README.md", "docs/DEPLOY.md"] {
+        let text = std::fs::read_to_string(unpacked.dir.join(doc)).unwrap();
+        assert!(
+            text.contains("RUNBOOK.md"),
+            "the bundle's {doc} does not name its runbook"
+        );
+    }
 }
 
 #[test]
@@ -495,6 +529,8 @@ async fn the_readmes_aws_cli_deploy_runs_as_written() {
     let readme = std::fs::read_to_string(unpacked.dir.join("README.md")).unwrap();
     let script = aws_cli_block(&readme);
     assert!(script.contains("aws cloudformation deploy"), "{script}");
+    // In the shell where the README's first block set the stack's region.
+    let script = format!("region=us-east-1\n{script}");
     let out = Command::new("bash")
         .args(["-c", &script])
         .current_dir(&parent)

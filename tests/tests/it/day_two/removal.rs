@@ -1,4 +1,4 @@
-//! docs/DEPLOY.md's removal of a release ("Day 2 with a release bundle", "Remove"), where moto
+//! docs/RUNBOOK.md's removal of a release ("Remove"), where moto
 //! allows it: the block that empties the two retained buckets runs as written, under `sh`
 //! (dash), with the AWS CLI against moto, on a versioned config bucket holding more versions
 //! than one page and a delete marker for each key, and an unversioned access-log bucket; both
@@ -9,7 +9,7 @@ use std::process::Command;
 use autoproxy_tests::estate::versioned_bucket;
 use autoproxy_tests::moto::Moto;
 
-use super::{aws_first_on_path, deploy_block};
+use super::{aws_first_on_path, doc_block};
 
 #[tokio::test]
 async fn the_documented_removal_empties_a_versioned_bucket_and_deletes_it() {
@@ -48,7 +48,10 @@ async fn the_documented_removal_empties_a_versioned_bucket_and_deletes_it() {
             .unwrap();
     }
     // The block that empties and deletes both buckets, with the names step 1 saves.
-    let block = deploy_block("list-object-versions --bucket \"$bucket\"");
+    let block = doc_block(
+        "docs/RUNBOOK.md",
+        "list-object-versions --bucket \"$bucket\"",
+    );
     assert!(block.contains("aws s3api delete-bucket"), "{block}");
     let block = format!("config_bucket={bucket}\naccess_log_bucket={logs}\n{block}");
     let out = Command::new("dash")

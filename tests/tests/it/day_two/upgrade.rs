@@ -1,6 +1,6 @@
-//! docs/DEPLOY.md's upgrade and roll back of a release ("Day 2 with a release bundle"), its
-//! AWS CLI blocks run as written against moto: the first deploy (naming one parameter more),
-//! the upgrade to the next bundle, and the roll back, which the docs make the upgrade's block
+//! docs/RUNBOOK.md's upgrade and roll back of a release, its AWS CLI blocks run as written
+//! against moto, in a shell holding the runbook's values: the first deploy of docs/DEPLOY.md
+//! (naming one parameter more), the upgrade to the next bundle, and the roll back, which the docs make the upgrade's block
 //! run on the previous bundle. Each unpacks its bundle, packages it to the artifact bucket and
 //! deploys it through a change set from the template's URL in that bucket.
 //!
@@ -26,7 +26,7 @@ use autoproxy_tests::moto::Moto;
 use autoproxy_tests::user_data;
 use serde_yaml::{Mapping, Value};
 
-use super::{aws_first_on_path, deploy_block};
+use super::{VALUES, aws_first_on_path, doc_block};
 
 const PREVIOUS: &str = "0.1.0";
 const NEXT: &str = "0.2.0";
@@ -109,13 +109,14 @@ fn bundle(dir: &Path, version: &str) {
     assert!(status.success(), "tar -czf autoproxy-{version}.tar.gz");
 }
 
-/// `script` run by bash in `dir` with the AWS CLI against moto; its output.
+/// `script` run by bash in `dir` with the AWS CLI against moto, after the runbook's values;
+/// its output.
 fn run(moto: &Moto, dir: &Path, what: &str, script: &str) -> String {
     // The CLI hands CloudFormation the uploaded template's URL on its own endpoint; moto finds
     // the bucket in that URL's path only when its host is `localhost`.
     let endpoint = moto.endpoint().replace("127.0.0.1", "localhost");
     let out = Command::new("bash")
-        .args(["-e", "-c", script])
+        .args(["-e", "-c", &format!("{VALUES}{script}")])
         .current_dir(dir)
         .env("PATH", aws_first_on_path())
         .envs(moto.env())
@@ -199,10 +200,13 @@ fn the_documented_upgrade_and_roll_back_keep_the_parameters_the_stack_was_deploy
 
     // The first deploy, as documented, naming one more parameter (a value changed from its
     // default, which the next release drops).
-    let first = deploy_block(&format!(
-        "--s3-bucket {BUCKET} --region us-east-1 --capabilities CAPABILITY_IAM \\\n  \
-         --parameter-overrides PeeringProxyHostname={HOSTNAME}"
-    ));
+    let first = doc_block(
+        "docs/DEPLOY.md",
+        &format!(
+            "--s3-bucket {BUCKET} --region \"$region\" --capabilities CAPABILITY_IAM \\\n  \
+             --parameter-overrides PeeringProxyHostname={HOSTNAME}"
+        ),
+    );
     assert!(
         first.contains(&format!("tar -xzf autoproxy-{PREVIOUS}.tar.gz"))
             && first.contains("aws cloudformation deploy"),
@@ -226,9 +230,12 @@ fn the_documented_upgrade_and_roll_back_keep_the_parameters_the_stack_was_deploy
     );
 
     // The upgrade: the next bundle, no parameter named.
-    let upgrade = deploy_block(&format!(
-        "tar -xzf autoproxy-{NEXT}.tar.gz && cd autoproxy-{NEXT}\naws cloudformation package"
-    ));
+    let upgrade = doc_block(
+        "docs/RUNBOOK.md",
+        &format!(
+            "tar -xzf autoproxy-{NEXT}.tar.gz && cd autoproxy-{NEXT}\naws cloudformation package"
+        ),
+    );
     assert!(!upgrade.contains("--parameter-overrides"), "{upgrade}");
     run(&moto, dir, "the upgrade", &upgrade);
     holds(

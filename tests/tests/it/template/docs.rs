@@ -14,6 +14,8 @@ use super::keys_at;
 mod as_written;
 mod aws_cli;
 mod either_cli;
+mod region;
+mod runbook;
 
 /// Fails unless each of `expected` is in one of the problems `found`.
 fn reported(found: &[String], expected: &[&str]) {
@@ -25,8 +27,14 @@ fn reported(found: &[String], expected: &[&str]) {
     }
 }
 
-/// The docs whose commands are checked: the repository's, and the release bundle's README.
-const DOCS: [&str; 3] = ["README.md", "docs/DEPLOY.md", "tests/src/dist/README.md"];
+/// The docs whose commands are checked: the repository's (the runbook a bundle carries too),
+/// and the release bundle's README.
+const DOCS: [&str; 4] = [
+    "README.md",
+    "docs/DEPLOY.md",
+    "docs/RUNBOOK.md",
+    "tests/src/dist/README.md",
+];
 
 /// A code block: its info string (`sh`, `toml`, empty for an indented block) and its lines,
 /// the indentation of the block removed.

@@ -61,7 +61,7 @@ for item in json.load(sys.stdin):
 fn runnable(block: &Block) -> Vec<String> {
     raw_commands(block)
         .into_iter()
-        .map(|line| line.trim().to_owned())
+        .map(|line| captured(line.trim()).unwrap_or(line.trim()).to_owned())
         .filter(|line| {
             let aws = line.starts_with("aws ")
                 && !line.starts_with("aws cloudformation package")
@@ -78,12 +78,41 @@ fn runnable(block: &Block) -> Vec<String> {
         .collect()
 }
 
+/// The command a capture (`name=$(aws …)`, the whole line) runs: the docs save the stack's
+/// outputs and resources into variables that way.
+fn captured(line: &str) -> Option<&str> {
+    let (name, rest) = line.split_once("=$(")?;
+    let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let inner = rest.strip_suffix(')')?;
+    (valid && inner.starts_with("aws ") && !inner.contains("$(")).then_some(inner)
+}
+
 /// The shell variables the docs' blocks set for the commands after them (the stack's region,
-/// its name, the names saved before removal), as an operator's shell holds them.
-const SET: [(&str, &str); 6] = [
+/// its name, what the runbook's first block saves from its outputs and resources, the ids the
+/// bundle's README saves, the names saved before removal), as an operator's shell holds them.
+const SET: [(&str, &str); 19] = [
     ("region", "us-east-1"),
     ("stack", "autoproxy"),
+    ("generate", "autoproxy-GenerateFunction-1"),
+    ("configure", "autoproxy-ConfigureFunction-1"),
+    ("report", "autoproxy-FleetReportFunction-1"),
     ("config_bucket", "autoproxy-configbucket-1"),
+    (
+        "failed_queue",
+        "https://sqs.us-east-1.amazonaws.com/123456789012/autoproxy-FailedInvocationsQueue-1",
+    ),
+    (
+        "dead_events",
+        "https://sqs.us-east-1.amazonaws.com/123456789012/autoproxy-Route53EventsDeadLetterQueue-1",
+    ),
+    ("command_logs", "autoproxy-CommandLogGroup-1"),
+    ("generate_logs", "autoproxy-GenerateLogGroup-1"),
+    ("association", "11111111-2222-3333-4444-666666666666"),
+    ("since", "1700000000000"),
+    ("account", "123456789012"),
+    ("org", "o-abcd1234ef"),
+    ("root", "r-ab12"),
+    ("vpc", "vpc-0abc1234"),
     ("access_log_bucket", "autoproxy-accesslogbucket-1"),
     (
         "sam_bucket",
@@ -239,4 +268,15 @@ fn a_v2_only_option_a_literal_payload_or_bash_in_an_sh_block_is_reported() {
         found.iter().any(|f| f.contains("is not JSON")),
         "{found:#?}"
     );
+}
+
+#[test]
+fn a_capture_runs_its_aws_command_through_the_cli_too() {
+    let doc = "```sh\nname=$(aws lambda get-function --function-name f --no-such-option \\\n  \
+               --query Configuration.Version --output text)\n```\n";
+    let (found, called) = problems("x", doc);
+    assert_eq!(called, 0, "{found:#?}");
+    reported(&found, &["Unknown options: --no-such-option"]);
+    let right = doc.replace(" --no-such-option", "");
+    assert_eq!(problems("x", &right), (Vec::new(), 1));
 }
