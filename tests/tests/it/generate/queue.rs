@@ -63,6 +63,18 @@ async fn batch_run(deps: &Deps, payload: &Value) -> autoproxy_generate::handler:
     }
 }
 
+/// Changes each zone of `group` and runs the batch of their events (message ids `m{n}-…`).
+async fn changes_run(estate: &Estate, deps: &Deps, n: usize, group: &[Seeded]) -> Summary {
+    let mut records = Vec::new();
+    for zone in group {
+        change(&estate.own, zone, 0).await;
+        records.push(record(&format!("m{n}-{}", zone.id), OWN_ACCOUNT, &zone.id));
+    }
+    batch_run(deps, &json!({ "Records": records }))
+        .await
+        .summary
+}
+
 /// One batch of 500 records naming 20 zones: one run, one Route53 read per zone (no listing),
 /// one publish, and every zone's last change in it.
 #[tokio::test]
@@ -114,14 +126,7 @@ async fn a_lone_change_waits_for_no_spacing_a_burst_does() {
         .into_iter()
         .enumerate()
     {
-        let mut records = Vec::new();
-        for zone in group {
-            change(&estate.own, zone, 0).await;
-            records.push(record(&format!("m{n}-{}", zone.id), OWN_ACCOUNT, &zone.id));
-        }
-        let summary = batch_run(&deps, &json!({ "Records": records }))
-            .await
-            .summary;
+        let summary = changes_run(&estate, &deps, n, group).await;
         assert!(summary.published, "{summary:?}");
         let routed = snis(&estate.artifact().await.text);
         assert!(
@@ -148,14 +153,7 @@ async fn without_a_queue_a_burst_waits_for_nothing() {
     let deps = estate.deps(&[]).await;
     run(&deps, &json!({}), AT).await;
     for (n, group) in zones[..4].chunks(2).enumerate() {
-        let mut records = Vec::new();
-        for zone in group {
-            change(&estate.own, zone, 0).await;
-            records.push(record(&format!("m{n}-{}", zone.id), OWN_ACCOUNT, &zone.id));
-        }
-        let summary = batch_run(&deps, &json!({ "Records": records }))
-            .await
-            .summary;
+        let summary = changes_run(&estate, &deps, n, group).await;
         assert!(summary.published, "{summary:?}");
         let waited = summary.queue.unwrap().waited_ms;
         assert_eq!(waited, 0, "burst {n} waited {waited} ms");
