@@ -200,30 +200,13 @@ pub fn counts(states: &[AccountState]) -> Counts {
     counts
 }
 
-/// Unix seconds of an RFC 3339 time; `None` when it is not one.
-pub fn unix_seconds(time: &str) -> Option<u64> {
-    use aws_sdk_route53::primitives::{DateTime, DateTimeFormat};
-    DateTime::from_str(time, DateTimeFormat::DateTime)
-        .ok()
-        .and_then(|time| u64::try_from(time.secs()).ok())
-}
-
-/// Unix seconds as RFC 3339 UTC, for a person to read.
-pub fn rfc3339(unix: u64) -> String {
-    use aws_sdk_route53::primitives::{DateTime, DateTimeFormat};
-    let secs = i64::try_from(unix).unwrap_or(i64::MAX);
-    DateTime::from_secs(secs)
-        .fmt(DateTimeFormat::DateTime)
-        .unwrap_or_else(|_| format!("{unix} (Unix seconds)"))
-}
-
 /// How long the longest-failing account has failed, in whole minutes (0 when none fails): the
 /// one figure an alarm needs, whatever the number of accounts.
 pub fn longest_failing_minutes(states: &[AccountState], now_unix: u64) -> u64 {
     states
         .iter()
         .filter(|state| state.state == State::Failing)
-        .filter_map(|state| unix_seconds(&state.since))
+        .filter_map(|state| crate::time::unix_seconds(&state.since))
         .map(|since| now_unix.saturating_sub(since) / 60)
         .max()
         .unwrap_or(0)
@@ -415,9 +398,8 @@ mod tests {
             ),
             (1, 2, 1, 1, 1)
         );
-        let now = unix_seconds(T1).unwrap() + 90;
+        let now = crate::time::unix_seconds(T1).unwrap() + 90;
         assert_eq!(longest_failing_minutes(&states, now), 61);
         assert_eq!(longest_failing_minutes(&states[..1], now), 0);
-        assert_eq!(unix_seconds("yesterday"), None);
     }
 }

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::accounts::{Outcome, never_assumed};
-use crate::manifest::{Manifest, ZoneEntry, zone_key};
+use crate::manifest::{Manifest, ZoneEntry, is_accounts, zone_key};
 use crate::model::{Zone, ZoneKey, ZoneRecords};
 use crate::names::HostName;
 use crate::networks::Borders;
@@ -272,13 +272,13 @@ fn keep_account(swept: &mut Swept, base: &Manifest, account: &str, err: &ScanErr
     let still_pending = base
         .pending
         .iter()
-        .filter(|key| key.starts_with(&format!("{account}/")))
+        .filter(|key| is_accounts(key, account))
         .cloned();
     swept.manifest.pending.extend(still_pending);
     let still_unread = base
         .unread
         .iter()
-        .filter(|(key, _)| key.starts_with(&format!("{account}/")));
+        .filter(|(key, _)| is_accounts(key, account));
     swept
         .manifest
         .unread
@@ -292,7 +292,7 @@ fn keep_account(swept: &mut Swept, base: &Manifest, account: &str, err: &ScanErr
         swept
             .manifest
             .zones
-            .insert(format!("{}/{}", entry.account, entry.id), entry.clone());
+            .insert(zone_key(&entry.key()), entry.clone());
     }
 }
 

@@ -315,10 +315,7 @@ pub struct FleetReport {
 impl Record {
     /// When the apply ended, in Unix seconds; `None` when `at` is not RFC 3339.
     pub fn at_unix(&self) -> Option<u64> {
-        use aws_sdk_s3::primitives::{DateTime, DateTimeFormat};
-        DateTime::from_str(&self.at, DateTimeFormat::DateTime)
-            .ok()
-            .and_then(|t| u64::try_from(t.secs()).ok())
+        crate::time::unix_seconds(&self.at)
     }
 }
 

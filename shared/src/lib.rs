@@ -2,7 +2,7 @@
 //!
 //! The pure core (no I/O): [`names`], [`near_miss`], [`rules`], [`model`], [`render`],
 //! [`artifact`], [`ownership`], [`diff`], [`fleet`], [`manifest`], [`publish`], [`settings`],
-//! [`accounts`], [`warnings`], [`networks`]. The edges are few and named for what they talk to: [`route53`],
+//! [`accounts`], [`warnings`], [`networks`], [`time`]. The edges are few and named for what they talk to: [`route53`],
 //! [`organizations`], [`discovery`], [`s3`], [`metrics`].
 
 pub mod accounts;
@@ -26,6 +26,7 @@ pub mod route53;
 pub mod rules;
 pub mod s3;
 pub mod settings;
+pub mod time;
 pub mod warnings;
 
 /// At most `max_bytes` of `text`, cut at a character boundary and marked `…` where cut: how

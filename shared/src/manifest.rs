@@ -105,12 +105,30 @@ impl Default for Manifest {
     }
 }
 
-/// The manifest's key for a zone.
+/// The manifest's key for a zone: `<account>/<zone id>`.
 pub fn zone_key(key: &ZoneKey) -> String {
     format!("{}/{}", key.account, key.id)
 }
 
+/// The account of a manifest key ([`zone_key`]); `None` for a key that is not one.
+pub fn key_account(key: &str) -> Option<&str> {
+    key.split_once('/').map(|(account, _)| account)
+}
+
+/// Whether `key`, a manifest key ([`zone_key`]), is one of `account`'s zones.
+pub fn is_accounts(key: &str, account: &str) -> bool {
+    key_account(key) == Some(account)
+}
+
 impl ZoneEntry {
+    /// The zone's account and id: its manifest key is [`zone_key`] of it.
+    pub fn key(&self) -> ZoneKey {
+        ZoneKey {
+            account: self.account.clone(),
+            id: self.id.clone(),
+        }
+    }
+
     /// What `rules` make of a zone's records, as a sweep stores it.
     pub fn matched(
         zone: &Zone,
@@ -261,7 +279,7 @@ impl Manifest {
         }
         for state in &self.accounts {
             if !crate::model::is_account_id(&state.account)
-                || crate::accounts::unix_seconds(&state.since).is_none()
+                || crate::time::unix_seconds(&state.since).is_none()
             {
                 return Err(format!(
                     "account state {:?} since {:?}: expected a 12-digit account and an RFC 3339 \

@@ -15,6 +15,7 @@ pub mod estate;
 pub mod eventbridge;
 pub mod fault_proxy;
 pub mod freeze;
+pub mod generator;
 pub mod golden;
 pub mod hanging_endpoint;
 pub mod haproxy_version;

@@ -259,7 +259,9 @@ impl Pipeline {
                     .await
                     .map_err(|e| step_error(function, e))?;
                 // As the Lambda entry point runs it (a queued batch included), without a budget.
-                let reply = handler::handle_payload(&deps, payload, None)
+                let invocation =
+                    handler::Invocation::parse(payload).map_err(|e| step_error(function, e))?;
+                let reply = handler::handle(&deps, invocation, None)
                     .await
                     .map_err(|e| step_error(function, e))?;
                 serde_json::to_value(reply).map_err(|e| step_error(function, e))

@@ -6,7 +6,8 @@
 //! `maxReceiveCount`, moves it to the dead-letter queue.
 
 use autoproxy::excerpt;
-use serde::Serialize;
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::trigger::{Changes, TriggerError, route53_change};
@@ -27,40 +28,46 @@ pub struct Refused {
     pub error: TriggerError,
 }
 
-/// One `batchItemFailures` entry: the record SQS keeps for a retry.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ItemFailure {
-    #[serde(rename = "itemIdentifier")]
-    pub item_identifier: String,
-}
-
 /// A batch that cannot be answered record by record: nothing was read or written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "expected an SQS batch whose every record has a \"messageId\" and a \"body\" string; got {got}"
-)]
-pub struct BatchError {
-    pub got: String,
+pub enum BatchError {
+    /// A record without its message id or body: SQS could not be told which to keep.
+    #[error(
+        "expected an SQS batch whose every record has a \"messageId\" and a \"body\" string; \
+         got {got}"
+    )]
+    Unnamed { got: String },
+    /// A field of the SQS event of another type than SQS sends.
+    #[error("expected an SQS batch as the event source mapping sends it ({why}); got {got}")]
+    Shape { why: String, got: String },
 }
 
 /// How much of a refused record an error quotes.
 const QUOTED_CHARS: usize = 200;
 
 /// `Some` when `payload` is an SQS batch: any record of `Records` with `eventSource`
-/// `aws:sqs`. Anything else is no batch (`None`) and is judged as an event of its own.
+/// `aws:sqs`. Anything else is no batch (`None`) and is judged as an event of its own. The
+/// records are read as `aws_lambda_events`' `SqsEvent`.
 pub fn parse(payload: &Value) -> Option<Result<Batch, BatchError>> {
     let records = payload.get("Records")?.as_array()?;
     let from_sqs = |record: &Value| record["eventSource"].as_str() == Some("aws:sqs");
     if !records.iter().any(from_sqs) {
         return None;
     }
+    let event = match SqsEvent::deserialize(payload) {
+        Ok(event) => event,
+        Err(err) => {
+            return Some(Err(BatchError::Shape {
+                why: err.to_string(),
+                got: excerpt(&payload.to_string(), QUOTED_CHARS),
+            }));
+        }
+    };
     let mut batch = Batch::default();
-    for record in records {
-        let (Some(message_id), Some(body)) =
-            (record["messageId"].as_str(), record["body"].as_str())
-        else {
-            return Some(Err(BatchError {
-                got: excerpt(&record.to_string(), QUOTED_CHARS),
+    for (record, raw) in event.records.iter().zip(records) {
+        let (Some(message_id), Some(body)) = (&record.message_id, &record.body) else {
+            return Some(Err(BatchError::Unnamed {
+                got: excerpt(&raw.to_string(), QUOTED_CHARS),
             }));
         };
         batch.add(message_id, body);
@@ -80,14 +87,11 @@ impl Batch {
         }
     }
 
-    /// The records SQS must keep: those refused.
-    pub fn failures(&self) -> Vec<ItemFailure> {
-        self.refused
-            .iter()
-            .map(|refused| ItemFailure {
-                item_identifier: refused.message_id.clone(),
-            })
-            .collect()
+    /// The batch's answer to SQS: the records it must keep, those refused.
+    pub fn failures(&self) -> SqsBatchResponse {
+        let mut response = SqsBatchResponse::default();
+        response.set_failures(self.refused.iter().map(|refused| &refused.message_id));
+        response
     }
 }
 
@@ -146,7 +150,7 @@ mod tests {
                 .iter()
                 .all(|ZoneKey { account, .. }| account == "123456789012")
         );
-        assert_eq!(batch.failures(), vec![]);
+        assert_eq!(batch.failures().batch_item_failures, vec![]);
     }
 
     /// A record that holds no Route53 event fails alone; the others are read.
@@ -162,6 +166,7 @@ mod tests {
         assert_eq!(batch.changes.events(), 1);
         let failed: Vec<String> = batch
             .failures()
+            .batch_item_failures
             .into_iter()
             .map(|f| f.item_identifier)
             .collect();
@@ -169,7 +174,7 @@ mod tests {
         let answer = serde_json::to_value(batch.failures()).unwrap();
         assert_eq!(
             answer,
-            json!([{"itemIdentifier": "schedule"}, {"itemIdentifier": "not-json"}])
+            json!({"batchItemFailures": [{"itemIdentifier": "schedule"}, {"itemIdentifier": "not-json"}]})
         );
         assert!(batch.refused[1].error.to_string().contains("{not json"));
     }
@@ -193,7 +198,7 @@ mod tests {
         );
         assert_eq!(
             serde_json::to_value(batch.failures()).unwrap(),
-            json!([{"itemIdentifier": "other"}])
+            json!({"batchItemFailures": [{"itemIdentifier": "other"}]})
         );
         let why = batch.refused[0].error.to_string();
         assert!(why.contains("recipientAccountId"), "{why}");
@@ -206,6 +211,44 @@ mod tests {
         assert_eq!(parse(&json!({"Records": "x"})), None);
         let unnamed = json!({"Records": [{"eventSource": "aws:sqs", "body": "{}"}]});
         let err = parse(&unnamed).unwrap().unwrap_err();
+        assert!(matches!(err, BatchError::Unnamed { .. }), "{err:?}");
         assert!(err.to_string().contains("messageId"), "{err}");
+        // A record beside the SQS ones that is not SQS's has no message id either.
+        let mixed = json!({"Records": [
+            {"messageId": "m1", "eventSource": "aws:sqs", "body": "{}"},
+            {"eventSource": "aws:s3", "s3": {}},
+        ]});
+        let err = parse(&mixed).unwrap().unwrap_err();
+        assert!(matches!(err, BatchError::Unnamed { .. }), "{err:?}");
+        assert!(err.to_string().contains("aws:s3"), "{err}");
+    }
+
+    /// A field of another type than SQS sends refuses the whole batch, naming the field's
+    /// problem: SQS could not be told which record to keep.
+    #[test]
+    fn a_batch_of_another_shape_is_refused_whole() {
+        for (record, why) in [
+            (
+                json!({"messageId": 7, "eventSource": "aws:sqs", "body": "{}"}),
+                "invalid type: integer `7`, expected a string",
+            ),
+            (
+                json!({"messageId": "m1", "eventSource": "aws:sqs", "body": {"detail": {}}}),
+                "invalid type: map, expected a string",
+            ),
+            (
+                json!({"messageId": "m1", "eventSource": "aws:sqs", "body": "{}", "attributes": {"ApproximateReceiveCount": 1}}),
+                "invalid type: integer `1`, expected a string",
+            ),
+        ] {
+            let err = parse(&json!({ "Records": [record] })).unwrap().unwrap_err();
+            assert!(matches!(err, BatchError::Shape { .. }), "{err:?}");
+            let text = err.to_string();
+            assert!(text.contains(why) && text.contains("\"Records\""), "{text}");
+        }
+        // SQS's own null for a map it has nothing in is read as empty.
+        let nulls = json!({"Records": [{"messageId": "m1", "eventSource": "aws:sqs", "body": "{}", "attributes": null, "messageAttributes": null}]});
+        let batch = parse(&nulls).unwrap().unwrap();
+        assert_eq!(batch.refused.len(), 1);
     }
 }

@@ -12,29 +12,29 @@ use autoproxy::publish::Decision;
 use autoproxy::render::{RenderError, RenderInput, Renderer};
 use autoproxy::route53::AccountRoute53;
 use autoproxy::s3::{CurrentConfig, StoreError};
-use lambda_runtime::{Diagnostic, LambdaEvent};
+use autoproxy::time::Stamp;
+use aws_lambda_events::event::sqs::SqsBatchResponse;
+use lambda_runtime::{Context, Diagnostic, LambdaEvent};
 use serde::Serialize;
 use serde_json::Value;
 use tracing::{info, warn};
 
-use crate::batch::{self, Batch, BatchError, ItemFailure};
+use crate::batch::Batch;
 pub use crate::deps::{Deps, ProxyVpcsError, sdk_config, vpc_zones};
-use crate::explain::{self, ExplainError, ExplainFailed, Explanation};
+use crate::explain::{self, ExplainFailed, Explanation};
+pub use crate::invocation::{Invocation, InvocationError};
 use crate::members::Members;
 use crate::plan::{self, Plan, Write};
 use crate::queue::{self, QueueRun};
 use crate::report::{Costs, Route53Calls, report_run};
-use crate::trigger::{self, Trigger, TriggerError};
+use crate::trigger::Trigger;
 
-/// Why a run failed. Nothing was published.
+/// Why an invocation failed. Nothing was published.
 #[derive(Debug, thiserror::Error)]
 pub enum GenerateError {
+    /// The payload is none of the accepted shapes: nothing was read.
     #[error(transparent)]
-    Trigger(#[from] TriggerError),
-    #[error(transparent)]
-    Batch(#[from] BatchError),
-    #[error(transparent)]
-    Explain(#[from] ExplainError),
+    Invalid(#[from] InvocationError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -50,26 +50,27 @@ pub enum GenerateError {
     ProxyVpcs(#[from] ProxyVpcsError),
     #[error("rendering haproxy.cfg failed, nothing published: {0}")]
     Render(#[source] RenderError),
-    /// The run's time stamp is the floor of the next generation: without it, nothing runs.
-    #[error(
-        "generated_at: expected an RFC 3339 time no earlier than 1970 (2026-11-23T03:14:02Z), got \
-         {0:?}; nothing read or published"
-    )]
-    GeneratedAt(String),
+}
+
+/// An explanation's failed read fails it as the same read fails a run.
+impl From<ExplainFailed> for GenerateError {
+    fn from(failed: ExplainFailed) -> Self {
+        match failed {
+            ExplainFailed::Store(err) => GenerateError::Store(err),
+            ExplainFailed::ProxyVpcs(err) => GenerateError::ProxyVpcs(err),
+        }
+    }
 }
 
 impl From<GenerateError> for Diagnostic {
     fn from(err: GenerateError) -> Self {
         let kind = match &err {
-            GenerateError::Trigger(_) | GenerateError::Batch(_) | GenerateError::Explain(_) => {
-                "InvalidEvent"
-            }
+            GenerateError::Invalid(_) => "InvalidEvent",
             GenerateError::Store(_) => "S3Error",
             GenerateError::Sweep(_) => "ScanFailed",
             GenerateError::Members(_) => "OrganizationsFailed",
             GenerateError::ProxyVpcs(_) => "ProxyVpcsFailed",
             GenerateError::Render(_) => "RenderFailed",
-            GenerateError::GeneratedAt(_) => "InvalidTime",
         };
         Diagnostic {
             error_type: kind.to_owned(),
@@ -107,12 +108,12 @@ pub struct Summary {
 }
 
 /// What one invocation returns. Untagged: each kind serialises exactly as its own type, so a
-/// run answers as it always has.
+/// run answers as it always has. Each is boxed: all three are large, and the reply is built
+/// once per invocation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum Reply {
-    /// A run: every trigger but `explain` (boxed, as the other: both are large, and the reply
-    /// is built once per invocation).
+    /// A run of a [`Trigger`]: the schedule, a manual payload, one CloudTrail event.
     Run(Box<Summary>),
     /// For `{"explain": "<name>"}`.
     Explain(Box<Explanation>),
@@ -121,47 +122,71 @@ pub enum Reply {
 }
 
 /// What a batch of the event queue gets back: the run's summary, and the records SQS must
-/// keep (`ReportBatchItemFailures`; empty when every record was read).
+/// keep (`batchItemFailures`, for `ReportBatchItemFailures`; empty when every record was read).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct BatchReply {
     #[serde(flatten)]
     pub summary: Summary,
-    #[serde(rename = "batchItemFailures")]
-    pub batch_item_failures: Vec<ItemFailure>,
+    #[serde(flatten)]
+    pub response: SqsBatchResponse,
 }
+
+/// The function's timeout: `GenerateFunction`'s `Timeout` in template.yaml, Lambda's longest.
+pub const FUNCTION_TIMEOUT: Duration = Duration::from_secs(900);
 
 /// Time kept back from the Lambda deadline for rendering and publishing after the reads: this,
 /// or a quarter of the invocation's time when that is less (see [`publish_reserve`]).
 pub const PUBLISH_RESERVE: Duration = Duration::from_secs(60);
 
 /// What a run keeps back for publishing when `remaining` is left of its invocation:
-/// [`PUBLISH_RESERVE`] of the 900 s the stack gives, a quarter of a shorter time (a test's,
-/// or a timeout lowered by hand), which would otherwise read nothing at all.
+/// [`PUBLISH_RESERVE`] of the [`FUNCTION_TIMEOUT`] the stack gives, a quarter of a shorter
+/// time (a test's, or a timeout lowered by hand), which would otherwise read nothing at all.
 pub fn publish_reserve(remaining: Duration) -> Duration {
     PUBLISH_RESERVE.min(remaining / 4)
 }
 
-/// The Lambda entry point: `{"explain": …}` answers without running; anything else is a run
-/// (a sweep, or an event run) that stops starting zone reads [`publish_reserve`] before the
-/// function's deadline.
+/// The Lambda entry point: the payload read once as an [`Invocation`], handled with a time
+/// budget that stops zone reads [`publish_reserve`] before the function's deadline.
 pub async fn function_handler(
     deps: &Deps,
     event: LambdaEvent<Value>,
 ) -> Result<Reply, GenerateError> {
-    if let Some(request) = explain::request(&event.payload) {
-        let answer = explain::explain(deps, &request?)
-            .await
-            .map_err(|failed| match failed {
-                ExplainFailed::Store(err) => GenerateError::Store(err),
-                ExplainFailed::ProxyVpcs(err) => GenerateError::ProxyVpcs(err),
-            })?;
-        return Ok(Reply::Explain(Box::new(answer)));
+    let invocation = Invocation::parse(&event.payload)?;
+    handle(deps, invocation, reads_deadline(&event.context)).await
+}
+
+/// One invocation, each kind's path in one place. A run is stamped when it starts (a batch's
+/// after it has gathered the queue) and starts no zone read after `deadline`.
+pub async fn handle(
+    deps: &Deps,
+    invocation: Invocation,
+    deadline: Option<tokio::time::Instant>,
+) -> Result<Reply, GenerateError> {
+    match invocation {
+        // Reads the config, the manifest and the zones that may hold the name; writes nothing.
+        Invocation::Explain(name) => {
+            let answer = explain::explain(deps, &name).await?;
+            Ok(Reply::Explain(Box::new(answer)))
+        }
+        // Gathers what else waits in the queue, one run of the zones named, then deletes.
+        Invocation::Batch(batch) => {
+            let reply = batch_run(deps, batch, deadline).await?;
+            Ok(Reply::Batch(Box::new(reply)))
+        }
+        // The schedule and a manual payload sweep; one CloudTrail event reads its zone.
+        Invocation::Run(trigger) => {
+            let summary = run(deps, &trigger, Stamp::now(), deadline).await?;
+            Ok(Reply::Run(Box::new(summary)))
+        }
     }
-    // A deadline already past when the invocation starts is not one Lambda sends: `cargo lambda
-    // watch` (1.9) sends the timeout itself (600000 ms), which reads as 1970. Under it every
-    // run would read no zone at all; run without a budget instead.
-    let deadline = match event
-        .context
+}
+
+/// When zone reads stop: [`publish_reserve`] before the invocation's deadline. A deadline
+/// already past when the invocation starts is not one Lambda sends: `cargo lambda watch` (1.9)
+/// sends the timeout itself (600000 ms), which reads as 1970. Under it every run would read no
+/// zone at all; run without a budget instead.
+fn reads_deadline(context: &Context) -> Option<tokio::time::Instant> {
+    match context
         .deadline()
         .duration_since(std::time::SystemTime::now())
     {
@@ -170,57 +195,19 @@ pub async fn function_handler(
         }
         Err(_) => {
             warn!(
-                deadline_ms = event.context.deadline,
+                deadline_ms = context.deadline,
                 "the invocation's deadline has already passed (a local emulator?): no time budget"
             );
             None
         }
-    };
-    handle_payload(deps, &event.payload, deadline).await
-}
-
-/// One invocation's run, callable from tests: a batch of the event queue, or any other event
-/// (stamped now).
-pub async fn handle_payload(
-    deps: &Deps,
-    payload: &Value,
-    deadline: Option<tokio::time::Instant>,
-) -> Result<Reply, GenerateError> {
-    if let Some(batch) = batch::parse(payload) {
-        let reply = handle_batch(deps, batch?, deadline).await?;
-        return Ok(Reply::Batch(Box::new(reply)));
     }
-    handle_until(deps, payload, &now_rfc3339(), deadline)
-        .await
-        .map(|summary| Reply::Run(Box::new(summary)))
-}
-
-/// One run without a time budget, callable from tests: `generated_at` is the time stamped
-/// into the header.
-pub async fn handle(
-    deps: &Deps,
-    payload: &Value,
-    generated_at: &str,
-) -> Result<Summary, GenerateError> {
-    handle_until(deps, payload, generated_at, None).await
-}
-
-/// One run that starts no zone read after `deadline`.
-pub async fn handle_until(
-    deps: &Deps,
-    payload: &Value,
-    generated_at: &str,
-    deadline: Option<tokio::time::Instant>,
-) -> Result<Summary, GenerateError> {
-    let trigger = trigger::parse(payload)?;
-    run(deps, &trigger, generated_at, deadline).await
 }
 
 /// A batch of the event queue as one run (see [`queue`]): take what else waits in the queue
 /// (a burst soon after an event run's publish waits out the spacing first), read each zone
 /// named once, write, then delete the messages taken. A failed run deletes nothing: SQS shows
 /// the batch and the taken messages again.
-pub async fn handle_batch(
+async fn batch_run(
     deps: &Deps,
     mut batch: Batch,
     deadline: Option<tokio::time::Instant>,
@@ -228,12 +215,13 @@ pub async fn handle_batch(
     let records = batch.changes.events() + batch.refused.len();
     // Only the mapping's own records are its to keep (an id it did not deliver would fail the
     // whole batch); a taken message that is refused is simply not deleted.
-    let batch_item_failures = batch.failures();
-    // Taken messages stay hidden at least until this invocation ends: the time left to the
-    // reads' deadline plus the most kept back from it for publishing, rounded up to whole
-    // seconds by the take (900 s, Lambda's longest, without a deadline).
+    let response = batch.failures();
+    // How long a taken message stays hidden, asked at each take: the time left to the reads'
+    // deadline plus the most ever kept back from it for publishing (PUBLISH_RESERVE), which is
+    // at least until this invocation ends and at most a minute past it (rounded up to whole
+    // seconds by the take); the whole FUNCTION_TIMEOUT without a deadline.
     let hold = || {
-        deadline.map_or(Duration::from_secs(900), |deadline| {
+        deadline.map_or(FUNCTION_TIMEOUT, |deadline| {
             deadline.saturating_duration_since(tokio::time::Instant::now()) + PUBLISH_RESERVE
         })
     };
@@ -247,7 +235,7 @@ pub async fn handle_batch(
         "queue run"
     );
     let trigger = Trigger::Route53(batch.changes.clone());
-    let mut summary = run(deps, &trigger, &now_rfc3339(), deadline).await?;
+    let mut summary = run(deps, &trigger, Stamp::now(), deadline).await?;
     if let Some(queue) = &deps.queue
         && !drained.receipts.is_empty()
     {
@@ -262,25 +250,24 @@ pub async fn handle_batch(
     for refused in &batch.refused {
         warn!(message_id = %refused.message_id, error = %refused.error, "queued message refused (no Route53 event, or one naming another account): left to SQS's retries");
     }
-    Ok(BatchReply {
-        summary,
-        batch_item_failures,
-    })
+    Ok(BatchReply { summary, response })
 }
 
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// One run of `trigger`: the reads, the [`plan`], then the writes it decided.
-async fn run(
+/// One run of `trigger` stamped `at` (the floor of its generation, its header's
+/// `generated-at`): the reads, the [`plan`], then the writes it decided. No zone read starts
+/// after `deadline`.
+pub async fn run(
     deps: &Deps,
     trigger: &Trigger,
-    generated_at: &str,
+    at: Stamp,
     deadline: Option<tokio::time::Instant>,
 ) -> Result<Summary, GenerateError> {
     let started = Instant::now();
-    let now_unix = unix_seconds(generated_at)?;
+    let generated_at = at.to_string();
     info!(trigger = %trigger.label(), "run started");
 
     let (current, previous) = read_state(deps).await?;
@@ -305,7 +292,7 @@ async fn run(
             proxies: &deps.settings.proxy_hostnames,
             options: &deps.settings.render_options,
             generation,
-            generated_at,
+            generated_at: &generated_at,
             trigger: &label,
         };
         renderer.render_within(&input, &borders)
@@ -317,8 +304,7 @@ async fn run(
         previous: previous.as_ref(),
         swept,
         associated: associated.as_ref(),
-        now_unix,
-        now: generated_at,
+        now: at,
         max_rule_drop_percent: deps.settings.max_rule_drop_percent,
         grace_hours: deps.settings.ownership_grace_hours,
         config_location: &location,
@@ -329,7 +315,7 @@ async fn run(
     }
     let version_id = write(deps, &plan, current.as_ref()).await?;
     let published = plan.publishes();
-    let metrics = report_run(&plan, zones_scanned, &costs, started, now_unix);
+    let metrics = report_run(&plan, zones_scanned, &costs, started, at.unix());
     Ok(Summary {
         config: trigger.dry_run().then(|| plan.rendered.text.clone()),
         trigger: label,
@@ -497,50 +483,6 @@ async fn write(
                 "published"
             );
             Ok(version_id)
-        }
-    }
-}
-
-/// A run's `generated_at` (RFC 3339, as [`now_rfc3339`] writes it) in Unix seconds.
-fn unix_seconds(generated_at: &str) -> Result<u64, GenerateError> {
-    use aws_smithy_types::date_time::{DateTime, Format};
-    DateTime::from_str(generated_at, Format::DateTime)
-        .ok()
-        .and_then(|time| u64::try_from(time.secs()).ok())
-        .ok_or_else(|| GenerateError::GeneratedAt(generated_at.to_owned()))
-}
-
-/// Now, as RFC 3339 UTC to the second.
-pub fn now_rfc3339() -> String {
-    use aws_smithy_types::date_time::{DateTime, Format};
-    let now = DateTime::from(std::time::SystemTime::now());
-    let secs = DateTime::from_secs(now.secs());
-    secs.fmt(Format::DateTime).unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn generated_at_is_read_as_unix_seconds_or_refused() {
-        assert_eq!(unix_seconds("2026-11-23T03:14:02Z").unwrap(), 1_795_403_642);
-        assert_eq!(unix_seconds("1970-01-01T00:00:00Z").unwrap(), 0);
-        let clock = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs();
-        assert!(unix_seconds(&now_rfc3339()).unwrap().abs_diff(clock) <= 1);
-        for bad in [
-            "",
-            "yesterday",
-            "1795403642",
-            "2026-11-23",
-            "1969-12-31T23:59:59Z",
-        ] {
-            let err = unix_seconds(bad).unwrap_err();
-            assert!(matches!(err, GenerateError::GeneratedAt(ref got) if got == bad));
-            assert!(err.to_string().contains(&format!("got {bad:?}")), "{err}");
         }
     }
 }

@@ -4,6 +4,7 @@ pub mod batch;
 pub mod deps;
 pub mod explain;
 pub mod handler;
+pub mod invocation;
 pub mod members;
 mod plan;
 pub mod queue;

@@ -12,6 +12,7 @@ use autoproxy::publish::{self, Current, Decision, Hold};
 use autoproxy::render::{RenderError, Rendered};
 use autoproxy::rules::merge_claims;
 use autoproxy::s3::CurrentConfig;
+use autoproxy::time::Stamp;
 use autoproxy::warnings::reported;
 
 use crate::trigger::Trigger;
@@ -41,9 +42,8 @@ pub struct Inputs<'a> {
     pub swept: Swept,
     /// The zones of the proxy VPCs when `PROXY_VPCS` is set; `None` for first-holder mode.
     pub associated: Option<&'a BTreeSet<ZoneKey>>,
-    /// The run's time (the floor of the next generation), and as RFC 3339 (account states).
-    pub now_unix: u64,
-    pub now: &'a str,
+    /// The run's time: the floor of the next generation, and when account states change.
+    pub now: Stamp,
     pub max_rule_drop_percent: u8,
     /// How long an absent holder keeps an SNI outside every zone (`OWNERSHIP_GRACE_HOURS`).
     pub grace_hours: u64,
@@ -105,7 +105,6 @@ pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError
         previous,
         swept,
         associated,
-        now_unix,
         now,
         max_rule_drop_percent,
         grace_hours,
@@ -123,7 +122,7 @@ pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError
     warnings.extend(holds.iter().map(ToString::to_string));
     let remembered = previous.map(Holders::of).unwrap_or_default();
     let mode = associated.map_or(Mode::FirstHolder, Mode::Vpc);
-    let grace = Grace::hours(now_unix, grace_hours);
+    let grace = Grace::hours(now.unix(), grace_hours);
     let unread_zones = manifest.unread_entries();
     let owned =
         ownership::owned_routes_beside(&manifest.zones, &unread_zones, &remembered, mode, grace);
@@ -142,7 +141,7 @@ pub fn plan(inputs: Inputs<'_>, render: &Render<'_>) -> Result<Plan, RenderError
     let decision = decision(current, &same_generation, routes.len(), guard.estate());
     let changed = decision != Decision::Unchanged;
     let rendered = if changed {
-        render(&routes, publish::next_generation(recorded, now_unix))?
+        render(&routes, publish::next_generation(recorded, now.unix()))?
     } else {
         same_generation
     };
@@ -336,8 +335,7 @@ mod tests {
             previous,
             swept,
             associated: None,
-            now_unix: now,
-            now: "2026-11-23T03:14:02Z",
+            now: Stamp::from_unix(now),
             max_rule_drop_percent: 50,
             grace_hours: 24,
             config_location: "s3://bucket/haproxy/haproxy.cfg",

@@ -6,6 +6,7 @@
 //! first waits until [`PUBLISH_SPACING`] has passed since it: the events of that wait join the
 //! run, and a burst costs the proxies a few applies, not one per event. A lone change, and the
 //! first burst after a quiet spell or a scheduled, manual or deploy run, wait for no spacing.
+//! Without a queue configured nothing can join a batch: it waits for nothing.
 
 use std::time::{Duration, SystemTime};
 
@@ -27,8 +28,9 @@ pub const PUBLISH_SPACING: Duration = Duration::from_secs(20);
 /// latency: half a second.
 pub const BURST_WINDOW: Duration = Duration::from_millis(500);
 
-/// The most messages a run takes from the queue besides its batch, all its takes together
-/// (up to three: see [`gather`]): a bound on its memory (SQS holds messages of up to 1 MiB;
+/// The most messages one run receives from the queue besides its batch's records: the bound is
+/// the run's, shared by all its takes (up to three: see [`gather`]), each message counted once
+/// received, read or refused. A bound on the run's memory (SQS holds messages of up to 1 MiB;
 /// CloudTrail events are a few KiB). The rest wait in the queue for the next run.
 pub const DRAIN_LIMIT: usize = 2_000;
 
@@ -40,7 +42,8 @@ const SQS_BATCH: usize = 10;
 pub struct EventQueue {
     client: aws_sdk_sqs::Client,
     url: String,
-    /// [`DRAIN_LIMIT`], or a smaller one ([`EventQueue::with_drain_limit`]).
+    /// The most messages one run receives: [`DRAIN_LIMIT`], or a smaller one
+    /// ([`EventQueue::with_drain_limit`]).
     limit: usize,
 }
 
@@ -74,8 +77,8 @@ impl EventQueue {
         }
     }
 
-    /// The same queue, drained of at most `limit` messages instead of [`DRAIN_LIMIT`]: for
-    /// tests, where SQS on moto takes minutes over thousands of messages.
+    /// The same queue, of which a run receives at most `limit` messages instead of
+    /// [`DRAIN_LIMIT`]: for tests, where SQS on moto takes minutes over thousands of messages.
     pub fn with_drain_limit(self, limit: usize) -> EventQueue {
         EventQueue { limit, ..self }
     }
@@ -128,6 +131,7 @@ impl EventQueue {
 
     /// Deletes the messages a run has read and written. One that fails to go is shown again
     /// after its hold and read again by a later run: its zone costs one more read, nothing else.
+    /// Logs that they were deleted only when all were; else how many were not.
     pub async fn delete(&self, receipts: &[String]) {
         let mut deleted = 0;
         for (chunk_index, chunk) in receipts.chunks(SQS_BATCH).enumerate() {
@@ -146,24 +150,22 @@ impl EventQueue {
                 .send()
                 .await;
             match answer {
-                Ok(out) if out.failed.is_empty() => deleted += out.successful.len(),
-                Ok(out) => {
-                    deleted += out.successful.len();
-                    warn!(
-                        failed = out.failed.len(),
-                        "some taken messages were not deleted: SQS shows them again later"
-                    );
-                }
+                Ok(out) => deleted += out.successful.len(),
                 Err(err) => {
-                    warn!(error = %autoproxy::aws_error::reason(&err), "deleting taken messages failed: SQS shows them again later")
+                    warn!(error = %autoproxy::aws_error::reason(&err), "deleting taken messages failed");
                 }
             }
         }
-        info!(
-            deleted,
-            taken = receipts.len(),
-            "deleted messages taken from the event queue"
-        );
+        let left = receipts.len().saturating_sub(deleted);
+        if left == 0 {
+            info!(deleted, "deleted the messages taken from the event queue");
+        } else {
+            warn!(
+                deleted,
+                not_deleted = left,
+                "some taken messages were not deleted: SQS shows them again after their hold"
+            );
+        }
     }
 }
 
@@ -172,7 +174,7 @@ impl EventQueue {
 /// run's publish waits out the rest of it, then takes what came meanwhile. The takes share
 /// the queue's one drain limit ([`DRAIN_LIMIT`]): a later take gets what the earlier ones
 /// left of it. `hold`: how long a taken message stays hidden, asked at each take. Returns
-/// what was taken, and the time waited.
+/// what was taken, and the time waited. Without a queue: nothing, at once.
 pub async fn gather(
     queue: Option<&EventQueue>,
     store: &ConfigStore,
@@ -180,9 +182,12 @@ pub async fn gather(
     hold: impl Fn() -> Duration,
 ) -> Result<(Drained, Duration), StoreError> {
     let mut drained = Drained::default();
+    let Some(queue) = queue else {
+        return Ok((drained, Duration::ZERO));
+    };
     take(queue, &mut drained, batch, hold()).await;
     let mut waited = Duration::ZERO;
-    if batch.changes.events() == 1 && queue.is_some() {
+    if batch.changes.events() == 1 {
         tokio::time::sleep(BURST_WINDOW).await;
         waited += BURST_WINDOW;
         take(queue, &mut drained, batch, hold()).await;
@@ -205,23 +210,16 @@ pub async fn gather(
     Ok((drained, waited))
 }
 
-/// One more take from the queue, if there is one, into `drained`: at most what the run's
-/// earlier takes left of the drain limit.
-async fn take(
-    queue: Option<&EventQueue>,
-    drained: &mut Drained,
-    batch: &mut Batch,
-    hold: Duration,
-) {
-    if let Some(queue) = queue {
-        let budget = queue.limit.saturating_sub(drained.messages);
-        if budget == 0 {
-            return;
-        }
-        let more = queue.drain(batch, hold, budget).await;
-        drained.messages += more.messages;
-        drained.receipts.extend(more.receipts);
+/// One more take from the queue into `drained`: at most what the run's earlier takes left
+/// of the drain limit.
+async fn take(queue: &EventQueue, drained: &mut Drained, batch: &mut Batch, hold: Duration) {
+    let budget = queue.limit.saturating_sub(drained.messages);
+    if budget == 0 {
+        return;
     }
+    let more = queue.drain(batch, hold, budget).await;
+    drained.messages += more.messages;
+    drained.receipts.extend(more.receipts);
 }
 
 /// How long a queue run waits before it reads: what is left of [`PUBLISH_SPACING`] since the

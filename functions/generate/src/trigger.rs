@@ -1,4 +1,4 @@
-//! What started this invocation (docs/ARCHITECTURE.md, "Generator events"). A CloudTrail event is only a
+//! What started a run (docs/ARCHITECTURE.md, "Generator events"). A CloudTrail event is only a
 //! hint of which zone changed: its payload echoes the caller's request and is never applied.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -7,6 +7,8 @@ use autoproxy::excerpt;
 use autoproxy::model::{ZoneKey, is_account_id, is_zone_id};
 use autoproxy::publish::Force;
 use autoproxy::route53::bare_zone_id;
+use aws_lambda_events::event::eventbridge::EventBridgeEvent;
+use serde::Deserialize;
 use serde_json::Value;
 
 /// The Route53 calls whose CloudTrail events re-read a zone.
@@ -18,11 +20,14 @@ pub const ROUTE53_EVENTS: &[&str] = &[
     "DisassociateVPCFromHostedZone",
 ];
 
+/// What started a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Trigger {
     /// EventBridge schedule: full reconciliation.
     Schedule,
-    /// Route53 changes, one event or a queue's batch of them: re-read the zones they name.
+    /// Route53 changes: re-read the zones they name. A queue's batch of CloudTrail events (the
+    /// stack's path), or one such event invoked directly: by hand only, since the stack's rule
+    /// sends every event to the queue.
     Route53(Changes),
     /// `cargo lambda invoke` or a console test: full reconciliation.
     Manual { dry_run: bool, force: Force },
@@ -120,20 +125,22 @@ pub fn route53_change(event: &Value) -> Result<Changes, TriggerError> {
     }
 }
 
-/// Classifies an invocation payload.
+/// Classifies a run's payload: with `detail-type`, an EventBridge event, whose envelope is
+/// read as `aws_lambda_events`' `EventBridgeEvent` (a `detail-type`, `source` and `detail`
+/// required, each other field of the type EventBridge sends); without, a manual object.
 pub fn parse(event: &Value) -> Result<Trigger, TriggerError> {
     let Some(object) = event.as_object() else {
         return Err(unrecognised(event));
     };
-    match object.get("detail-type").and_then(Value::as_str) {
-        Some("Scheduled Event") => Ok(Trigger::Schedule),
-        Some("AWS API Call via CloudTrail")
-            if object.get("source").and_then(Value::as_str) == Some("aws.route53") =>
-        {
-            route53(event)
-        }
-        Some(_) => Err(unrecognised(event)),
-        None => manual(object).ok_or_else(|| unrecognised(event)),
+    if !object.contains_key("detail-type") {
+        return manual(object).ok_or_else(|| unrecognised(event));
+    }
+    let envelope =
+        EventBridgeEvent::<Value>::deserialize(event).map_err(|_| unrecognised(event))?;
+    match (envelope.detail_type.as_str(), envelope.source.as_str()) {
+        ("Scheduled Event", _) => Ok(Trigger::Schedule),
+        ("AWS API Call via CloudTrail", "aws.route53") => route53(&envelope),
+        _ => Err(unrecognised(event)),
     }
 }
 
@@ -167,8 +174,10 @@ fn forced(value: &Value) -> Option<Force> {
         .then(|| Force::Accounts(ids.iter().map(|id| (*id).to_owned()).collect()))
 }
 
-fn route53(event: &Value) -> Result<Trigger, TriggerError> {
-    let detail = &event["detail"];
+/// A Route53 call's CloudTrail event: `detail` is CloudTrail's record, read field by field
+/// (only the call's name, the zone id and the recipient).
+fn route53(event: &EventBridgeEvent) -> Result<Trigger, TriggerError> {
+    let detail = &event.detail;
     let event_name = detail["eventName"].as_str().unwrap_or_default();
     if !ROUTE53_EVENTS.contains(&event_name) {
         return Err(TriggerError::Route53 {
@@ -203,15 +212,15 @@ fn route53(event: &Value) -> Result<Trigger, TriggerError> {
 /// the call was made (a forwarded event keeps it) and no caller writes. `detail` is CloudTrail's
 /// record as delivered; a `recipientAccountId` that names another account refuses the event,
 /// so that no event sends a read into an account it did not come from.
-fn envelope_account(event: &Value) -> Result<&str, TriggerError> {
-    let account = event["account"].as_str().unwrap_or_default();
+fn envelope_account(event: &EventBridgeEvent) -> Result<&str, TriggerError> {
+    let account = event.account.as_deref().unwrap_or_default();
     if !is_account_id(account) {
         return Err(TriggerError::Route53 {
             expected: "whose envelope names a 12-digit account",
             got: quoted(account),
         });
     }
-    match event["detail"].get("recipientAccountId") {
+    match event.detail.get("recipientAccountId") {
         None => Ok(account),
         Some(Value::String(recipient)) if recipient == account => Ok(account),
         Some(recipient) => Err(TriggerError::Account {

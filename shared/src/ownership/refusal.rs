@@ -215,7 +215,7 @@ impl fmt::Display for Refusal {
                  gone now) and keeps it until {} (OWNERSHIP_GRACE_HOURS) in case it recreates \
                  the zone: no route from account {} before then, none if it does",
                 holder.account,
-                crate::accounts::rfc3339(*until),
+                crate::time::rfc3339(*until),
                 zone.account
             ),
             Refusal::Unsettled { name, zone, others } => write!(
@@ -246,7 +246,7 @@ impl fmt::Display for Refusal {
                 "SNI {sni} (outside every zone) is held by zone {holder}, whose record for it \
                  disappeared; it keeps the name until {} (OWNERSHIP_GRACE_HOURS), so zone {zone} \
                  gets no route before then, and none at all if the holder's record returns",
-                crate::accounts::rfc3339(*until)
+                crate::time::rfc3339(*until)
             ),
             Refusal::SeveralVpcs { name, zone, others } => write!(
                 f,

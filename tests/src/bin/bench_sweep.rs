@@ -93,7 +93,8 @@ async fn run(deps: &Deps, payload: &Value) -> Value {
         .map(|account| (account.account.clone(), account.calls()))
         .collect();
     let started = Instant::now();
-    let summary = handler::handle(deps, payload, &handler::now_rfc3339())
+    let at = autoproxy::time::Stamp::now().to_string();
+    let summary = autoproxy_tests::generator::run_at(deps, payload, &at, None)
         .await
         .expect("the generator run succeeds");
     let wall_ms = started.elapsed().as_secs_f64() * 1000.0;

@@ -9,7 +9,7 @@ pub(super) fn event_file(name: &str) -> Value {
 }
 
 pub(super) fn stamp(event: &mut Value, account: &str) {
-    let now = autoproxy_generate::handler::now_rfc3339();
+    let now = autoproxy::time::Stamp::now().to_string();
     event["account"] = json!(account);
     event["time"] = json!(now);
     event["detail"]["eventTime"] = json!(now);
@@ -64,7 +64,7 @@ pub fn s3_put_event(bucket: &str, key: &str, version_id: &str) -> Value {
     let mut event = event_file("s3-put.json");
     let record = &mut event["Records"][0];
     record["awsRegion"] = json!(crate::moto::REGION);
-    record["eventTime"] = json!(autoproxy_generate::handler::now_rfc3339());
+    record["eventTime"] = json!(autoproxy::time::Stamp::now().to_string());
     record["s3"]["bucket"] = json!({"name": bucket, "arn": format!("arn:aws:s3:::{bucket}")});
     record["s3"]["object"]["key"] = json!(key);
     record["s3"]["object"]["versionId"] = json!(version_id);

@@ -5,9 +5,10 @@
 use std::time::Duration;
 
 use autoproxy::settings::GenerateSettings;
-use autoproxy_generate::handler::{Deps, handle, handle_until};
+use autoproxy_generate::handler::Deps;
 use autoproxy_tests::check::assert_valid;
 use autoproxy_tests::estate::{Account, ZoneSpec, api_pair, versioned_bucket};
+use autoproxy_tests::generator::run_at;
 use autoproxy_tests::moto::{Moto, OWN_ACCOUNT};
 use serde_json::json;
 use tokio::time::Instant;
@@ -63,9 +64,7 @@ async fn an_unfinished_first_sweep_publishes_none_of_that_account_and_the_next_r
     let deps = deps(&moto).await;
     let schedule = json!({"detail-type": "Scheduled Event", "source": "aws.events"});
 
-    let first = handle_until(&deps, &schedule, AT, budget(500))
-        .await
-        .unwrap();
+    let first = run_at(&deps, &schedule, AT, budget(500)).await.unwrap();
     assert!(
         first.zones_scanned > 0 && first.zones_scanned < ZONES,
         "{first:?}"
@@ -90,9 +89,7 @@ async fn an_unfinished_first_sweep_publishes_none_of_that_account_and_the_next_r
     let summary = loop {
         runs += 1;
         assert!(runs < 10, "the sweep did not converge");
-        let summary = handle_until(&deps, &schedule, LATER, budget(1500))
-            .await
-            .unwrap();
+        let summary = run_at(&deps, &schedule, LATER, budget(1500)).await.unwrap();
         if summary.unread_zones.is_empty() {
             assert!(summary.published, "{summary:?}");
             break summary;
@@ -111,13 +108,11 @@ async fn an_unfinished_first_sweep_publishes_none_of_that_account_and_the_next_r
 async fn an_unfinished_later_sweep_keeps_the_unread_zones_routes() {
     let moto = Moto::start();
     let deps = deps(&moto).await;
-    let full = handle(&deps, &json!({}), AT).await.unwrap();
+    let full = run_at(&deps, &json!({}), AT, None).await.unwrap();
     assert!(full.published);
     assert_eq!(full.rules, ZONES);
 
-    let partial = handle_until(&deps, &json!({}), LATER, budget(300))
-        .await
-        .unwrap();
+    let partial = run_at(&deps, &json!({}), LATER, budget(300)).await.unwrap();
     assert!(partial.zones_scanned < ZONES, "{partial:?}");
     // Nothing changed in Route53, and the unread zones kept their routes: no new config.
     assert_eq!(partial.rules, ZONES);

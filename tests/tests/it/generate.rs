@@ -12,12 +12,13 @@ use autoproxy::artifact::{
 };
 use autoproxy::route53::AccountRoute53;
 use autoproxy::settings::GenerateSettings;
-use autoproxy_generate::handler::{Deps, GenerateError, Summary, handle};
+use autoproxy_generate::handler::{Deps, GenerateError, Summary};
 use autoproxy_tests::check::assert_valid;
 use autoproxy_tests::estate::{
     Account, DEFAULT_PARALLELISM, Record, Seeded, Wildcard, ZoneSpec, api_pair, filler,
     ingress_pair, role_arn, versioned_bucket,
 };
+use autoproxy_tests::generator::run_at;
 use autoproxy_tests::moto::{Moto, OWN_ACCOUNT, free_port};
 use autoproxy_tests::root;
 use aws_config::SdkConfig;
@@ -307,7 +308,7 @@ fn settings(extra: &[(&str, &str)]) -> GenerateSettings {
 
 /// One invocation that must succeed; a dry run's config must pass `haproxy -c`.
 pub(super) async fn run(deps: &Deps, payload: &Value, at: &str) -> Summary {
-    let summary = handle(deps, payload, at)
+    let summary = run_at(deps, payload, at, None)
         .await
         .unwrap_or_else(|err| panic!("{payload}: {err}"));
     if let Some(config) = &summary.config {

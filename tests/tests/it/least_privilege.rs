@@ -19,8 +19,9 @@ use autoproxy::render::DEFAULT_TEMPLATE;
 use autoproxy::route53::AccountRoute53;
 use autoproxy::settings::{ConfigureSettings, GenerateSettings};
 use autoproxy_configure::handler::{self as configure, Reply};
-use autoproxy_generate::handler::{self as generate, Deps};
+use autoproxy_generate::handler::Deps;
 use autoproxy_tests::estate::{Account, ZoneSpec, api_pair, versioned_bucket};
+use autoproxy_tests::generator::run_at;
 use autoproxy_tests::iam::Enforcing;
 use autoproxy_tests::moto::{Moto, OWN_ACCOUNT};
 use aws_sdk_s3::error::DisplayErrorContext;
@@ -276,7 +277,7 @@ async fn each_function_works_with_exactly_its_template_policy() {
     let generate_statements = statements(&template, "GenerateFunction");
     let checks = classified(&generate_statements, GENERATE);
     let proven = prove(&iam, checks, || async {
-        generate::handle(&deps, &json!({}), AT)
+        run_at(&deps, &json!({}), AT, None)
             .await
             .map(drop)
             .map_err(|err| err.to_string())

@@ -8,11 +8,12 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use autoproxy::settings::GenerateSettings;
-use autoproxy_generate::handler::{Deps, Summary, handle};
+use autoproxy_generate::handler::{Deps, Summary};
 use autoproxy_tests::check::assert_valid;
 use autoproxy_tests::config_bucket::ConfigBucket;
 use autoproxy_tests::estate::{Account, READER_ROLE, ZoneSpec, api_pair};
 use autoproxy_tests::fault_proxy::{Fault, FaultProxy};
+use autoproxy_tests::generator::run_at;
 use autoproxy_tests::moto::{Moto, OWN_ACCOUNT};
 use autoproxy_tests::organization::Organization;
 use aws_config::SdkConfig;
@@ -160,7 +161,7 @@ fn env(member_accounts: &str) -> BTreeMap<&'static str, String> {
 }
 
 async fn run(deps: &Deps, payload: &Value, at: &str) -> Summary {
-    let summary = handle(deps, payload, at)
+    let summary = run_at(deps, payload, at, None)
         .await
         .unwrap_or_else(|err| panic!("{payload}: {err}"));
     println!(

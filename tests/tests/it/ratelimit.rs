@@ -7,9 +7,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use autoproxy::settings::GenerateSettings;
-use autoproxy_generate::handler::{self, Deps};
+use autoproxy_generate::handler::Deps;
 use autoproxy_tests::bench::{self, Shape};
 use autoproxy_tests::estate::{self, role_arn};
+use autoproxy_tests::generator::run_at;
 use autoproxy_tests::moto::{Moto, OWN_ACCOUNT};
 use autoproxy_tests::recording_proxy::{RecordingProxy, peak_in_window};
 
@@ -72,7 +73,7 @@ async fn sweep_three_accounts() {
     let schedule = serde_json::from_str(include_str!("../../../events/schedule.json")).unwrap();
 
     let started = Instant::now();
-    let summary = handler::handle(&deps, &schedule, "2026-01-01T00:00:00Z")
+    let summary = run_at(&deps, &schedule, "2026-01-01T00:00:00Z", None)
         .await
         .unwrap();
     let wall = started.elapsed();

@@ -4,30 +4,31 @@ use std::collections::BTreeMap;
 
 use autoproxy::accounts::{self, Outcome};
 use autoproxy::discovery::Scope;
-use autoproxy::manifest::Manifest;
+use autoproxy::manifest::{Manifest, is_accounts};
 use autoproxy::publish::{self, Force, Guard, Hold};
+use autoproxy::time::Stamp;
 
 use crate::trigger::Trigger;
 
 /// What the per-account guard and the account states need besides the manifests.
 #[derive(Debug, Clone)]
-pub struct AccountGuard<'a> {
+pub struct AccountGuard {
     force: Force,
     max_drop_percent: u8,
-    /// The run's time, RFC 3339.
-    now: &'a str,
+    /// The run's time: when a state it changes began.
+    now: Stamp,
     /// Whether accounts not read in this run keep their last state (a run that read a zone).
     carry: bool,
     /// Whether there is a manifest to compare each account with.
     per_account: bool,
 }
 
-impl<'a> AccountGuard<'a> {
+impl AccountGuard {
     pub fn of(
         trigger: &Trigger,
         previous: Option<&Manifest>,
         max_drop_percent: u8,
-        now: &'a str,
+        now: Stamp,
     ) -> Self {
         AccountGuard {
             force: trigger.force(),
@@ -57,7 +58,7 @@ pub fn guard_accounts(
     previous: Option<&Manifest>,
     outcomes: &BTreeMap<String, Outcome>,
     unread: &BTreeMap<String, usize>,
-    guard: &AccountGuard<'_>,
+    guard: &AccountGuard,
 ) -> Vec<Hold> {
     let last_states = previous.map_or(&[][..], |m| m.accounts.as_slice());
     let holds = match previous {
@@ -79,11 +80,12 @@ pub fn guard_accounts(
         .iter()
         .map(|hold| (hold.account.clone(), hold.to_string()))
         .collect();
+    let now = guard.now.to_string();
     let run = accounts::Run {
         outcomes,
         holds: &held,
         unread,
-        now: guard.now,
+        now: &now,
         carry: guard.carry,
     };
     manifest.accounts = accounts::next(last_states, &run);
@@ -101,8 +103,7 @@ fn route_counts(manifest: &Manifest) -> BTreeMap<String, usize> {
 
 /// The account's zones, pending zones, zones never read and progress as `previous` had them.
 fn restore_account(manifest: &mut Manifest, previous: &Manifest, account: &str) {
-    let prefix = format!("{account}/");
-    let theirs = |key: &String| key.starts_with(&prefix);
+    let theirs = |key: &String| is_accounts(key, account);
     manifest.zones.retain(|key, _| !theirs(key));
     manifest.progress.retain(|key, _| !theirs(key));
     manifest.unread.retain(|key, _| !theirs(key));
@@ -119,11 +120,7 @@ fn restore_account(manifest: &mut Manifest, previous: &Manifest, account: &str) 
     manifest
         .unread
         .extend(names.map(|(k, n)| (k.clone(), n.clone())));
-    manifest.pending.extend(
-        previous
-            .pending
-            .iter()
-            .filter(|key| key.starts_with(&prefix))
-            .cloned(),
-    );
+    manifest
+        .pending
+        .extend(previous.pending.iter().filter(|key| theirs(key)).cloned());
 }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use autoproxy::manifest::Manifest;
+use autoproxy::manifest::{Manifest, is_accounts, key_account};
 
 /// Accounts with zones listed but never read yet (pending, with no entry), and how many.
 pub fn never_read(manifest: &Manifest) -> BTreeMap<String, usize> {
@@ -13,7 +13,7 @@ pub fn never_read(manifest: &Manifest) -> BTreeMap<String, usize> {
         if manifest.zones.contains_key(key) {
             continue;
         }
-        if let Some((account, _)) = key.split_once('/') {
+        if let Some(account) = key_account(key) {
             *accounts.entry(account.to_owned()).or_default() += 1;
         }
     }
@@ -29,11 +29,10 @@ pub fn hold(
     accounts: &BTreeMap<String, usize>,
 ) {
     for account in accounts.keys() {
-        let prefix = format!("{account}/");
         let read: Vec<String> = manifest
             .zones
             .keys()
-            .filter(|key| key.starts_with(&prefix))
+            .filter(|key| is_accounts(key, account))
             .cloned()
             .collect();
         for key in read {
@@ -44,7 +43,7 @@ pub fn hold(
         let published = previous
             .into_iter()
             .flat_map(|previous| &previous.zones)
-            .filter(|(key, _)| key.starts_with(&prefix));
+            .filter(|(key, _)| is_accounts(key, account));
         for (key, entry) in published {
             manifest.zones.insert(key.clone(), entry.clone());
         }
@@ -124,15 +123,15 @@ mod tests {
         let mut outcomes = BTreeMap::new();
         for entry in read {
             outcomes.insert(entry.account.clone(), Outcome::Read);
-            let key = zone_key(&autoproxy::model::ZoneKey {
-                account: entry.account.clone(),
-                id: entry.id.clone(),
-            });
+            let key = zone_key(&entry.key());
             manifest.zones.insert(key, entry);
         }
         for (account, id, name) in never {
             outcomes.insert((*account).to_owned(), Outcome::Read);
-            let key = format!("{account}/{id}");
+            let key = zone_key(&autoproxy::model::ZoneKey {
+                account: (*account).to_owned(),
+                id: (*id).to_owned(),
+            });
             manifest.pending.insert(key.clone());
             manifest.unread.insert(key, format!("{name}."));
         }

@@ -356,7 +356,7 @@ const HOW: &str = "
   custom one came out 6 % and 13 % faster in two runs on 2026-11-28. The target is what the
   rule table costs: at most 5 % more calls or time.
 * **Peak RSS** is `VmHWM` from `/proc/self/status` of `bench_sweep`, a child process that
-  builds the generator's `Deps` the way `main.rs` does and calls `handler::handle`: the
+  builds the generator's `Deps` the way `main.rs` does and calls `handler::run`: the
   generator's code and SDK clients, not the Lambda runtime client (a few hundred KB). It is
   read after the default estate's sweep, and after each sweep of the scale estate: what the
   generator holds grows with zones and routes (manifest, routes, the rendered config); a

@@ -7,8 +7,10 @@
 use std::net::Ipv4Addr;
 
 use autoproxy::artifact::MapFiles;
-use autoproxy_generate::handler::{Deps, handle, now_rfc3339};
+use autoproxy::time::Stamp;
+use autoproxy_generate::handler::Deps;
 use autoproxy_tests::estate::{self, Account, Record, ZoneSpec, object_text, versioned_bucket};
+use autoproxy_tests::generator::run_at;
 use autoproxy_tests::kube::ApiServer;
 use autoproxy_tests::moto::{Moto, OWN_ACCOUNT, free_port};
 use autoproxy_tests::proxy::{Haproxy, HaproxyFiles};
@@ -60,7 +62,9 @@ async fn kubectl_reaches_an_eks_api_server_through_the_proxy_by_its_endpoint_nam
     ];
     let settings = estate::generate_settings(&vars);
     let deps = Deps::new(settings, &sdk, OWN_ACCOUNT).await.unwrap();
-    let summary = handle(&deps, &json!({}), &now_rfc3339()).await.unwrap();
+    let summary = run_at(&deps, &json!({}), &Stamp::now().to_string(), None)
+        .await
+        .unwrap();
     assert!(summary.published, "{summary:#?}");
     let config = object_text(&aws_sdk_s3::Client::new(&sdk), BUCKET, KEY).await;
     let line = format!(

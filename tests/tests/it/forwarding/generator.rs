@@ -4,10 +4,11 @@
 //! `region` (us-east-1), `resources` and the CloudTrail record unchanged. A generator running
 //! in eu-west-1 must make of it the run a generator in us-east-1 makes.
 
-use autoproxy_generate::handler::{Deps, Summary, handle};
+use autoproxy_generate::handler::{Deps, Summary};
 use autoproxy_tests::estate::{
     self, Account, Wildcard, ZoneSpec, api_pair, ingress_pair, role_arn, versioned_bucket,
 };
+use autoproxy_tests::generator::run_at;
 use autoproxy_tests::moto::Moto;
 use aws_sdk_s3::config::Region;
 
@@ -51,7 +52,9 @@ async fn event_run(region: &str) -> (Run, Summary) {
         .region(Region::new(region.to_owned()))
         .build();
     let deps = Deps::new(settings, &in_region, CENTRAL).await.unwrap();
-    let first = handle(&deps, &sample("schedule.json"), AT).await.unwrap();
+    let first = run_at(&deps, &sample("schedule.json"), AT, None)
+        .await
+        .unwrap();
     assert!(first.published, "{first:#?}");
 
     member
@@ -61,7 +64,7 @@ async fn event_run(region: &str) -> (Run, Summary) {
     let before: Vec<u64> = deps.accounts.iter().map(|a| a.calls()).collect();
     let mut event = sample("forwarded-change-resource-record-sets.json");
     event["detail"]["requestParameters"]["hostedZoneId"] = json!(zone.id);
-    let summary = handle(&deps, &event, LATER)
+    let summary = run_at(&deps, &event, LATER, None)
         .await
         .unwrap_or_else(|err| panic!("in {region}: {err}"));
     let calls = deps

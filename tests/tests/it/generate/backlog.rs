@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use autoproxy::discovery::EVENT_ZONES_PER_ACCOUNT;
-use autoproxy_generate::handler::handle_until;
 use autoproxy_tests::estate::{Account, DEFAULT_PARALLELISM, Seeded, ZoneSpec, api_pair, filler};
+use autoproxy_tests::generator::run_at;
 use serde_json::json;
 
 use super::{AT, Estate, LATER, MEMBER_A, MEMBER_B, PROXY, api_sni, event, run, snis};
@@ -46,7 +46,7 @@ async fn an_account_with_zones_never_read_holds_only_its_own_routes() {
     api_zone(&estate.b, added).await;
 
     let deadline = tokio::time::Instant::now() + BUDGET;
-    let summary = handle_until(&deps, &json!({}), LATER, Some(deadline))
+    let summary = run_at(&deps, &json!({}), LATER, Some(deadline))
         .await
         .unwrap();
     let config = estate.artifact().await.text;

@@ -4,7 +4,7 @@
 
 use autoproxy::names::HostName;
 use autoproxy_generate::explain::{self, Explanation};
-use autoproxy_generate::handler::{Reply, function_handler};
+use autoproxy_generate::handler::{InvocationError, Reply, function_handler};
 use autoproxy_tests::estate::{Account, Record, ZoneSpec, api_pair};
 use autoproxy_tests::local::StandIn;
 use autoproxy_tests::moto::free_port;
@@ -218,7 +218,10 @@ async fn the_lambda_answers_explain_as_its_own_shape_and_refuses_bad_names() {
         ),
     ] {
         let err = invoke(payload.clone()).await.unwrap_err();
-        assert!(matches!(err, GenerateError::Explain(_)), "{payload}: {err}");
+        assert!(
+            matches!(err, GenerateError::Invalid(InvocationError::Explain(_))),
+            "{payload}: {err}"
+        );
         assert!(err.to_string().contains(expected), "{payload}: {err}");
     }
 }

@@ -94,7 +94,7 @@ async fn a_generation_no_proxy_could_read_is_refused_and_nothing_is_written() {
             .await
             .unwrap();
         let before = estate.versions(KEY).await;
-        let err = handle(&deps, &json!({"force": true}), LATER)
+        let err = run_at(&deps, &json!({"force": true}), LATER, None)
             .await
             .expect_err("a huge generation must be refused");
         let message = err.to_string();

@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use autoproxy_generate::handler::{Reply, handle_payload};
+use autoproxy_generate::handler::{Invocation, Reply, handle};
 use autoproxy_generate::queue::{BURST_WINDOW, DRAIN_LIMIT, PUBLISH_SPACING};
 use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, QueueAttributeName, SendMessageBatchRequestEntry,
@@ -55,11 +55,24 @@ fn record(message_id: &str, account: &str, zone_id: &str) -> Value {
 }
 
 async fn batch_run(deps: &Deps, payload: &Value) -> autoproxy_generate::handler::BatchReply {
-    match handle_payload(deps, payload, None).await {
+    let invocation = Invocation::parse(payload).unwrap();
+    match handle(deps, invocation, None).await {
         Ok(Reply::Batch(reply)) => *reply,
         Ok(other) => panic!("a batch answered as another kind: {other:?}"),
         Err(err) => panic!("the batch failed: {err}"),
     }
+}
+
+/// Changes each zone of `group` and runs the batch of their events (message ids `m{n}-…`).
+async fn changes_run(estate: &Estate, deps: &Deps, n: usize, group: &[Seeded]) -> Summary {
+    let mut records = Vec::new();
+    for zone in group {
+        change(&estate.own, zone, 0).await;
+        records.push(record(&format!("m{n}-{}", zone.id), OWN_ACCOUNT, &zone.id));
+    }
+    batch_run(deps, &json!({ "Records": records }))
+        .await
+        .summary
 }
 
 /// One batch of 500 records naming 20 zones: one run, one Route53 read per zone (no listing),
@@ -80,7 +93,7 @@ async fn one_batch_of_500_records_is_one_run() {
     let reply = batch_run(&deps, &json!({ "Records": records })).await;
 
     let summary = &reply.summary;
-    assert_eq!(reply.batch_item_failures, vec![]);
+    assert_eq!(reply.response.batch_item_failures, vec![]);
     let queue = summary.queue.clone().unwrap();
     assert_eq!((queue.records, queue.refused), (500, 0));
     assert_eq!(summary.zones_scanned, ZONES);
@@ -113,14 +126,7 @@ async fn a_lone_change_waits_for_no_spacing_a_burst_does() {
         .into_iter()
         .enumerate()
     {
-        let mut records = Vec::new();
-        for zone in group {
-            change(&estate.own, zone, 0).await;
-            records.push(record(&format!("m{n}-{}", zone.id), OWN_ACCOUNT, &zone.id));
-        }
-        let summary = batch_run(&deps, &json!({ "Records": records }))
-            .await
-            .summary;
+        let summary = changes_run(&estate, &deps, n, group).await;
         assert!(summary.published, "{summary:?}");
         let routed = snis(&estate.artifact().await.text);
         assert!(
@@ -137,6 +143,21 @@ async fn a_lone_change_waits_for_no_spacing_a_burst_does() {
         burst > PUBLISH_SPACING - Duration::from_secs(5) && burst <= PUBLISH_SPACING,
         "{waits:?}"
     );
+}
+
+/// Without a queue (`EVENT_QUEUE_URL` empty) nothing can join a batch: a burst right after
+/// an event run's publish is read at once, with no spacing to wait out.
+#[tokio::test]
+async fn without_a_queue_a_burst_waits_for_nothing() {
+    let (estate, zones, _) = burst_estate().await;
+    let deps = estate.deps(&[]).await;
+    run(&deps, &json!({}), AT).await;
+    for (n, group) in zones[..4].chunks(2).enumerate() {
+        let summary = changes_run(&estate, &deps, n, group).await;
+        assert!(summary.published, "{summary:?}");
+        let waited = summary.queue.unwrap().waited_ms;
+        assert_eq!(waited, 0, "burst {n} waited {waited} ms");
+    }
 }
 
 /// A run takes at most its drain limit ([`DRAIN_LIMIT`]; here 20, as SQS on moto is slow over
@@ -264,6 +285,7 @@ async fn poller(deps: Arc<Deps>, sqs: aws_sdk_sqs::Client, url: String, state: A
         let reply = batch_run(&deps, &json!({ "Records": records })).await;
         let ended = Instant::now();
         let failed: Vec<&str> = reply
+            .response
             .batch_item_failures
             .iter()
             .map(|f| f.item_identifier.as_str())

@@ -2,6 +2,9 @@
 //! mass-deletion guard (per account, and estate-wide without a manifest), dry runs, bad
 //! payloads and templates.
 
+use autoproxy_generate::handler::{InvocationError, function_handler};
+use lambda_runtime::{Context, LambdaEvent};
+
 use super::*;
 
 #[tokio::test]
@@ -59,7 +62,7 @@ async fn a_failing_account_keeps_its_routes() {
     // With no manifest yet, a failed account fails the run and nothing is written: a config
     // without that account's routes would go live.
     let broken = estate.deps_with_failing_account(&[], MEMBER_B).await;
-    let err = handle(&broken, &json!({}), AT).await.unwrap_err();
+    let err = run_at(&broken, &json!({}), AT, None).await.unwrap_err();
     assert!(matches!(err, GenerateError::Sweep(_)), "{err}");
     let message = err.to_string();
     assert!(
@@ -239,18 +242,15 @@ async fn an_invalid_payload_fails_and_writes_nothing() {
         "s3": {"bucket": {"name": BUCKET}, "object": {"key": KEY}}
     }]});
     for payload in [s3_event, json!({"dry_run": "yes"}), json!("schedule")] {
-        let err = handle(&deps, &payload, AT).await.unwrap_err();
-        assert!(matches!(err, GenerateError::Trigger(_)), "{err}");
+        let event = LambdaEvent::new(payload, Context::default());
+        let err = function_handler(&deps, event).await.unwrap_err();
+        assert!(
+            matches!(err, GenerateError::Invalid(InvocationError::Trigger(_))),
+            "{err}"
+        );
         let message = err.to_string();
         assert!(message.contains("Scheduled Event"), "{message}");
         assert!(message.contains("\"dry_run\""), "{message}");
-    }
-    // The time stamp is the floor of the generation: a run without one cannot number its
-    // config, and does not fall back to 0.
-    for stamp in ["", "t1", "2026-11-23"] {
-        let err = handle(&deps, &json!({}), stamp).await.unwrap_err();
-        assert!(matches!(err, GenerateError::GeneratedAt(_)), "{err}");
-        assert!(err.to_string().contains("RFC 3339"), "{err}");
     }
     assert_eq!(calls(&deps), 0);
     assert!(estate.keys().await.is_empty());
@@ -287,7 +287,7 @@ async fn a_custom_template_is_used_and_a_broken_one_publishes_nothing() {
         "# generation: {{ header.generation }}\n{{ no_such_variable }}\n",
     ] {
         estate.put_object(template_key, broken).await;
-        let err = handle(&deps, &json!({}), LATER).await.unwrap_err();
+        let err = run_at(&deps, &json!({}), LATER, None).await.unwrap_err();
         assert!(matches!(err, GenerateError::Render(_)), "{err}");
         assert!(err.to_string().contains("nothing published"), "{err}");
         assert_eq!(estate.versions(KEY).await, 1);

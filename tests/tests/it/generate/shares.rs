@@ -4,7 +4,7 @@
 //! run, so one member's mass change delays another's change by no more than one run and loses
 //! nothing (docs/ARCHITECTURE.md, "Generator events").
 
-use autoproxy_generate::handler::{BatchReply, Reply, function_handler, handle_payload};
+use autoproxy_generate::handler::{BatchReply, Invocation, Reply, function_handler, handle};
 use futures_util::StreamExt;
 use lambda_runtime::{Context, LambdaEvent};
 
@@ -63,8 +63,9 @@ fn batch_reply(reply: Reply) -> BatchReply {
 async fn replay(deps: &Deps, b_zone: &Seeded) -> usize {
     for runs in 1..=5 {
         let payload = json!({"Records": [record(&format!("next-{runs}"), MEMBER_B, &b_zone.id)]});
-        let reply = batch_reply(handle_payload(deps, &payload, None).await.unwrap());
-        assert_eq!(reply.batch_item_failures, vec![]);
+        let invocation = Invocation::parse(&payload).unwrap();
+        let reply = batch_reply(handle(deps, invocation, None).await.unwrap());
+        assert_eq!(reply.response.batch_item_failures, vec![]);
         if pending(deps).await.is_empty() {
             return runs;
         }
@@ -116,7 +117,7 @@ async fn a_mass_change_of_one_account_delays_another_by_no_run() {
          {} zone(s) read",
         reply.summary.zones_scanned
     );
-    assert_eq!(reply.batch_item_failures, vec![]);
+    assert_eq!(reply.response.batch_item_failures, vec![]);
     assert!(reply.summary.published, "{:#?}", reply.summary);
     let routed = snis(&estate.artifact().await.text);
     assert!(
@@ -158,11 +159,8 @@ async fn an_event_run_stops_reading_at_its_budget() {
     let budget = tokio::time::Instant::now() + Duration::from_millis(500);
     let started = Instant::now();
     let payload = json!({ "Records": records });
-    let reply = batch_reply(
-        handle_payload(&paced, &payload, Some(budget))
-            .await
-            .unwrap(),
-    );
+    let invocation = Invocation::parse(&payload).unwrap();
+    let reply = batch_reply(handle(&paced, invocation, Some(budget)).await.unwrap());
     let took = started.elapsed();
     let read = reply.summary.zones_scanned;
     let left = pending(&paced).await;

@@ -3,6 +3,7 @@
 //! encrypted and gives up on a message into a dead-letter queue of its own, which an alarm watches, and
 //! only the rule may send to it.
 
+use autoproxy_generate::handler::FUNCTION_TIMEOUT;
 use autoproxy_tests::cfn::Stack;
 use serde_json::{Value as Json, json};
 
@@ -99,10 +100,11 @@ fn the_event_queue_is_encrypted_and_gives_up_where_the_alarm_looks() {
     let (template, stack) = deployed();
     let queue = resolved(&template, &stack, &["Route53EventsQueue", "Properties"]);
     assert_eq!(queue["SqsManagedSseEnabled"], json!(true));
+    // The timeout the generator holds taken messages for when it has no deadline.
     let timeout = template["Resources"]["GenerateFunction"]["Properties"]["Timeout"].as_u64();
-    assert_eq!(timeout, Some(900));
+    assert_eq!(timeout, Some(FUNCTION_TIMEOUT.as_secs()));
     let hidden = queue["VisibilityTimeout"].as_u64().unwrap();
-    assert!(hidden >= 6 * 900, "{queue}");
+    assert!(hidden >= 6 * FUNCTION_TIMEOUT.as_secs(), "{queue}");
     assert_eq!(
         queue["RedrivePolicy"]["deadLetterTargetArn"],
         json!(DEAD_ARN)
