@@ -3,10 +3,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use autoproxy::excerpt;
 use autoproxy::model::{ZoneKey, is_account_id, is_zone_id};
 use autoproxy::publish::Force;
 use autoproxy::route53::bare_zone_id;
+use autoproxy::{QUOTED_CHARS, excerpt};
 use serde_json::Value;
 
 /// The Route53 calls whose CloudTrail events re-read a zone.
@@ -220,9 +220,6 @@ fn envelope_account(event: &Value) -> Result<&str, TriggerError> {
         }),
     }
 }
-
-/// How much of a refused payload or field an error quotes.
-const QUOTED_CHARS: usize = 200;
 
 fn unrecognised(event: &Value) -> TriggerError {
     TriggerError::Unrecognised {
