@@ -1,4 +1,5 @@
-//! AWS errors as a person reads them: one line naming the call and the reason.
+//! AWS errors as a person reads them: why a call failed, on one line, beside the call its
+//! caller names.
 //!
 //! The SDK's `DisplayErrorContext` writes every error of the chain and then the whole error's
 //! `Debug`: an endpoint's HTML body, hyper's connector internals, the retry classifier. That
@@ -15,17 +16,9 @@ use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 /// How long the reason may be: one line of a log or a table, never a page.
 const MAX_REASON_BYTES: usize = 300;
 
-/// `"<call>: <reason>"`, on one line: for example
-/// `DescribeInstanceInformation: AccessDeniedException: User … is not authorized to perform
-/// ssm:DescribeInstanceInformation` or `GetObject: no answer: connection refused`.
-pub fn one_line<E>(call: &str, err: &SdkError<E, HttpResponse>) -> String
-where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
-{
-    format!("{call}: {}", reason(err))
-}
-
-/// Why the call failed, on one line (see the module's doc).
+/// Why the call failed, on one line (see the module's doc): for example
+/// `AccessDeniedException: User … is not authorized to perform ssm:DescribeInstanceInformation`
+/// or `no answer: connection refused`. The caller names the call.
 pub fn reason<E>(err: &SdkError<E, HttpResponse>) -> String
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,

@@ -29,6 +29,10 @@ pub mod settings;
 pub mod time;
 pub mod warnings;
 
+/// How much of a refused payload, record or field an error quotes (with [`excerpt`]): an
+/// error must not carry a 200 kB value.
+pub const QUOTED_CHARS: usize = 200;
+
 /// At most `max_bytes` of `text`, cut at a character boundary and marked `…` where cut: how
 /// much of a refused payload or field an error or a comment may carry.
 pub fn excerpt(text: &str, max_bytes: usize) -> String {

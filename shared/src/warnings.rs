@@ -8,9 +8,15 @@
 //! how many more and where they are ([`bound_run`]). Without these bounds, 30,000 records
 //! with escaped names made a 34 MB reply (Lambda answers at most 6 MB) and tripled the
 //! generator's memory.
+//!
+//! What the matcher ([`crate::rules`]) warns of is a [`Warning`]; how each reads, its text.
 
-use crate::manifest::Manifest;
-use crate::rules::Warning;
+use crate::model::ZoneKey;
+use crate::names::{HostName, NameError};
+use crate::near_miss::NearMiss;
+use crate::networks::Border;
+
+mod text;
 
 /// Examples kept of one kind of warning in one zone.
 pub const EXAMPLES: usize = 3;
@@ -23,6 +29,104 @@ pub const LINE_BYTES: usize = 2048;
 pub const ZONE_LINES: usize = 16;
 /// A run's warnings at most, in bytes of the summary's JSON.
 pub const RUN_BYTES: usize = 256 * 1024;
+
+/// Something the matcher skipped or decided, worth a person's attention.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Warning {
+    /// A zone whose name is not a plain host name: none of its records can be routed.
+    ZoneName { zone: ZoneKey, error: NameError },
+    /// Records whose names are not plain host names: skipped. One warning for the zone,
+    /// counted while indexing: it keeps the first few errors, never one per record, so a zone
+    /// of such records costs no more memory than an empty one.
+    RecordName {
+        zone: ZoneKey,
+        zone_name: HostName,
+        skipped: usize,
+        first: Vec<NameError>,
+    },
+    /// The front record points at the proxy but the back record is missing or of the wrong
+    /// type, so clients are sent to the proxy for a name it cannot route.
+    MissingBack {
+        zone: ZoneKey,
+        front: HostName,
+        back: HostName,
+        expected: String,
+    },
+    /// The back record's value, which the rule's mode reads as the SNI (`back-target`: the
+    /// CNAME's target), is not a plain host name: no SNI to route.
+    BackTarget {
+        zone: ZoneKey,
+        back: HostName,
+        error: NameError,
+    },
+    /// The front record is a CNAME to a name that is almost the proxy's (see
+    /// [`crate::near_miss`]): the zone meant to opt in and gets no route.
+    NearProxy {
+        zone: ZoneKey,
+        front: HostName,
+        near: NearMiss,
+    },
+    /// The back record is a proxy name, or its value (a CNAME's or an alias's target) is: the
+    /// route would send every connection back into the proxy.
+    BackIsProxy {
+        zone: ZoneKey,
+        back: HostName,
+        proxy: String,
+    },
+    /// An A back record holds an address no route of its zone's account may reach: never a
+    /// backend (loopback, unspecified, link-local, multicast, broadcast; see
+    /// [`crate::networks::never_backend`]), inside another member's network, or public (see
+    /// [`crate::networks`]).
+    BackAddress {
+        zone: ZoneKey,
+        back: HostName,
+        address: String,
+        why: Border,
+    },
+    /// The back name is a routing-policy set (weighted, failover, …): several record sets,
+    /// each with a set identifier. `routed` says whether a route was made all the same.
+    PolicySet {
+        zone: ZoneKey,
+        back: HostName,
+        set_ids: Vec<String>,
+        routed: bool,
+    },
+    /// Two rules of one zone yield one SNI: neither routes it.
+    SameSni {
+        zone: ZoneKey,
+        sni: String,
+        rules: Vec<String>,
+    },
+    /// Two zones claim the same SNI (the same zone name in two accounts): one wins.
+    SniConflict {
+        sni: String,
+        kept: ZoneKey,
+        dropped: ZoneKey,
+    },
+}
+
+impl Warning {
+    /// What the warning is about, as one word: a zone's warnings of one kind are reported as
+    /// one entry (see [`zone_lines`]).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Warning::ZoneName { .. } => "zone name",
+            Warning::RecordName { .. } => "record name",
+            Warning::MissingBack { .. } => "missing back",
+            Warning::BackTarget { .. } => "back target",
+            Warning::NearProxy { .. } => "near proxy",
+            Warning::BackIsProxy { .. } => "back is proxy",
+            Warning::BackAddress {
+                why: Border::Never(_),
+                ..
+            } => "back address",
+            Warning::BackAddress { .. } => "back network",
+            Warning::PolicySet { .. } => "policy set",
+            Warning::SameSni { .. } => "same sni",
+            Warning::SniConflict { .. } => "sni conflict",
+        }
+    }
+}
 
 /// A zone's warnings as stored and reported: one entry per kind, in the order each kind first
 /// appeared; a kind seen once is its own text, a kind seen more often its count and the first
@@ -113,19 +217,6 @@ pub fn bound_run(warnings: Vec<String>, budget: usize, manifest: &str) -> Vec<St
     let more = count - kept.len();
     kept.push(last_line(more));
     kept
-}
-
-/// A run's warnings as its summary reports them: its own, then every zone's in `manifest`,
-/// within [`RUN_BYTES`] ([`bound_run`]). The zones' come last so that, when there are more
-/// than a run may report, its own (failures, holds, refusals, the guard) are kept and the
-/// zones' are cut; the last line points at the manifest, which lives beside the config at
-/// `config_location`.
-pub fn reported(own: Vec<String>, manifest: &Manifest, config_location: &str) -> Vec<String> {
-    let mut warnings = own;
-    let zones = manifest.zones.values().flat_map(|entry| &entry.warnings);
-    warnings.extend(zones.cloned());
-    let at = crate::settings::manifest_key(config_location);
-    bound_run(warnings, RUN_BYTES, &at)
 }
 
 #[cfg(test)]
@@ -231,39 +322,6 @@ mod tests {
                 assert!(compacted[kept - 1].starts_with(last), "{compacted:?}");
             }
         }
-    }
-
-    #[test]
-    fn a_run_reports_its_own_warnings_before_the_zones() {
-        use crate::manifest::{ZoneEntry, zone_key};
-        use crate::model::Zone;
-        let mut manifest = Manifest::default();
-        for (id, lines) in [("Z1", 2_000), ("Z2", 1)] {
-            let zone = Zone {
-                account: "111111111111".into(),
-                id: id.into(),
-                name: format!("{id}.internal."),
-                private: true,
-            };
-            let warnings = (0..lines).map(|i| format!("{id} {i} {}", "x".repeat(500)));
-            let entry = ZoneEntry::new(&zone, vec![], warnings.collect());
-            manifest.zones.insert(zone_key(&zone.key()), entry);
-        }
-        let own = vec!["account 2 held".to_owned()];
-        let lines = reported(own, &manifest, "s3://b/haproxy/haproxy.cfg");
-        assert_eq!(lines[0], "account 2 held");
-        assert!(lines[1].starts_with("Z1 0 "), "{}", lines[1]);
-        assert!(serde_json::to_string(&lines).unwrap().len() <= RUN_BYTES);
-        let last = lines.last().unwrap();
-        assert!(
-            last.contains("s3://b/haproxy/haproxy.manifest.json"),
-            "{last}"
-        );
-        // Small enough: all of them, in order.
-        manifest.zones.retain(|key, _| key.ends_with("Z2"));
-        let lines = reported(vec!["own".to_owned()], &manifest, "s3://b/k.cfg");
-        assert_eq!(lines.len(), 2, "{lines:?}");
-        assert!(lines[1].starts_with("Z2 0 "), "{lines:?}");
     }
 
     #[test]

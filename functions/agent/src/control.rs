@@ -39,8 +39,9 @@ pub const SOCKET: &str = "autoproxy/resolver.sock";
 /// of at most 253 bytes with their accounts, about 8 MB, times [`MAX_CONNECTIONS`]. An apply that wants more asks
 /// for the first ones; the rest are missing, held until the service resolves them.
 pub const MAX_WANTED: usize = 16_384;
-/// The most connections served at once (as the stats listener): past it, the service takes
-/// no more until one ends, and a client finds it busy.
+/// The most connections one of the address service's sockets serves at once (this one and
+/// the stats listener's, [`crate::resolve`]'s HTTP answerer): past it, the service takes no
+/// more until one ends, and a client finds it busy.
 pub const MAX_CONNECTIONS: usize = 16;
 /// How long a client may take to send its request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);

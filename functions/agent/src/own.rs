@@ -13,8 +13,9 @@
 //! IPv4-mapped or IPv4-compatible IPv6 address is judged as its IPv4 address. A specific bind
 //! keeps to its own addresses: nothing listens on the others, so a backend there is no loop.
 //! Own names: the `#@proxy` lines of the config (the peering proxy's host names, the load
-//! balancer's among them); the addresses they resolve to are own addresses too, whatever the
-//! port, since a load balancer in front of the proxies forwards to them. The fleet's other
+//! balancer's among them; [`autoproxy::artifact::proxy_names`]); the addresses they resolve to
+//! are own addresses too, whatever the port, since a load balancer in front of the proxies
+//! forwards to them. The fleet's other
 //! proxies ([`peers`]): a back at one of them is held as a back at this one is, or two
 //! proxies that each judge only themselves could pass a connection back and forth.
 
@@ -26,8 +27,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
+use autoproxy::artifact;
+use nets::IpNet;
+
 pub use local::instance_addresses;
-pub use nets::{Net, Nets};
+pub use nets::Nets;
 
 /// This proxy's own addresses and names, as the installed config, the instance and the fleet
 /// report say.
@@ -42,7 +46,7 @@ pub struct Own {
 }
 
 /// Why a host may not be routed: it is a loop.
-pub fn loop_reason(name: &str, address: IpAddr) -> String {
+fn loop_reason(name: &str, address: IpAddr) -> String {
     format!("{name} resolves to this proxy ({address}): a loop, never routed")
 }
 
@@ -55,11 +59,11 @@ impl Own {
     /// What the config's text says, with the instance's local ranges when a bind is a
     /// wildcard, and the other proxies' addresses [`peers::FILE`] in `config_dir` holds.
     pub fn of(config: &str, config_dir: &Path) -> Own {
-        let (addresses, wildcard) = bound(config);
-        let mut local: Nets = addresses.into_iter().map(Net::host).collect();
+        let (addresses, wildcard) = bind_addresses(config);
+        let mut local: Nets = addresses.into_iter().map(IpNet::from).collect();
         // "This host" in either family, whatever the bind.
-        local.insert(Net::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 8));
-        local.insert(Net::host(IpAddr::V6(Ipv6Addr::UNSPECIFIED)));
+        local.extend(nets::net(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 8));
+        local.insert(IpNet::from(IpAddr::V6(Ipv6Addr::UNSPECIFIED)));
         // Only a wildcard on a port a route forwards to makes the whole host a loop: one on
         // another port (a stats listener's `:8404`) answers a forwarded connection, once.
         let ports = route_ports(config);
@@ -70,7 +74,7 @@ impl Own {
         Own {
             local,
             peers: peers::read(config_dir),
-            names: proxy_names(config),
+            names: artifact::proxy_names(config),
         }
     }
 
@@ -105,7 +109,7 @@ impl Own {
 
 /// The addresses the `bind` lines of `config` name, and the ports of its wildcard binds (none
 /// for a port that is not one number, such as a range: it may be any).
-pub fn bound(config: &str) -> (BTreeSet<IpAddr>, BTreeSet<Option<u16>>) {
+fn bind_addresses(config: &str) -> (BTreeSet<IpAddr>, BTreeSet<Option<u16>>) {
     let mut addresses = BTreeSet::new();
     let mut wildcard = BTreeSet::new();
     for line in config.lines() {
@@ -141,31 +145,8 @@ pub fn bound(config: &str) -> (BTreeSet<IpAddr>, BTreeSet<Option<u16>>) {
 
 /// The ports the route lines (`#@route`, `#@suffix`) of `config` forward to.
 fn route_ports(config: &str) -> BTreeSet<u16> {
-    config
-        .lines()
-        .filter_map(|line| {
-            line.strip_prefix("#@route ")
-                .or_else(|| line.strip_prefix("#@suffix "))
-        })
-        .filter_map(|entry| {
-            entry
-                .split_whitespace()
-                .nth(1)?
-                .rsplit_once(':')?
-                .1
-                .parse()
-                .ok()
-        })
-        .collect()
-}
-
-/// The names of the config's `#@proxy` lines.
-pub fn proxy_names(config: &str) -> BTreeSet<String> {
-    config
-        .lines()
-        .filter_map(|line| line.strip_prefix("#@proxy "))
-        .filter_map(|name| autoproxy::names::HostName::parse(name.trim()).ok())
-        .map(|name| name.as_str().to_owned())
+    artifact::route_targets(config)
+        .filter_map(|target| artifact::target_host(target)?.1.parse().ok())
         .collect()
 }
 
@@ -177,12 +158,16 @@ mod tests {
         text.parse().expect("an address")
     }
 
+    fn net(text: &str) -> IpNet {
+        text.parse().expect("a range")
+    }
+
     #[test]
     fn binds_name_own_addresses_and_wildcards() {
         let check = |config: &str, want: &[&str], wildcard: &[Option<u16>]| {
             let want: BTreeSet<IpAddr> = want.iter().map(|a| ip(a)).collect();
             let wildcard: BTreeSet<Option<u16>> = wildcard.iter().copied().collect();
-            assert_eq!(bound(config), (want, wildcard), "{config}");
+            assert_eq!(bind_addresses(config), (want, wildcard), "{config}");
         };
         check("    bind 127.0.0.1:443\n", &["127.0.0.1"], &[]);
         check(
@@ -204,20 +189,12 @@ mod tests {
     }
 
     #[test]
-    fn proxy_lines_name_own_names() {
-        let config = "#@proxy Peering-Proxy.Tools.Example.com.\n#@proxy nlb.example\n\
-                      #@proxy bad name\n#@route a.x h:443 api 1 Z\n";
-        let names: Vec<String> = proxy_names(config).into_iter().collect();
-        assert_eq!(names, ["nlb.example", "peering-proxy.tools.example.com"]);
-    }
-
-    #[test]
     fn a_host_at_an_own_address_or_name_is_a_loop() {
         let own = Own {
-            local: [Net::host(ip("10.0.0.5")), Net::new(ip("127.0.0.0"), 8)]
+            local: [IpNet::from(ip("10.0.0.5")), net("127.0.0.0/8")]
                 .into_iter()
                 .collect(),
-            peers: [Net::host(ip("10.0.3.3"))].into_iter().collect(),
+            peers: [IpNet::from(ip("10.0.3.3"))].into_iter().collect(),
             names: ["nlb.example".to_owned()].into(),
         };
         let resolved: BTreeMap<String, Vec<IpAddr>> = [(

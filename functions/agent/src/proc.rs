@@ -1,6 +1,8 @@
-//! `/proc`, the one reader of it on the host floor: which processes there are, each one's
-//! state and parent (`/proc/<pid>/stat`), its command line; this process's peak memory and the host name. What a process is to the
-//! agent (HAProxy reading a config, a child to kill with its tree) is its callers' business.
+//! `/proc`, the agent's one reader of it: which processes there are, whether one still
+//! exists, each one's state and parent (`/proc/<pid>/stat`), its command line; this process's
+//! peak memory, the host name and the kernel's network tables (`/proc/net`). What a process
+//! is to the agent (HAProxy reading a config, a child to kill with its tree, a writer whose
+//! temporary file may be a leftover) and what a table says are its callers' business.
 
 /// What `/proc/<pid>/stat` says of a process, as far as the agent asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +28,12 @@ pub fn pids() -> Vec<u32> {
     entries
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
         .collect()
+}
+
+/// Whether a process `pid` exists now (running, sleeping, stopped, or a zombie not yet
+/// reaped).
+pub fn exists(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// The state and parent of `pid`; `None` when it is gone (or `/proc` says something else).
@@ -57,6 +65,12 @@ pub fn own_peak_memory() -> Option<String> {
 pub fn hostname() -> Option<String> {
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
     Some(name.trim().to_owned())
+}
+
+/// The text of the kernel's network table `/proc/net/<table>` (`fib_trie`, `ipv6_route`,
+/// `if_inet6`); empty when it cannot be read.
+pub fn net(table: &str) -> String {
+    std::fs::read_to_string(format!("/proc/net/{table}")).unwrap_or_default()
 }
 
 /// `pid (command) state ppid …`: the command may hold spaces and `)`, so the fields are read
@@ -99,6 +113,8 @@ mod tests {
     fn this_process_is_found_live_with_its_parent_and_command_line() {
         let me = std::process::id();
         assert!(pids().contains(&me));
+        assert!(exists(me));
+        assert!(!exists(u32::MAX));
         let stat = stat(me).expect("our own stat");
         assert!(stat.live(), "{stat:?}");
         assert_eq!(stat.parent, std::os::unix::process::parent_id());

@@ -25,21 +25,32 @@ pub struct Serving {
     pub held: BTreeSet<String>,
 }
 
+/// Whether a route's host (as [`autoproxy::artifact::target_host`] reads it) needs an
+/// address: every host but an IP literal of either family. The one judgement of which
+/// targets need an address: the tables as they may serve, the fleet record's and the address
+/// service's counts of routes without one, the hosts the address service keeps current and
+/// the ones an apply asks it for all use it.
+pub fn needs_address(host: &str) -> bool {
+    host.parse::<IpAddr>().is_err()
+}
+
 /// The host of a `host:port` target as the address map keys it (the artifact's one reading
-/// of a target, [`autoproxy::artifact::target_host`]); none for an IP literal of either
-/// family, which needs no address. A target that is not `host:port` (no route line the
-/// generator writes) never serves: the whole of it stands for a host no map holds. The one
-/// judgement of which targets need an address: the tables as they may serve, the fleet
-/// record's and the address service's counts of routes without one, and the hosts the
-/// address service keeps current all use it.
+/// of a target, [`autoproxy::artifact::target_host`]); none when it needs no address
+/// ([`needs_address`]). A target that is not `host:port` (no route line the generator writes)
+/// never serves: the whole of it stands for a host no map holds.
 pub fn host_needing_address(target: &str) -> Option<String> {
     let Some((host, _)) = autoproxy::artifact::target_host(target) else {
         return Some(target.to_owned());
     };
-    if host.parse::<IpAddr>().is_ok() {
-        return None;
-    }
-    Some(host)
+    needs_address(&host).then_some(host)
+}
+
+/// The hosts of a config's route lines that need an address ([`autoproxy::artifact::route_hosts`]
+/// but the IP literals): once each, sorted.
+pub fn hosts_needing_address(config: &str) -> Vec<String> {
+    let mut hosts = autoproxy::artifact::route_hosts(config);
+    hosts.retain(|host| needs_address(host));
+    hosts
 }
 
 /// Whether a target can serve: its host is an IP literal or has an address.
@@ -154,6 +165,9 @@ mod tests {
         ] {
             assert_eq!(host_needing_address(target).as_deref(), host, "{target}");
         }
+        let config = "global\n#@route a.x API.x.:443 api 1 Z\n#@route b.x 10.0.0.9:443\n\
+                      #@suffix d.x fd00::9:443\n#@route e.x b.y:8443\n#@route f.x api.x:6443\n";
+        assert_eq!(hosts_needing_address(config), ["api.x", "b.y"]);
         assert!(has_address("10.0.0.1:443", &BTreeMap::new()));
         assert!(!has_address("h:443", &BTreeMap::new()));
     }

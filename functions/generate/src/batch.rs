@@ -5,7 +5,7 @@
 //! back on its own (`batchItemFailures`), so SQS retries only it and, past the queue's
 //! `maxReceiveCount`, moves it to the dead-letter queue.
 
-use autoproxy::excerpt;
+use autoproxy::{QUOTED_CHARS, excerpt};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use serde::Deserialize;
 use serde_json::Value;
@@ -41,9 +41,6 @@ pub enum BatchError {
     #[error("expected an SQS batch as the event source mapping sends it ({why}); got {got}")]
     Shape { why: String, got: String },
 }
-
-/// How much of a refused record an error quotes.
-const QUOTED_CHARS: usize = 200;
 
 /// `Some` when `payload` is an SQS batch: any record of `Records` with `eventSource`
 /// `aws:sqs`. Anything else is no batch (`None`) and is judged as an event of its own. The

@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use autoproxy::excerpt;
 use autoproxy::model::{RecordSet, SniMatch, Zone};
 use autoproxy::names::{HostName, NameError};
 use autoproxy::ownership::Grace;
+use autoproxy::{QUOTED_CHARS, excerpt};
 use serde::Serialize;
 use serde_json::Value;
 use tracing::{info, warn};
@@ -86,9 +86,6 @@ pub enum ExplainFailed {
     #[error("listing the zones of the proxy VPCs failed: {0}")]
     ProxyVpcs(#[from] ProxyVpcsError),
 }
-
-/// How much of a refused payload an error quotes.
-const QUOTED_CHARS: usize = 200;
 
 /// `None` when the payload does not ask to explain; else the name asked about, decoded by the
 /// one name normaliser, or why the request is not one.

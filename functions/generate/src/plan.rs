@@ -13,13 +13,14 @@ use autoproxy::render::{RenderError, Rendered};
 use autoproxy::rules::merge_claims;
 use autoproxy::s3::CurrentConfig;
 use autoproxy::time::Stamp;
-use autoproxy::warnings::reported;
 
 use crate::trigger::Trigger;
 
 mod accounts;
+mod reported;
 mod unread;
 use accounts::{AccountGuard, guard_accounts};
+use reported::reported;
 
 /// Events name zones: with a manifest to merge into, only those zones are read again. A
 /// manifest whose routes the rule table no longer makes all (a `ROUTING_RULES` change) is no

@@ -3,10 +3,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use autoproxy::excerpt;
 use autoproxy::model::{ZoneKey, is_account_id, is_zone_id};
 use autoproxy::publish::Force;
 use autoproxy::route53::bare_zone_id;
+use autoproxy::{QUOTED_CHARS, excerpt};
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use serde::Deserialize;
 use serde_json::Value;
@@ -229,9 +229,6 @@ fn envelope_account(event: &EventBridgeEvent) -> Result<&str, TriggerError> {
         }),
     }
 }
-
-/// How much of a refused payload or field an error quotes.
-const QUOTED_CHARS: usize = 200;
 
 fn unrecognised(event: &Value) -> TriggerError {
     TriggerError::Unrecognised {

@@ -32,9 +32,9 @@ const XML: &str = "<ErrorResponse><Error><Code>AccessDenied</Code>\n<Message>Use
     authorized to perform ssm:DescribeInstanceInformation</Message></Error></ErrorResponse>";
 
 #[test]
-fn each_kind_of_failure_is_one_line_naming_the_call_and_the_reason() {
+fn each_kind_of_failure_is_one_line_saying_why() {
     let check = |err: SdkError<Error>, expected: &str| {
-        let line = one_line("DescribeInstanceInformation", &err);
+        let line = reason(&err);
         assert_eq!(line, expected);
         assert!(!line.contains('\n'), "{line:?}");
     };
@@ -44,26 +44,26 @@ fn each_kind_of_failure_is_one_line_naming_the_call_and_the_reason() {
             Some("User: arn:aws:sts::1:assumed-role/r is not authorized\n to perform it"),
             400,
         ),
-        "DescribeInstanceInformation: AccessDeniedException: User: arn:aws:sts::1:assumed-role/r \
+        "AccessDeniedException: User: arn:aws:sts::1:assumed-role/r \
          is not authorized to perform it",
     );
     check(
         service(Some("ThrottlingException"), None, 400),
-        "DescribeInstanceInformation: ThrottlingException",
+        "ThrottlingException",
     );
     check(
         SdkError::service_error(
             Error::generic(ErrorMetadata::builder().build()),
             response(502, ""),
         ),
-        "DescribeInstanceInformation: HTTP 502, not an AWS error, with no body",
+        "HTTP 502, not an AWS error, with no body",
     );
     check(
         SdkError::response_error(
             std::io::Error::other("malformed JSON error body: unexpected token '<'"),
             response(500, HTML),
         ),
-        "DescribeInstanceInformation: HTTP 500, not an AWS error: 500 Internal Server Error \
+        "HTTP 500, not an AWS error: 500 Internal Server Error \
          Internal Server Error The server encountered an internal error.",
     );
     check(
@@ -71,7 +71,7 @@ fn each_kind_of_failure_is_one_line_naming_the_call_and_the_reason() {
             std::io::Error::other("failed to parse the error"),
             response(403, XML),
         ),
-        "DescribeInstanceInformation: HTTP 403, not an AWS error: AccessDenied User: moto is \
+        "HTTP 403, not an AWS error: AccessDenied User: moto is \
          not authorized to perform ssm:DescribeInstanceInformation",
     );
     check(
@@ -79,23 +79,23 @@ fn each_kind_of_failure_is_one_line_naming_the_call_and_the_reason() {
             std::io::ErrorKind::ConnectionRefused,
             "tcp connect error: Connection refused (os error 111)",
         )))),
-        "DescribeInstanceInformation: no answer: io error: tcp connect error: Connection refused \
+        "no answer: io error: tcp connect error: Connection refused \
          (os error 111)",
     );
     check(
         SdkError::timeout_error(std::io::Error::other("operation timeout (all attempts)")),
-        "DescribeInstanceInformation: no answer in time (timed out)",
+        "no answer in time (timed out)",
     );
     check(
         SdkError::construction_failure(std::io::Error::other("no region configured")),
-        "DescribeInstanceInformation: the request could not be made: no region configured",
+        "the request could not be made: no region configured",
     );
 }
 
 #[test]
 fn a_long_reason_is_cut() {
     let err = service(Some("ValidationException"), Some(&"x".repeat(2_000)), 400);
-    let line = one_line("SendCommand", &err);
+    let line = reason(&err);
     assert!(line.len() < 400, "{} bytes", line.len());
     assert!(line.ends_with('…'), "{line}");
 }

@@ -1,8 +1,6 @@
 //! The apply's first steps: the S3 client, the download of one version of the config, and
 //! its verification (header, sha256, what the config must declare).
 
-use std::time::Duration;
-
 use autoproxy::artifact::{self, MapFiles};
 
 use super::{DOWNLOAD_TIMEOUT, Failure, MAX_CONFIG_BYTES, NewConfig, Run, fail, log, oneline};
@@ -13,16 +11,7 @@ impl Run {
         if let Some(client) = &self.s3 {
             return client.clone();
         }
-        let timeouts = aws_config::timeout::TimeoutConfig::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .read_timeout(Duration::from_secs(30))
-            .build();
-        // The region from the environment, else the instance's (IMDSv2), as the SDK's default
-        // chain finds it; credentials from the instance profile the same way.
-        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .timeout_config(timeouts)
-            .load()
-            .await;
+        let sdk = crate::sdk::load(crate::sdk::Calls::Apply).await;
         let client = aws_sdk_s3::Client::new(&sdk);
         self.s3 = Some(client.clone());
         client

@@ -116,24 +116,23 @@ impl Run {
         );
     }
 
-    /// The route hosts of `text` without an address in the address map (IP literals need
-    /// none): those new to this generation, and those the installed config routes already.
+    /// The route hosts of `text` that need an address ([`crate::routes::needs_address`]) and
+    /// have none in the address map: those new to this generation, and those the installed
+    /// config routes already.
     fn unknown_hosts(&self, text: &str) -> (Vec<String>, Vec<String>) {
-        let known = std::fs::read_to_string(self.paths.dir.join(crate::address_map::MAP))
-            .unwrap_or_default();
-        let known: std::collections::BTreeSet<&str> = known
-            .lines()
-            .filter_map(|line| line.split_whitespace().next())
-            .collect();
+        let known = crate::address_map::MapFile::in_dir(&self.paths.dir)
+            .read()
+            .unwrap_or_default()
+            .addresses;
         let installed = std::fs::read_to_string(self.config()).unwrap_or_default();
         // One parser of the artifact: the same route hosts and nameservers the resolver reads.
         let installed: std::collections::BTreeSet<String> =
-            artifact::route_hosts(&installed).into_iter().collect();
-        artifact::route_hosts(text)
+            crate::routes::hosts_needing_address(&installed)
+                .into_iter()
+                .collect();
+        crate::routes::hosts_needing_address(text)
             .into_iter()
-            .filter(|host| {
-                host.parse::<std::net::IpAddr>().is_err() && !known.contains(host.as_str())
-            })
+            .filter(|host| !known.contains_key(host))
             .partition(|host| !installed.contains(host))
     }
 }

@@ -1,8 +1,6 @@
 //! What a run leaves behind, removed: route maps of past generations, and the files a killed
 //! run or another writer set aside.
 
-use std::path::Path;
-
 use super::{Run, config};
 
 impl Run {
@@ -101,13 +99,15 @@ fn leftover(name: &str, prefixes: &[&str]) -> bool {
         parts.next(),
         parts.next(),
     ) {
-        (Some(pid), Some(_nanos), None) => !Path::new(&format!("/proc/{pid}")).exists(),
+        (Some(pid), Some(_nanos), None) => !crate::proc::exists(pid),
         _ => false,
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
     use crate::files;
 

@@ -134,7 +134,7 @@ fn remove_stale_bindings(path: &Path) {
             continue;
         };
         let ours = pid == std::process::id();
-        if ours || !Path::new(&format!("/proc/{pid}")).exists() {
+        if ours || !crate::proc::exists(pid) {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }

@@ -1,92 +1,31 @@
-//! Address ranges: an address and a prefix length, as the kernel's routes give them. The
-//! proxy's own addresses are ranges, not a list of addresses: the kernel delivers all of
-//! 127.0.0.0/8 locally through one route, and an AnyIP route (`ip route add local
+//! Address ranges ([`IpNet`]: an address and a prefix length, as the kernel's routes give
+//! them). The proxy's own addresses are ranges, not a list of addresses: the kernel delivers
+//! all of 127.0.0.0/8 locally through one route, and an AnyIP route (`ip route add local
 //! 10.9.0.0/16 dev lo`) makes a whole range this host's. A membership test is a walk over a
 //! handful of ranges; it needs no index.
 
 use std::collections::BTreeSet;
-use std::fmt;
 use std::net::IpAddr;
 
-/// `address/prefix`, its host bits zero.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Net {
-    address: IpAddr,
-    prefix: u8,
+pub use autoproxy::networks::IpNet;
+
+/// `address/prefix`, its host bits cleared; `None` for a prefix longer than the family's
+/// width (no such range).
+pub fn net(address: IpAddr, prefix: u8) -> Option<IpNet> {
+    IpNet::new(address, prefix).ok().map(|net| net.trunc())
 }
 
-impl Net {
-    /// `address/prefix`, the host bits cleared; a prefix wider than the family is its width.
-    pub fn new(address: IpAddr, prefix: u8) -> Net {
-        match address {
-            IpAddr::V4(v4) => {
-                let prefix = prefix.min(32);
-                let bits = u32::from(v4) & mask32(prefix);
-                Net {
-                    address: IpAddr::V4(bits.into()),
-                    prefix,
-                }
-            }
-            IpAddr::V6(v6) => {
-                let prefix = prefix.min(128);
-                let bits = u128::from(v6) & mask128(prefix);
-                Net {
-                    address: IpAddr::V6(bits.into()),
-                    prefix,
-                }
-            }
-        }
-    }
-
-    /// `address` alone (`/32`, `/128`).
-    pub fn host(address: IpAddr) -> Net {
-        Net::new(address, if address.is_ipv4() { 32 } else { 128 })
-    }
-
-    /// Whether `address`, of the same family, lies in the range (no mapping between families:
-    /// [`Nets::contains`] does that).
-    pub fn contains(&self, address: IpAddr) -> bool {
-        match (self.address, address) {
-            (IpAddr::V4(net), IpAddr::V4(a)) => {
-                u32::from(a) & mask32(self.prefix) == u32::from(net)
-            }
-            (IpAddr::V6(net), IpAddr::V6(a)) => {
-                u128::from(a) & mask128(self.prefix) == u128::from(net)
-            }
-            _ => false,
-        }
-    }
-
-    /// Whether the range is a single address.
-    pub fn is_host(&self) -> bool {
-        self.prefix == if self.address.is_ipv4() { 32 } else { 128 }
-    }
-
-    pub fn address(&self) -> IpAddr {
-        self.address
-    }
-}
-
-impl fmt::Display for Net {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.address, self.prefix)
-    }
-}
-
-fn mask32(prefix: u8) -> u32 {
-    u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0)
-}
-
-fn mask128(prefix: u8) -> u128 {
-    u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0)
+/// Whether the range is a single address (`/32`, `/128`).
+pub fn is_host(net: &IpNet) -> bool {
+    net.prefix_len() == net.max_prefix_len()
 }
 
 /// A set of ranges.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Nets(BTreeSet<Net>);
+pub struct Nets(BTreeSet<IpNet>);
 
 impl Nets {
-    pub fn insert(&mut self, net: Net) {
+    pub fn insert(&mut self, net: IpNet) {
         self.0.insert(net);
     }
 
@@ -94,29 +33,30 @@ impl Nets {
         self.0.is_empty()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Net> {
+    pub fn iter(&self) -> impl Iterator<Item = &IpNet> {
         self.0.iter()
     }
 
     /// Whether a range holds `address` or, for an IPv4-mapped (`::ffff:a.b.c.d`) or
     /// IPv4-compatible (`::a.b.c.d`) IPv6 address, the IPv4 address it reaches: a connection
-    /// to `::ffff:127.0.0.2` goes to 127.0.0.2.
+    /// to `::ffff:127.0.0.2` goes to 127.0.0.2. A range holds addresses of its own family
+    /// only.
     pub fn contains(&self, address: IpAddr) -> bool {
         let as_v4 = as_ipv4(address);
         self.0
             .iter()
-            .any(|net| net.contains(address) || as_v4.is_some_and(|v4| net.contains(v4)))
+            .any(|net| net.contains(&address) || as_v4.is_some_and(|v4| net.contains(&v4)))
     }
 }
 
-impl FromIterator<Net> for Nets {
-    fn from_iter<I: IntoIterator<Item = Net>>(iter: I) -> Nets {
+impl FromIterator<IpNet> for Nets {
+    fn from_iter<I: IntoIterator<Item = IpNet>>(iter: I) -> Nets {
         Nets(iter.into_iter().collect())
     }
 }
 
-impl Extend<Net> for Nets {
-    fn extend<I: IntoIterator<Item = Net>>(&mut self, iter: I) {
+impl Extend<IpNet> for Nets {
+    fn extend<I: IntoIterator<Item = IpNet>>(&mut self, iter: I) {
         self.0.extend(iter);
     }
 }
@@ -140,9 +80,9 @@ pub fn canonical(address: IpAddr) -> IpAddr {
 mod tests {
     use super::*;
 
-    fn net(text: &str) -> Net {
+    fn range(text: &str) -> Option<IpNet> {
         let (address, prefix) = text.split_once('/').expect("a range");
-        Net::new(
+        net(
             address.parse().expect("an address"),
             prefix.parse().expect("a prefix"),
         )
@@ -158,7 +98,7 @@ mod tests {
             "::/128",
         ]
         .into_iter()
-        .map(net)
+        .filter_map(range)
         .collect();
         let check = |address: &str, held: bool| {
             let ip: IpAddr = address.parse().expect("an address");
@@ -184,13 +124,20 @@ mod tests {
     }
 
     #[test]
-    fn a_range_keeps_only_its_network_bits() {
-        assert_eq!(net("127.0.0.1/8").to_string(), "127.0.0.0/8");
-        assert_eq!(net("10.1.2.3/40").to_string(), "10.1.2.3/32");
-        assert_eq!(net("10.1.2.3/0").to_string(), "0.0.0.0/0");
-        assert_eq!(net("fd00::1/64").to_string(), "fd00::/64");
-        assert!(net("0.0.0.0/0").contains("8.8.8.8".parse().expect("an address")));
-        assert!(Net::host("10.0.0.5".parse().expect("an address")).is_host());
-        assert!(!net("127.0.0.0/8").is_host());
+    fn a_range_keeps_only_its_network_bits_and_a_prefix_past_its_width_is_none() {
+        let shown = |text: &str| range(text).map(|net| net.to_string());
+        assert_eq!(shown("127.0.0.1/8").as_deref(), Some("127.0.0.0/8"));
+        assert_eq!(shown("10.1.2.3/0").as_deref(), Some("0.0.0.0/0"));
+        assert_eq!(shown("fd00::1/64").as_deref(), Some("fd00::/64"));
+        assert_eq!(shown("10.1.2.3/32").as_deref(), Some("10.1.2.3/32"));
+        // Wider than the family: no range (the kernel writes none such).
+        assert_eq!(shown("10.1.2.3/33"), None);
+        assert_eq!(shown("fd00::1/129"), None);
+        let everything = range("0.0.0.0/0").expect("a range");
+        assert!(everything.contains(&"8.8.8.8".parse::<IpAddr>().expect("an address")));
+        assert!(is_host(&IpNet::from(
+            "10.0.0.5".parse::<IpAddr>().expect("an address")
+        )));
+        assert!(!is_host(&range("127.0.0.0/8").expect("a range")));
     }
 }

@@ -9,26 +9,38 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::path::Path;
 
+use autoproxy::fleet::State;
 use serde::Deserialize;
 
-use super::nets::{Net, Nets};
+use super::nets::{IpNet, Nets};
 
 /// Where the other proxies' addresses stay, relative to the config's directory: one address a
 /// line.
 pub const FILE: &str = "autoproxy/peers";
 
-/// The part of the fleet report this reads; the rest is ignored.
+/// The part of the fleet report ([`autoproxy::fleet::FleetReport`]) this reads; the rest is
+/// ignored.
 #[derive(Deserialize)]
 struct Report {
     fleet: Vec<Entry>,
 }
 
+/// The part of one instance of the report this reads. Its addresses are read one by one, and
+/// a state this agent does not know (a newer configure function's) is no state, so neither
+/// refuses the whole report.
 #[derive(Deserialize)]
 struct Entry {
     instance_id: String,
-    state: String,
+    #[serde(deserialize_with = "known_state")]
+    state: Option<State>,
     #[serde(default)]
     addresses: Vec<String>,
+}
+
+/// The state, when it is one of [`State`]'s.
+fn known_state<'de, D: serde::Deserializer<'de>>(value: D) -> Result<Option<State>, D::Error> {
+    let value = serde_json::Value::deserialize(value)?;
+    Ok(State::deserialize(value).ok())
 }
 
 /// The fleet report's text is not JSON with a `fleet` list.
@@ -43,7 +55,7 @@ pub fn of_report(report: &str, instance_id: &str) -> Result<BTreeSet<IpAddr>, No
     Ok(report
         .fleet
         .iter()
-        .filter(|entry| entry.instance_id != instance_id && entry.state != "gone")
+        .filter(|entry| entry.instance_id != instance_id && entry.state != Some(State::Gone))
         .flat_map(|entry| entry.addresses.iter())
         .filter_map(|address| address.parse().ok())
         .collect())
@@ -74,8 +86,8 @@ pub fn read(config_dir: &Path) -> Nets {
     std::fs::read_to_string(config_dir.join(FILE))
         .unwrap_or_default()
         .lines()
-        .filter_map(|line| line.trim().parse().ok())
-        .map(Net::host)
+        .filter_map(|line| line.trim().parse::<IpAddr>().ok())
+        .map(IpNet::from)
         .collect()
 }
 
@@ -103,14 +115,15 @@ mod tests {
             {"instance_id": "i-self", "state": "current", "addresses": ["10.0.1.5"]},
             {"instance_id": "i-peer", "state": "behind", "addresses": ["10.0.2.7", "fd00::7", "nope"]},
             {"instance_id": "i-old", "state": "gone", "addresses": ["10.0.3.9"]},
-            {"instance_id": "i-older-agent", "state": "stale"}
+            {"instance_id": "i-older-agent", "state": "stale"},
+            {"instance_id": "i-newer", "state": "a state of tomorrow", "addresses": ["10.0.4.4"]}
         ]}"#;
         let peers: Vec<String> = of_report(report, "i-self")
             .expect("a report")
             .iter()
             .map(IpAddr::to_string)
             .collect();
-        assert_eq!(peers, ["10.0.2.7", "fd00::7"]);
+        assert_eq!(peers, ["10.0.2.7", "10.0.4.4", "fd00::7"]);
         let err = of_report("{}", "i-self").expect_err("no fleet");
         assert!(
             err.to_string()

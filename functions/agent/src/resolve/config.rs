@@ -3,7 +3,7 @@
 //! every second).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -48,10 +48,7 @@ pub struct Installed {
 /// beside it, in `config_dir`).
 pub fn read_installed(text: &str, config_dir: &Path) -> Installed {
     let mut installed = Installed::default();
-    for host in autoproxy::artifact::route_hosts(text) {
-        if host.parse::<IpAddr>().is_ok() {
-            continue;
-        }
+    for host in crate::routes::hosts_needing_address(text) {
         match autoproxy::names::HostName::parse(&host) {
             Ok(name) => {
                 installed.names.insert(name.as_str().to_owned());
@@ -96,7 +93,7 @@ fn route_accounts(text: &str) -> BTreeMap<String, String> {
             continue;
         };
         let Some(name) = autoproxy::artifact::target_host(target)
-            .filter(|(host, _)| host.parse::<IpAddr>().is_err())
+            .filter(|(host, _)| crate::routes::needs_address(host))
             .and_then(|(host, _)| autoproxy::names::HostName::parse(&host).ok())
         else {
             continue;
@@ -215,6 +212,8 @@ impl Watched {
 
 #[cfg(test)]
 mod tests {
+    use std::net::IpAddr;
+
     use super::*;
 
     #[test]

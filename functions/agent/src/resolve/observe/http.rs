@@ -17,6 +17,8 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Semaphore;
 
 use super::Answerer;
+// Connections served at once: as many as on the control socket.
+use crate::control::MAX_CONNECTIONS;
 
 /// The longest request head read.
 pub const MAX_HEAD: usize = 8 * 1024;
@@ -24,8 +26,6 @@ pub const MAX_HEAD: usize = 8 * 1024;
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
 /// The time a client has to take the answer.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
-/// Connections served at once.
-pub const MAX_CONNECTIONS: usize = 16;
 
 /// An answer.
 #[derive(Debug, Clone, PartialEq, Eq)]

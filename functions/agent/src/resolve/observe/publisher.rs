@@ -76,14 +76,7 @@ pub fn spawn(period: Duration, figures: Shared, probe: Arc<Probe>) -> JoinHandle
 
 /// The client and the instance id; none (logged) when publishing cannot work here.
 async fn setup() -> Option<(aws_sdk_cloudwatch::Client, String)> {
-    let timeouts = aws_config::timeout::TimeoutConfig::builder()
-        .connect_timeout(Duration::from_secs(5))
-        .operation_attempt_timeout(Duration::from_secs(10))
-        .build();
-    let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .timeout_config(timeouts)
-        .load()
-        .await;
+    let sdk = crate::sdk::load(crate::sdk::Calls::Metrics).await;
     if sdk.region().is_none() {
         log(format_args!(
             "CloudWatch metrics off: no AWS region found (AWS_REGION, or the instance's metadata)"
