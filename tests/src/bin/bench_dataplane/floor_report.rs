@@ -223,6 +223,15 @@ fn template_timeout(what: &str) -> Option<String> {
         .find_map(|line| line.trim().strip_prefix(prefix.as_str()).map(str::to_owned))
 }
 
+/// The `tcp.idle_timeout.seconds` the stack's listener sets, in seconds: the `Value` on the line
+/// after its `Key`.
+fn nlb_idle_timeout(stack: &str) -> Option<u64> {
+    let mut lines = stack.lines();
+    lines.find(|line| line.trim().trim_start_matches("- ") == "Key: tcp.idle_timeout.seconds")?;
+    let value = lines.next()?.trim().strip_prefix("Value:")?.trim();
+    value.trim_matches('"').parse().ok()
+}
+
 /// How long a session lasts with the deployed template and settings, and what ends it.
 fn long_sessions() -> String {
     let tunnel = template_timeout("tunnel");
@@ -238,12 +247,19 @@ fn long_sessions() -> String {
     let hard_stop = RenderOptions::default().hard_stop_after;
     let stack =
         std::fs::read_to_string(autoproxy_tests::root().join("template.yaml")).unwrap_or_default();
-    let nlb = if stack.contains("tcp.idle_timeout.seconds") {
-        "the NLB's TCP idle timeout as the stack sets it (`tcp.idle_timeout.seconds`)".to_owned()
-    } else {
-        "350 s, the NLB's default TCP idle timeout (the stack's listener leaves \
-         `tcp.idle_timeout.seconds` unset)"
-            .to_owned()
+    let nlb = match nlb_idle_timeout(&stack) {
+        Some(seconds) => format!(
+            "{seconds} s ({} min), the TCP idle timeout the stack sets on the NLB's listener \
+             (`tcp.idle_timeout.seconds`: AWS allows 60 to 6000 s, 350 s if unset)",
+            seconds / 60
+        ),
+        None if stack.contains("tcp.idle_timeout.seconds") => {
+            "the NLB's TCP idle timeout as the stack sets it (`tcp.idle_timeout.seconds`)"
+                .to_owned()
+        }
+        None => "350 s, the NLB's default TCP idle timeout (the stack's listener leaves \
+                 `tcp.idle_timeout.seconds` unset)"
+            .to_owned(),
     };
     format!(
         "

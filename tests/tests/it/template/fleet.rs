@@ -250,6 +250,19 @@ fn an_instance_takes_traffic_only_when_ready_and_drains_for_the_chosen_delay() {
     let listener = &resource(&template, "ProxyListener")["Properties"];
     assert_eq!(listener["Protocol"].as_str(), Some("TCP"));
     assert_eq!(listener["Port"].as_u64(), Some(443));
+    // The largest TCP idle timeout AWS allows (60 to 6,000 s; 350 s if unset), so an idle
+    // session is ended by HAProxy's timeouts rather than by the NLB first.
+    let idle_timeout = listener["ListenerAttributes"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .find(|attribute| attribute["Key"].as_str() == Some("tcp.idle_timeout.seconds"))
+        .and_then(|attribute| attribute["Value"].as_str());
+    assert_eq!(
+        idle_timeout,
+        Some("6000"),
+        "the listener's TCP idle timeout"
+    );
     let nlb = &resource(&template, "ProxyLoadBalancer")["Properties"];
     assert_eq!(nlb["Scheme"].as_str(), Some("internal"));
     assert_eq!(nlb["Type"].as_str(), Some("network"));
