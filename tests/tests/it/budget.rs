@@ -62,7 +62,11 @@ async fn stored_manifest(deps: &Deps) -> autoproxy::manifest::Manifest {
 async fn an_unfinished_first_sweep_publishes_none_of_that_account_and_the_next_runs_finish_it() {
     let moto = Moto::start();
     let deps = deps(&moto).await;
-    let schedule = json!({"detail-type": "Scheduled Event", "source": "aws.events"});
+    // The schedule's event as EventBridge delivers it (events/schedule.json).
+    let schedule: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(autoproxy_tests::root().join("events/schedule.json")).unwrap(),
+    )
+    .unwrap();
 
     let first = run_at(&deps, &schedule, AT, budget(500)).await.unwrap();
     assert!(
