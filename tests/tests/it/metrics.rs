@@ -85,7 +85,9 @@ pub(crate) fn sessions(haproxy: &Haproxy, kind: &str) -> BTreeMap<String, u64> {
         .collect()
 }
 
-/// The log lines received within `wait`, until `count` of them came.
+/// The connections' log lines received within `wait`, until `count` of them came. The stats
+/// listener's own lines (a `/metrics` scrape is logged too) are left out: they are not
+/// connections through the proxy, and counting one would end the wait a line early.
 pub(crate) fn log_lines(log: &UdpSocket, count: usize, wait: Duration) -> Vec<String> {
     let deadline = Instant::now() + wait;
     let mut lines = Vec::new();
@@ -94,7 +96,10 @@ pub(crate) fn log_lines(log: &UdpSocket, count: usize, wait: Duration) -> Vec<St
         log.set_read_timeout(Some(Duration::from_millis(200)))
             .unwrap();
         if let Ok(n) = log.recv(&mut buf) {
-            lines.push(String::from_utf8_lossy(&buf[..n]).trim_end().to_owned());
+            let line = String::from_utf8_lossy(&buf[..n]).trim_end().to_owned();
+            if !line.contains("] stats ") {
+                lines.push(line);
+            }
         }
     }
     lines
