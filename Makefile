@@ -17,12 +17,25 @@ export CARGO_TERM_COLOR ?= never
 ## on the distribution's HAProxy (2.6 on Debian 12); then the tests that drive a real HAProxy
 ## again on 3.0; last the release bundle's test, whose `make dist` finds the template checks'
 ## `sam build` done (it runs after them, with the same SUITE_RELEASE profile).
-test: tools lint
-	@haproxy -v | head -n 1
-	cargo test --workspace -- --skip release_bundle::
+## Each step's start is stamped (UTC), so a run's log shows where its time went.
+test: tools
+	@date -u +"test: %T lint"
+	@$(MAKE) --no-print-directory lint
+	@date -u +"test: %T build and run the tests on $$(haproxy -v | head -n 1)"
+	cargo test --workspace -- --skip release_bundle:: --test-threads=$(TEST_THREADS)
+	@date -u +"test: %T template checks"
 	$(SUITE_RELEASE) bash .ci/check-templates.sh
+	@date -u +"test: %T HAProxy 3.0"
 	@$(MAKE) --no-print-directory test-haproxy30
+	@date -u +"test: %T release bundle"
 	@$(SUITE_RELEASE) $(MAKE) --no-print-directory test-dist
+	@date -u +"test: %T done"
+
+## Tests run at once in the integration suite. Most of its time is waiting (a queue's window, a
+## reload, a frozen worker's deadline, moto), not computing: on 2 cores the `it` run took
+## 784 s with the default of one test per core and 644 s with 4, its processes then using about
+## 60 % of the two cores.
+TEST_THREADS ?= 4
 
 ## The suite's build of the release binaries (the template checks' `sam build`, which the release
 ## bundle's test packages): the release profile without its optimisation (opt-level 0, no LTO,
@@ -38,18 +51,26 @@ SUITE_RELEASE := CARGO_PROFILE_RELEASE_OPT_LEVEL=0 CARGO_PROFILE_RELEASE_LTO=fal
 test-dist: tools
 	cargo test --workspace --test it -- release_bundle::
 
-## The other end of the supported range: the tests that drive a real HAProxy (haproxy -c of
-## the golden configs; apply, its faults and the runtime API; the resolver; the data plane,
-## its counters and exporter; end to end) again, with HAProxy 3.0 (built by .ci/tools.sh) first on PATH, where both the
-## harness and the agent's `haproxy -c` find it. haproxy_version:: fails the run if the
-## haproxy on PATH is not 3.0. `--workspace`, as `test` builds: with `-p autoproxy-tests` cargo
-## resolves the dependencies' features for that package alone and builds them all again
-## (90 s of CI).
-HAPROXY_TESTS := haproxy_version:: golden:: apply:: runtime_api:: resolver:: dataplane:: metrics:: e2e::
+## The other end of the supported range: the tests in which HAProxy's own behaviour decides
+## the outcome run again, with HAProxy 3.0 (built by .ci/tools.sh) first on PATH, where both
+## the harness and the agent's `haproxy -c` find it: haproxy -c of the golden configs; the
+## runtime API's commands and answers; installs, route changes without a reload, reloads
+## through the master (under load, with held and long sessions), repairs and rollbacks; the
+## address service's map updates; the data plane, its counters and exporter; end to end.
+## Not again: what the agent decides alone whatever HAProxy answers (its fault bounds and
+## orphans, the launcher's checksum, fsyncs, the document's text, the borders' judgment) and
+## the address service's DNS, rate and CloudWatch figures; they ran on 2.6 above.
+## haproxy_version:: fails the run if the haproxy on PATH is not 3.0. `--workspace`, as `test`
+## builds: with `-p autoproxy-tests` cargo resolves the dependencies' features for that
+## package alone and builds them all again (90 s of CI).
+HAPROXY_TESTS := haproxy_version:: golden:: runtime_api:: dataplane:: metrics:: e2e:: \
+  apply::install:: apply::runtime:: apply::repair:: apply::concurrency:: apply::held:: \
+  apply::held_in_time:: apply::long_sessions:: apply::running:: apply::truth:: apply::loops:: \
+  resolver::changes:: resolver::ensure::
 test-haproxy30: core-tools
 	@PATH="$(HAPROXY30):$$PATH" haproxy -v | head -n 1
 	PATH="$(HAPROXY30):$$PATH" AUTOPROXY_EXPECT_HAPROXY=3.0 \
-	  cargo test --workspace --test it -- $(HAPROXY_TESTS)
+	  cargo test --workspace --test it -- $(HAPROXY_TESTS) --test-threads=$(TEST_THREADS)
 
 ## Formatting and clippy, warnings as errors.
 lint:
