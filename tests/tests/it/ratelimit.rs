@@ -58,6 +58,7 @@ async fn sweep_three_accounts() {
         "PEERING_PROXY_HOSTNAME" => Some(bench::PROXY.to_owned()),
         "ACCOUNT_ROLE_ARNS" => Some(roles.clone()),
         "ROUTE53_REQUESTS_PER_SECOND" => Some(RATE.to_string()),
+        "MEMBER_REGIONS" => Some(autoproxy_tests::moto::REGION.to_owned()),
         _ => None,
     })
     .unwrap();
@@ -80,7 +81,7 @@ async fn sweep_three_accounts() {
 
     assert_eq!(summary.rules, shape.expected_routes(), "{summary:#?}");
     let mut largest = 0;
-    let mut total = 0;
+    let mut spans = Vec::new();
     for (account, proxy) in &proxies {
         let times = proxy.take();
         let minimum = bench::minimum_calls(&seeded[account]) as usize;
@@ -100,13 +101,29 @@ async fn sweep_three_accounts() {
              gaps in ms: {gaps:?}"
         );
         largest = largest.max(times.len());
-        total += times.len();
+        spans.push((account, times[0], times[times.len() - 1]));
     }
-    // In parallel: about the largest account's calls at the rate, far below all calls.
+    // Paced: at least the largest account's calls at the rate.
     let floor = Duration::from_secs_f64((largest - 1) as f64 / RATE as f64);
-    let serial = Duration::from_secs_f64((total - 1) as f64 / RATE as f64);
     assert!(
-        wall >= floor && wall < floor + Duration::from_secs(3) && wall < serial,
-        "sweep took {wall:?}; one account's pace is {floor:?}, all accounts in series {serial:?}"
+        wall >= floor,
+        "sweep took {wall:?}; one account's pace is {floor:?}"
+    );
+    // In parallel: every account's calls began before any account's ended. (On the wire, not
+    // by the clock: how long the sweep takes beyond its pace is the machine's, a benchmark's
+    // figure, not a test's.)
+    let last_start = spans.iter().map(|(_, first, _)| *first).max();
+    let first_end = spans.iter().map(|(_, _, last)| *last).min();
+    assert!(
+        last_start < first_end,
+        "the accounts were read one after another: {:?}",
+        spans
+            .iter()
+            .map(|(account, first, last)| format!(
+                "{account}: {:?} to {:?} after the start",
+                first.duration_since(started),
+                last.duration_since(started)
+            ))
+            .collect::<Vec<_>>()
     );
 }
