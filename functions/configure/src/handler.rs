@@ -199,11 +199,12 @@ pub async fn function_handler(
 }
 
 /// Kept back from the deadline to report after following the command.
-const REPORT_RESERVE: Duration = Duration::from_secs(10);
+pub const REPORT_RESERVE: Duration = Duration::from_secs(10);
 
 /// How long to follow a command when the invocation carries no usable deadline: the
-/// function's timeout (900 s in template.yaml) less the reserve.
-const FOLLOW_WITHOUT_DEADLINE: Duration = Duration::from_secs(890);
+/// function's timeout (`ConfigureFunction`'s `Timeout` in template.yaml, which a template
+/// test holds to this plus [`REPORT_RESERVE`]) less the reserve.
+pub const FOLLOW_WITHOUT_DEADLINE: Duration = Duration::from_secs(890);
 
 /// How long this invocation may follow its command. A deadline already past is not one Lambda
 /// sends: `cargo lambda watch` sends the timeout itself, which reads as a time in 1970; under

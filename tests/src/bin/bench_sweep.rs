@@ -2,7 +2,8 @@
 //! `Deps` like `main.rs` does (settings from the environment, adaptive retries) but with each
 //! account's Route53 endpoint taken from `BENCH_ROUTE53_ENDPOINTS` (`account=url,…`, the
 //! recording proxies), runs one full sweep (a scheduled event), prints a JSON line, waits for
-//! a line on stdin, then runs one CloudTrail event for `BENCH_EVENT_ZONE` (`account/zone-id`)
+//! a line on stdin, then runs one CloudTrail event for `BENCH_EVENT_ZONE` (the zone's manifest
+//! key, `account/zone-id`: `autoproxy::manifest::zone_key`)
 //! and prints another. With `MEMBER_ACCOUNTS` the members are listed from Organizations by the
 //! generator itself, each member's Route53 still at its recording proxy. Driven by `bench`;
 //! not a tool of its own.

@@ -53,7 +53,12 @@ pub(super) fn run(
         .flat_map(|(account, zones)| zones.iter().map(move |zone| (account, zone)))
         .filter(|(_, zone)| shape.has_rules(&zone.name))
         .min_by_key(|(account, _)| *account == OWN_ACCOUNT)
-        .map(|(account, zone)| format!("{account}/{}", zone.id))
+        .map(|(account, zone)| {
+            autoproxy::manifest::zone_key(&autoproxy::model::ZoneKey {
+                account: account.to_string(),
+                id: zone.id.clone(),
+            })
+        })
         .expect("a zone with rules");
 
     let mut command = sweep_command(moto, seeded, &endpoints, rate, unit);

@@ -1,7 +1,8 @@
 //! The fleet report (the peers' source and the fleet alarms' data) runs on time whatever the
 //! rollout backlog: its schedule invokes a function of its own, which no rollout occupies, with
 //! an execution reserved for it, a timeout inside its period, and a role that may read the
-//! fleet and write the report but send no command.
+//! fleet and write the report but send no command. And a rollout followed without a deadline (an
+//! emulator's invocation) stops within the template's timeout.
 
 use serde_yaml::Value;
 
@@ -111,4 +112,20 @@ fn the_fleet_report_has_a_schedule_and_an_execution_no_rollout_can_take() {
             "ConfigureFunction keeps the report's {report_only}"
         );
     }
+}
+
+/// Under an emulator that sends no usable deadline, a rollout is followed for the function's
+/// timeout less what reporting needs: the handler's constant must be the template's timeout.
+#[test]
+fn a_rollout_without_a_deadline_is_followed_for_the_templates_timeout_less_the_reserve() {
+    let template = template();
+    let rollout_timeout =
+        template["Resources"]["ConfigureFunction"]["Properties"]["Timeout"].as_u64();
+    let follow = autoproxy_configure::handler::FOLLOW_WITHOUT_DEADLINE
+        + autoproxy_configure::handler::REPORT_RESERVE;
+    assert_eq!(
+        rollout_timeout,
+        Some(follow.as_secs()),
+        "ConfigureFunction's Timeout against the handler's FOLLOW_WITHOUT_DEADLINE + REPORT_RESERVE"
+    );
 }
