@@ -19,9 +19,10 @@ export CARGO_TERM_COLOR ?= never
 ## `sam build` done (it runs after them, with the same SUITE_RELEASE profile).
 ## Each step's start is stamped (UTC), so a run's log shows where its time went.
 test: tools
-	@date -u +"test: %T lint"
-	@$(MAKE) --no-print-directory lint
-	@date -u +"test: %T build and run the tests on $$(haproxy -v | head -n 1)"
+	@date -u +"test: %T lint, and the tests' build beside it"
+	cargo fmt --all -- --check
+	@$(LINT_BESIDE_BUILD)
+	@date -u +"test: %T the tests, on $$(haproxy -v | head -n 1)"
 	cargo test --workspace -- --skip release_bundle:: --test-threads=$(TEST_THREADS)
 	@date -u +"test: %T template checks"
 	$(SUITE_RELEASE) bash .ci/check-templates.sh
@@ -30,6 +31,18 @@ test: tools
 	@date -u +"test: %T release bundle"
 	@$(SUITE_RELEASE) $(MAKE) --no-print-directory test-dist
 	@date -u +"test: %T done"
+
+## clippy and the tests' build at once: clippy's is a check build, which shares nothing with a
+## build, and both spend minutes on one core in the largest crates' front ends (the EC2 SDK's
+## above all), so run side by side they end sooner than one after the other. clippy in its own
+## target directory (cargo locks one directory per build), its output shown after the build's.
+LINT_TARGET_DIR = $${CARGO_TARGET_DIR:-target}/lint
+LINT_BESIDE_BUILD = log=$$(mktemp); \
+  { CARGO_TARGET_DIR="$(LINT_TARGET_DIR)" cargo clippy --workspace --all-targets -- -D warnings \
+      >"$$log" 2>&1; echo $$? >"$$log.rc"; } & \
+  cargo test --workspace --no-run; built=$$?; wait; \
+  echo "clippy --workspace --all-targets -- -D warnings:"; cat "$$log"; linted=$$(cat "$$log.rc"); \
+  rm -f "$$log" "$$log.rc"; [ "$$built" -eq 0 ] && [ "$$linted" -eq 0 ]
 
 ## Tests run at once in the integration suite. Most of its time is waiting (a queue's window, a
 ## reload, a frozen worker's deadline, moto), not computing: on 2 cores the `it` run took

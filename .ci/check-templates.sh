@@ -23,6 +23,23 @@ done
 # shellcheck source=.ci/zig.sh
 . "$(dirname "$0")/zig.sh" || fail "no zig for cargo-lambda"
 
+# sam build (the Makefile's sam-build) starts at once and runs beside the static checks: they
+# are single-threaded Python, and the build has long stretches on one core (the largest crates'
+# front ends), so together they take little longer than the build alone. Its output is shown
+# at its step; a failing check stops it.
+build_log=$(mktemp)
+build_pid=
+fleet=
+cleanup() {
+  [ -z "$build_pid" ] || kill -- "-$build_pid" 2>/dev/null || true
+  rm -f "$build_log" "$fleet"
+}
+trap cleanup EXIT
+if [ -z "${SKIP_BUILD:-}" ]; then
+  setsid -w make --no-print-directory sam-build >"$build_log" 2>&1 &
+  build_pid=$!
+fi
+
 step "cfn-lint ${templates[*]}"
 # Warnings count as failures: any output at all fails the step.
 lint=$(cfn-lint "${templates[@]}" 2>&1) || true
@@ -48,7 +65,6 @@ step "checkov with ProxyFleet=create"
 # checkov evaluates Conditions with the parameters' defaults: ProxyFleet=none drops the fleet's
 # resources from the scan above. The same template with create as the default scans them.
 fleet=$(mktemp --suffix=.yaml)
-trap 'rm -f "$fleet"' EXIT
 sed '/^  ProxyFleet:$/,/^  [A-Za-z]/ s/^    Default: none$/    Default: create/' template.yaml >"$fleet"
 grep -q '^    Default: create$' "$fleet" || fail "could not set ProxyFleet's default to create"
 report=$(checkov -f "$fleet" --framework cloudformation --quiet --compact --skip-download 2>&1) \
@@ -73,10 +89,14 @@ case "$(uname -m)" in
   aarch64 | arm64) arch=arm64 machine="b7 00" ;;
   *) fail "unsupported host architecture $(uname -m)" ;;
 esac
-# The Makefile's sam-build: the host's architecture for the functions and the layer's agent
-# alike, every binary at the baseline CPU, so the agent shares the functions' target directory.
-# make dist packages exactly this build.
-make --no-print-directory sam-build
+# The Makefile's sam-build (started above): the host's architecture for the functions and the
+# layer's agent alike, every binary at the baseline CPU, so the agent shares the functions'
+# target directory. make dist packages exactly this build.
+built=0
+wait "$build_pid" || built=$?
+build_pid=
+cat "$build_log"
+[ "$built" -eq 0 ] || fail "sam build exited with $built"
 for fn in GenerateFunction ConfigureFunction FleetReportFunction AgentPublisherFunction; do
   bin=.aws-sam/build/$fn/bootstrap
   [ -f "$bin" ] && [ -x "$bin" ] || fail "$bin is missing or not executable"
