@@ -15,7 +15,7 @@ use crate::rules::{DEFAULT_RULES, Rule, RulesError, parse_rules};
 mod borders;
 mod configure;
 mod members;
-pub use borders::BorderSettings;
+pub use borders::{BorderSettings, MemberRegions};
 pub use configure::{
     ConfigureSettings, DEFAULT_DELIVERY_TIMEOUT_SECONDS, DEFAULT_FLEET_SILENT_AFTER_MINUTES,
 };
@@ -42,6 +42,7 @@ pub const GENERATE_VARIABLES: &[&str] = &[
     "EVENT_QUEUE_URL",
     "MEMBER_NETWORKS",
     "ALLOW_PUBLIC_BACKS",
+    "MEMBER_REGIONS",
 ];
 
 /// Every variable the configure function reads.
@@ -195,12 +196,7 @@ impl ProxyVpc {
         let (region, vpc_id) = raw
             .split_once(':')
             .ok_or_else(|| invalid("PROXY_VPCS", expected, raw))?;
-        let region_ok = (6..=25).contains(&region.len())
-            && region.split('-').count() >= 3
-            && region
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && region.bytes().last().is_some_and(|b| b.is_ascii_digit());
+        let region_ok = is_region(region);
         let vpc_ok = vpc_id.strip_prefix("vpc-").is_some_and(|hex| {
             (8..=17).contains(&hex.len())
                 && hex
@@ -215,6 +211,16 @@ impl ProxyVpc {
             vpc_id: vpc_id.to_owned(),
         })
     }
+}
+
+/// Whether `region` has the shape of an AWS region's name (`eu-west-1`, `us-gov-east-1`).
+fn is_region(region: &str) -> bool {
+    (6..=25).contains(&region.len())
+        && region.split('-').count() >= 3
+        && region
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && region.bytes().last().is_some_and(|b| b.is_ascii_digit())
 }
 
 /// The generator's settings.
@@ -250,6 +256,8 @@ pub struct GenerateSettings {
     pub event_queue_url: Option<String>,
     /// `MEMBER_NETWORKS` and `ALLOW_PUBLIC_BACKS`: where a member's back may point.
     pub borders: BorderSettings,
+    /// `MEMBER_REGIONS`: the regions the members' VPCs are read in, besides the proxies'.
+    pub member_regions: MemberRegions,
 }
 
 impl GenerateSettings {
@@ -307,6 +315,7 @@ impl GenerateSettings {
             template_key,
             event_queue_url: queue_url(get("EVENT_QUEUE_URL"))?,
             borders: borders::parse(get("MEMBER_NETWORKS"), get("ALLOW_PUBLIC_BACKS"))?,
+            member_regions: borders::member_regions(get("MEMBER_REGIONS"))?,
             render_options: render_options(get("RENDER_OPTIONS"), get("ROUTING_RULES").is_some())?,
             route53_requests_per_second: number(
                 "ROUTE53_REQUESTS_PER_SECOND",

@@ -514,6 +514,8 @@ fn function_env(
             ("CONFIG_KEY", CONFIG_KEY.to_owned()),
             ("PEERING_PROXY_HOSTNAME", PROXY_HOSTNAME.to_owned()),
             ("ACCOUNT_ROLE_ARNS", estate::role_arn(MEMBER_ACCOUNT)),
+            // Moto's one region, not the 38 it lists as the member's enabled ones.
+            ("MEMBER_REGIONS", crate::moto::REGION.to_owned()),
             ("DNS_RESOLVERS", resolver.addr.to_string()),
             (
                 "RENDER_OPTIONS",

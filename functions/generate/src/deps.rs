@@ -99,6 +99,7 @@ impl Deps {
         deps.vpcs = VpcReader::new(
             sdk,
             network_regions(&deps.settings, sdk),
+            deps.settings.member_regions.clone(),
             Some(own.account.clone()),
         );
         deps.vpc_owner = Some(own);
@@ -123,7 +124,12 @@ impl Deps {
             .event_queue_url
             .as_deref()
             .map(|url| EventQueue::new(sdk, url));
-        let vpcs = VpcReader::new(sdk, network_regions(&settings, sdk), None);
+        let vpcs = VpcReader::new(
+            sdk,
+            network_regions(&settings, sdk),
+            settings.member_regions.clone(),
+            None,
+        );
         Ok(Deps {
             vpcs,
             default_renderer: Renderer::new(DEFAULT_TEMPLATE)?,
@@ -145,8 +151,8 @@ impl Deps {
     }
 }
 
-/// The regions the members' VPCs are read in: where the proxies are, the regions of
-/// `PROXY_VPCS`, else the function's own.
+/// The regions the members' VPCs are always read in (each member's own regions besides, see
+/// `vpcs.rs`): where the proxies are, the regions of `PROXY_VPCS`, else the function's own.
 fn network_regions(settings: &GenerateSettings, sdk: &SdkConfig) -> Vec<String> {
     let mut regions: Vec<String> = settings
         .proxy_vpcs

@@ -1,9 +1,10 @@
 //! Each member's networks, read from its VPCs (docs/ARCHITECTURE.md, "Where a back may
-//! point"): `ec2:DescribeVpcs` through the member's own role, in each of the proxies' regions,
-//! once per account and region on a full sweep (one call, more only past 1,000 VPCs). An event
-//! run reads none: it judges with the networks the manifest keeps. A read that fails keeps the
-//! account's last networks and warns ([`autoproxy::networks::refreshed`]); it never stops the
-//! run.
+//! point"): `ec2:DescribeVpcs` through the member's own role, on a full sweep, in each region
+//! enabled in the member (`ec2:DescribeRegions`, one call) or those of `MEMBER_REGIONS`, and
+//! always the proxies' regions: one call per account and region (more only past 1,000 VPCs).
+//! An event run reads none: it judges with the networks the manifest keeps. A read that fails
+//! keeps the account's last networks and warns ([`autoproxy::networks::refreshed`]); a listing
+//! of regions that fails reads the proxies' regions alone and warns; neither stops the run.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use autoproxy::discovery::Scope;
 use autoproxy::manifest::Manifest;
 use autoproxy::networks::{IpNet, Networks, VpcRead, refreshed};
 use autoproxy::route53::{AccountRoute53, CallCounter, CountAttempts};
+use autoproxy::settings::MemberRegions;
 use aws_config::SdkConfig;
 use aws_sdk_ec2::config::Region;
 use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
@@ -21,6 +23,8 @@ use tracing::{info, warn};
 
 /// Accounts read at once: each is one call per region, and EC2 paces each account apart.
 const ACCOUNTS_IN_FLIGHT: usize = 16;
+/// Regions of one account read at once: its calls share the account's EC2 request rate.
+const REGIONS_IN_FLIGHT: usize = 4;
 /// The most VPCs a `DescribeVpcs` page holds.
 const VPCS_PER_PAGE: i32 = 1000;
 /// EC2's answers for a caller whose policy does not grant the call.
@@ -34,8 +38,11 @@ const NOT_GRANTED: [&str; 3] = [
 #[derive(Debug)]
 pub struct VpcReader {
     sdk: SdkConfig,
-    /// Where the proxies are: `PROXY_VPCS`' regions, else the function's own.
+    /// Where the proxies are: `PROXY_VPCS`' regions, else the function's own. Always read;
+    /// the first is where each member's regions are listed.
     regions: Vec<String>,
+    /// Which other regions: each member's enabled ones, or those listed.
+    members: MemberRegions,
     /// The function's own account: read with the function's credentials, which hold no EC2
     /// grant, so never read (its networks come from `MEMBER_NETWORKS` alone).
     skip: Option<String>,
@@ -52,16 +59,22 @@ pub struct Learned {
 }
 
 impl VpcReader {
-    pub fn new(sdk: &SdkConfig, regions: Vec<String>, skip: Option<String>) -> Self {
+    pub fn new(
+        sdk: &SdkConfig,
+        regions: Vec<String>,
+        members: MemberRegions,
+        skip: Option<String>,
+    ) -> Self {
         VpcReader {
             sdk: sdk.clone(),
             regions,
+            members,
             skip,
             counter: Arc::new(CallCounter::default()),
         }
     }
 
-    /// `DescribeVpcs` attempts so far, every account and region.
+    /// `DescribeRegions` and `DescribeVpcs` attempts so far, every account and region.
     pub fn calls(&self) -> u64 {
         self.counter.attempts()
     }
@@ -92,19 +105,26 @@ impl VpcReader {
             .filter(|account| self.skip.as_deref() != Some(account.account.as_str()))
             .map(|account| self.read(account))
             .collect();
-        let reads: BTreeMap<String, VpcRead> = stream::iter(reading)
+        let outcomes: Vec<(String, VpcRead, Option<String>)> = stream::iter(reading)
             .buffer_unordered(ACCOUNTS_IN_FLIGHT)
             .collect()
             .await;
+        let mut listing_warnings = Vec::new();
+        let mut reads = BTreeMap::new();
+        for (account, read, warning) in outcomes {
+            listing_warnings.extend(warning);
+            reads.insert(account, read);
+        }
         let empty = Networks::default();
-        let (networks, warnings) = refreshed(kept.unwrap_or(&empty), &reads);
+        let (networks, mut warnings) = refreshed(kept.unwrap_or(&empty), &reads);
+        warnings.extend(listing_warnings);
         for warning in &warnings {
-            warn!(%warning, "member networks kept from the last read");
+            warn!(%warning, "member networks kept from the last read, or read in fewer regions");
         }
         let calls = self.calls().saturating_sub(before);
         info!(
             accounts = reads.len(),
-            regions = self.regions.len(),
+            proxy_regions = self.regions.len(),
             ec2_calls = calls,
             "member networks read"
         );
@@ -115,16 +135,97 @@ impl VpcReader {
         }
     }
 
-    /// One account's ranges in every region; the first region that fails decides.
-    async fn read(&self, account: &AccountRoute53) -> (String, VpcRead) {
+    /// One account's ranges in every region it is read in; the first region that fails
+    /// decides. The warning says when the regions could not be listed.
+    async fn read(&self, account: &AccountRoute53) -> (String, VpcRead, Option<String>) {
+        let name = account.account.clone();
+        let (regions, warning) = match self.regions_of(account).await {
+            Ok(listed) => listed,
+            Err(refused) => return (name, refused, None),
+        };
+        let reading: Vec<_> = regions
+            .iter()
+            .map(|region| self.read_region(account, region))
+            .collect();
+        let reads: Vec<Result<BTreeSet<IpNet>, VpcRead>> = stream::iter(reading)
+            .buffered(REGIONS_IN_FLIGHT)
+            .collect()
+            .await;
         let mut ranges = BTreeSet::new();
-        for region in &self.regions {
-            match self.read_region(account, region).await {
+        for read in reads {
+            match read {
                 Ok(found) => ranges.extend(found),
-                Err(failed) => return (account.account.clone(), failed),
+                Err(failed) => return (name, failed, warning),
             }
         }
-        (account.account.clone(), VpcRead::Read(ranges))
+        info!(account = %name, regions = regions.len(), networks = ranges.len(), "read VPCs");
+        (name, VpcRead::Read(ranges), warning)
+    }
+
+    /// The regions to read `account` in: the proxies' and the member's (`MEMBER_REGIONS`, or
+    /// those `DescribeRegions` lists as enabled in it, asked in the proxies' first region).
+    /// A listing that fails falls back to the proxies' regions, with a warning; a refused role
+    /// ends the account's read as refused.
+    async fn regions_of(
+        &self,
+        account: &AccountRoute53,
+    ) -> Result<(Vec<String>, Option<String>), VpcRead> {
+        let mut regions = BTreeSet::new();
+        let (Some(home), MemberRegions::Enabled) = (self.regions.first(), &self.members) else {
+            if let MemberRegions::Listed(listed) = &self.members {
+                regions.extend(listed.iter().cloned());
+            }
+            return Ok((self.with_proxies_first(regions), None));
+        };
+        let answer = self.client(account, home).describe_regions().send().await;
+        let warning = match answer {
+            Ok(out) => {
+                regions.extend(
+                    out.regions()
+                        .iter()
+                        .filter_map(|r| r.region_name())
+                        .map(str::to_owned),
+                );
+                None
+            }
+            Err(err) => {
+                let failed = failure(home, &err);
+                let (reason, advice) = match &failed {
+                    VpcRead::RoleRefused | VpcRead::Read(_) => return Err(failed.clone()),
+                    VpcRead::NotGranted { reason, .. } => (
+                        reason,
+                        "; the member role lacks the ec2:DescribeRegions grant of \
+                         docs/member-account.yaml: update the member StackSet (docs/DEPLOY.md, \
+                         \"Member networks\"), or list its regions in MEMBER_REGIONS",
+                    ),
+                    VpcRead::Failed { reason, .. } => (reason, ""),
+                };
+                Some(format!(
+                    "account {}: DescribeRegions failed ({reason}): its VPCs were read in the \
+                     proxies' regions alone ({}){advice}",
+                    account.account,
+                    self.regions.join(", ")
+                ))
+            }
+        };
+        Ok((self.with_proxies_first(regions), warning))
+    }
+
+    /// The proxies' regions in their order, then the member's others by name.
+    fn with_proxies_first(&self, member: BTreeSet<String>) -> Vec<String> {
+        let others = member.into_iter().filter(|r| !self.regions.contains(r));
+        self.regions.iter().cloned().chain(others).collect()
+    }
+
+    /// An EC2 client for `account` in `region`, through its credentials, counting attempts.
+    fn client(&self, account: &AccountRoute53, region: &str) -> aws_sdk_ec2::Client {
+        let mut config = aws_sdk_ec2::config::Builder::from(&self.sdk)
+            .region(Region::new(region.to_owned()))
+            .interceptor(CountAttempts(self.counter.clone()));
+        if let Some(credentials) = account.credentials() {
+            config.set_credentials_provider(Some(credentials.clone()));
+        }
+        aws_sdk_ec2::Client::from_conf(config.build())
     }
 
     async fn read_region(
@@ -132,13 +233,7 @@ impl VpcReader {
         account: &AccountRoute53,
         region: &str,
     ) -> Result<BTreeSet<IpNet>, VpcRead> {
-        let mut config = aws_sdk_ec2::config::Builder::from(&self.sdk)
-            .region(Region::new(region.to_owned()))
-            .interceptor(CountAttempts(self.counter.clone()));
-        if let Some(credentials) = account.credentials() {
-            config.set_credentials_provider(Some(credentials.clone()));
-        }
-        let client = aws_sdk_ec2::Client::from_conf(config.build());
+        let client = self.client(account, region);
         let mut pages = client
             .describe_vpcs()
             .max_results(VPCS_PER_PAGE)
@@ -149,7 +244,6 @@ impl VpcReader {
             let page = page.map_err(|err| failure(region, &err))?;
             ranges.extend(page.vpcs().iter().flat_map(vpc_ranges));
         }
-        info!(account = %account.account, region, networks = ranges.len(), "read VPCs");
         Ok(ranges)
     }
 }

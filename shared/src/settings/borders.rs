@@ -2,8 +2,10 @@
 //! back may point (docs/ARCHITECTURE.md, "Where a back may point"). The first gives accounts
 //! ranges besides the networks read from them (an on-premises range, a VPC the member role
 //! cannot see); the second lets backs reach the internet, which they never do by default.
+//! `MEMBER_REGIONS` says where the members' networks are read: every region enabled in each
+//! member by default.
 
-use super::{SettingsError, invalid, list};
+use super::{SettingsError, invalid, is_region, list};
 use crate::model::is_account_id;
 use crate::networks::{Borders, IpNet, Networks, PublicBacks};
 
@@ -53,4 +55,36 @@ pub fn parse(
         networks: parsed,
         public,
     })
+}
+
+/// The regions each member's VPCs are read in, besides the proxies' own (`MEMBER_REGIONS`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum MemberRegions {
+    /// Every region enabled in the member account, as `ec2:DescribeRegions` lists them through
+    /// its role: a VPC anywhere the proxies might reach through peering or a transit gateway.
+    #[default]
+    Enabled,
+    /// These regions alone (an organization that allows only a few, by SCP, say so here).
+    Listed(Vec<String>),
+}
+
+/// Reads `MEMBER_REGIONS`: empty or `enabled`, or a comma-separated list of region names.
+pub fn member_regions(raw: Option<String>) -> Result<MemberRegions, SettingsError> {
+    if raw.as_deref().is_none_or(|raw| raw.trim() == "enabled") {
+        return Ok(MemberRegions::Enabled);
+    }
+    let mut regions = Vec::new();
+    for region in list(raw) {
+        if !is_region(&region) {
+            return Err(invalid(
+                "MEMBER_REGIONS",
+                "enabled, or region names like eu-west-1,us-east-1",
+                &region,
+            ));
+        }
+        regions.push(region);
+    }
+    regions.sort();
+    regions.dedup();
+    Ok(MemberRegions::Listed(regions))
 }

@@ -304,3 +304,33 @@ fn member_networks_and_public_backs_are_read_and_refused_when_malformed() {
         assert!(err.got.contains(value), "{err}");
     }
 }
+
+#[test]
+fn member_regions_are_every_enabled_one_by_default_or_the_ones_listed() {
+    use super::MemberRegions;
+    assert_eq!(
+        generate(MINIMAL).unwrap().member_regions,
+        MemberRegions::Enabled
+    );
+    for (raw, expected) in [
+        ("enabled", MemberRegions::Enabled),
+        (
+            " eu-west-1, us-east-1,eu-west-1 ",
+            MemberRegions::Listed(vec!["eu-west-1".to_owned(), "us-east-1".to_owned()]),
+        ),
+    ] {
+        let mut vars = MINIMAL.to_vec();
+        vars.push(("MEMBER_REGIONS", raw));
+        assert_eq!(generate(&vars).unwrap().member_regions, expected, "{raw}");
+    }
+    for bad in ["all", "eu-west-1,Europe", "us-east-1:vpc-1"] {
+        let mut vars = MINIMAL.to_vec();
+        vars.push(("MEMBER_REGIONS", bad));
+        let err = generate(&vars).unwrap_err();
+        assert_eq!(err.variable, "MEMBER_REGIONS", "{bad}: {err}");
+        assert!(
+            err.to_string().contains("enabled, or region names"),
+            "{err}"
+        );
+    }
+}

@@ -299,6 +299,10 @@ fn settings(extra: &[(&str, &str)]) -> GenerateSettings {
         ("PEERING_PROXY_HOSTNAME", PROXY.to_owned()),
         ("ACCOUNT_ROLE_ARNS", roles),
         ("ROUTE53_REQUESTS_PER_SECOND", "1000".to_owned()),
+        // The members' VPCs in moto's one region: by default every region enabled in a member
+        // is read, which moto answers with all of its 38, seconds a member on every sweep.
+        // `generate::borders` reads them all.
+        ("MEMBER_REGIONS", autoproxy_tests::moto::REGION.to_owned()),
     ]);
     for (name, value) in extra {
         vars.insert(name, (*value).to_owned());

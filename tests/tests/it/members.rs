@@ -157,6 +157,8 @@ fn env(member_accounts: &str) -> BTreeMap<&'static str, String> {
         ("MEMBER_ROLE_NAME", READER_ROLE.to_owned()),
         ("SCAN_OWN_ACCOUNT", "false".to_owned()),
         ("ROUTE53_REQUESTS_PER_SECOND", "1000".to_owned()),
+        // Moto's one region, not the 38 it lists as every member's enabled ones.
+        ("MEMBER_REGIONS", autoproxy_tests::moto::REGION.to_owned()),
     ])
 }
 

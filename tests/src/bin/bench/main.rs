@@ -241,6 +241,8 @@ fn sweep_command(
         .env("PEERING_PROXY_HOSTNAME", bench::PROXY)
         .env("ACCOUNT_ROLE_ARNS", roles.join(","))
         .env("ROUTE53_REQUESTS_PER_SECOND", rate.to_string())
+        // Moto's one region: its 38 "enabled" ones would add 38 EC2 calls per member.
+        .env("MEMBER_REGIONS", autoproxy_tests::moto::REGION)
         .env("BENCH_ROUTE53_ENDPOINTS", endpoints.join(","));
     if let Some(unit) = unit {
         command

@@ -44,6 +44,7 @@ async fn event_run(region: &str) -> (Run, Summary) {
         ("PEERING_PROXY_HOSTNAME", PROXY.to_owned()),
         ("ACCOUNT_ROLE_ARNS", role_arn(MEMBER)),
         ("ROUTE53_REQUESTS_PER_SECOND", "1000".to_owned()),
+        ("MEMBER_REGIONS", autoproxy_tests::moto::REGION.to_owned()),
     ];
     let settings = estate::generate_settings(&vars);
     // The function's region; the moto endpoint serves every region.

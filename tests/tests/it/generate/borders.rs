@@ -188,6 +188,89 @@ async fn a_members_vpcs_are_its_networks_without_member_networks() {
     );
 }
 
+/// A VPC of `cidr` in `account`, in `region`.
+async fn vpc_in(account: &Account, region: &str, cidr: &str) {
+    let config = aws_sdk_ec2::config::Builder::from(&account.sdk)
+        .region(aws_sdk_ec2::config::Region::new(region.to_owned()))
+        .build();
+    aws_sdk_ec2::Client::from_conf(config)
+        .create_vpc()
+        .cidr_block(cidr)
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_members_vpc_in_a_region_without_proxies_is_its_network_by_default() {
+    let estate = Estate::start().await;
+    // B's VPC in eu-west-1, where no proxy is: peered, or behind a transit gateway, the
+    // proxies reach it all the same. A's back points into it.
+    vpc_in(&estate.b, "eu-west-1", "10.7.0.0/16").await;
+    // And a route of A's that stays: the guard holds an account whose routes drop to none.
+    for (zone, address) in [
+        ("abroad.a.internal", "10.7.0.9"),
+        ("home.a.internal", "10.99.0.5"),
+    ] {
+        estate
+            .a
+            .seed_zone(ZoneSpec::private(zone, api_at(zone, address)))
+            .await
+            .unwrap();
+    }
+    let schedule = event("schedule.json", OWN_ACCOUNT, "");
+
+    // Read in the proxies' region alone, that VPC is nobody's network: the back routes.
+    let narrow = estate.deps(&[]).await;
+    run(&narrow, &schedule, AT).await;
+    assert!(
+        estate
+            .artifact()
+            .await
+            .text
+            .contains("proxy.api.abroad.a.internal"),
+        "read in us-east-1 alone, B's VPC in eu-west-1 is unknown"
+    );
+
+    // By default each member's enabled regions are listed and read: B's VPC is B's.
+    // (One route of two going: a drop the guard allows here.)
+    let deps = estate
+        .deps(&[
+            ("MEMBER_REGIONS", "enabled"),
+            ("MAX_RULE_DROP_PERCENT", "100"),
+        ])
+        .await;
+    let scheduled = run(&deps, &schedule, LATER).await;
+    let config = estate.artifact().await.text;
+    assert!(
+        !config.contains("proxy.api.abroad.a.internal"),
+        "routed; EC2 calls {}, warnings {:#?}",
+        deps.vpcs.calls(),
+        scheduled.warnings
+    );
+    let expected = "api.abroad.a.internal is an A record at 10.7.0.9, inside account \
+                    222222222222's network 10.7.0.0/16, another member's";
+    assert!(
+        scheduled.warnings.iter().any(|w| w.contains(expected)),
+        "no warning says {expected:?}: {:#?}",
+        scheduled.warnings
+    );
+    // One DescribeRegions per member, then one DescribeVpcs per member and region.
+    let regions = aws_sdk_ec2::Client::new(&estate.b.sdk)
+        .describe_regions()
+        .send()
+        .await
+        .unwrap()
+        .regions()
+        .len() as u64;
+    assert!(regions > 1, "moto lists {regions} region(s)");
+    assert_eq!(deps.vpcs.calls(), 2 * (1 + regions));
+    assert_eq!(
+        scheduled.metrics[0]["Ec2Calls"].as_f64(),
+        Some((2 * (1 + regions)) as f64)
+    );
+}
+
 /// An SDK whose every call EC2 answers with `status` and `code`, as EC2's query protocol
 /// writes an error: moto grants every call, so a member role without the grant, or EC2
 /// failing, is answered here, through the SDK's own stack (signing, retries, error parsing).
@@ -215,6 +298,7 @@ fn ec2_answering(status: u16, code: &'static str) -> SdkConfig {
 async fn a_member_whose_vpcs_cannot_be_read_keeps_its_last_networks_and_says_why() {
     use autoproxy::discovery::Scope;
     use autoproxy::manifest::Manifest;
+    use autoproxy::settings::MemberRegions;
     use autoproxy_generate::vpcs::VpcReader;
 
     let mut previous = Manifest::default();
@@ -239,12 +323,22 @@ async fn a_member_whose_vpcs_cannot_be_read_keeps_its_last_networks_and_says_why
     ] {
         let sdk = ec2_answering(status, code);
         let account = AccountRoute53::new(MEMBER_A, &aws_sdk_route53::Config::from(&sdk), 5.0);
-        let reader = VpcReader::new(&sdk, vec!["us-east-1".into(), "eu-west-1".into()], None);
+        // The proxies' two regions alone (MEMBER_REGIONS lists none besides).
+        let reader = VpcReader::new(
+            &sdk,
+            vec!["us-east-1".into(), "eu-west-1".into()],
+            MemberRegions::Listed(Vec::new()),
+            None,
+        );
         let learned = reader
-            .learn(&Scope::Full, Some(&previous), &[account])
+            .learn(
+                &Scope::Full,
+                Some(&previous),
+                std::slice::from_ref(&account),
+            )
             .await;
-        // The first region's refusal decides: the second region is not asked.
-        assert_eq!(learned.calls, 1, "{code}");
+        // Both regions are asked at once; the first region's answer decides.
+        assert_eq!(learned.calls, 2, "{code}");
         assert_eq!(learned.networks, previous.networks, "{code}");
         assert_eq!(learned.warnings.len(), 1, "{code}: {:#?}", learned.warnings);
         let warning = &learned.warnings[0];
@@ -253,5 +347,37 @@ async fn a_member_whose_vpcs_cannot_be_read_keeps_its_last_networks_and_says_why
             warning.contains("its backs are judged with the 1 network(s) last read"),
             "{code}: {warning}"
         );
+
+        // By default the member's enabled regions are listed first: that listing fails too,
+        // so the proxies' regions are read alone, and the warning says so.
+        let reader = VpcReader::new(
+            &sdk,
+            vec!["us-east-1".into(), "eu-west-1".into()],
+            MemberRegions::Enabled,
+            None,
+        );
+        let learned = reader
+            .learn(&Scope::Full, Some(&previous), &[account])
+            .await;
+        assert_eq!(
+            learned.calls, 3,
+            "{code}: DescribeRegions, then DescribeVpcs twice"
+        );
+        assert_eq!(learned.networks, previous.networks, "{code}");
+        let listing = format!("account {MEMBER_A}: DescribeRegions failed (");
+        assert!(
+            learned.warnings.iter().any(|w| w.starts_with(&listing)
+                && w.contains(
+                    "its VPCs were read in the proxies' regions alone \
+                               (us-east-1, eu-west-1)"
+                )),
+            "{code}: {:#?}",
+            learned.warnings
+        );
+        let names_grant = learned
+            .warnings
+            .iter()
+            .any(|w| w.contains("lacks the ec2:DescribeRegions grant"));
+        assert_eq!(names_grant, status == 403, "{:#?}", learned.warnings);
     }
 }

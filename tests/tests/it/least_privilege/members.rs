@@ -93,6 +93,7 @@ fn member_settings(source: &str) -> GenerateSettings {
             "TEMPLATE_KEY" => Some(TEMPLATE_KEY),
             "MEMBER_ACCOUNTS" => Some(source),
             "MEMBER_ROLE_NAME" => Some("autoproxy-route53-read"),
+            "MEMBER_REGIONS" => Some(autoproxy_tests::moto::REGION),
             _ => None,
         }
         .map(str::to_owned)

@@ -212,7 +212,10 @@ fn assert_member_role_only_reads_route53() {
                 strings(&["route53:GetHostedZone", "route53:ListResourceRecordSets"]),
                 strings(&["arn:aws:route53:::hostedzone/*"])
             ),
-            (strings(&["ec2:DescribeVpcs"]), strings(&["*"])),
+            (
+                strings(&["ec2:DescribeRegions", "ec2:DescribeVpcs"]),
+                strings(&["*"])
+            ),
         ]
     );
     let trust = &role["AssumeRolePolicyDocument"]["Statement"];
