@@ -110,13 +110,25 @@ impl VpcReader {
             .collect()
             .await;
         let mut listing_warnings = Vec::new();
+        let mut unlisted = Vec::new();
         let mut reads = BTreeMap::new();
         for (account, read, warning) in outcomes {
-            listing_warnings.extend(warning);
+            if let Some(warning) = warning {
+                listing_warnings.push(warning);
+                unlisted.push(account.clone());
+            }
             reads.insert(account, read);
         }
         let empty = Networks::default();
-        let (networks, mut warnings) = refreshed(kept.unwrap_or(&empty), &reads);
+        let kept = kept.unwrap_or(&empty);
+        let (mut networks, mut warnings) = refreshed(kept, &reads);
+        // Read in the proxies' regions alone, an account keeps what was last read of it
+        // elsewhere: a failed listing never opens its other regions' networks to the others.
+        for account in &unlisted {
+            for network in kept.ranges().get(account).into_iter().flatten() {
+                networks.insert(account, *network);
+            }
+        }
         warnings.extend(listing_warnings);
         for warning in &warnings {
             warn!(%warning, "member networks kept from the last read, or read in fewer regions");
@@ -202,7 +214,8 @@ impl VpcReader {
                 };
                 Some(format!(
                     "account {}: DescribeRegions failed ({reason}): its VPCs were read in the \
-                     proxies' regions alone ({}){advice}",
+                     proxies' regions alone ({}), and the networks last read of it elsewhere \
+                     are kept{advice}",
                     account.account,
                     self.regions.join(", ")
                 ))

@@ -294,6 +294,84 @@ fn ec2_answering(status: u16, code: &'static str) -> SdkConfig {
         .build()
 }
 
+/// An SDK whose EC2 refuses `DescribeRegions` (a member stack from before that grant) and
+/// answers `DescribeVpcs` with one VPC of 10.5.0.0/16, as EC2's query protocol writes both.
+fn ec2_without_the_regions_grant() -> SdkConfig {
+    let client = aws_smithy_http_client::test_util::infallible_client_fn(|request| {
+        let form = String::from_utf8_lossy(request.body().bytes().unwrap_or_default()).into_owned();
+        let (status, body) = if form.contains("Action=DescribeRegions") {
+            (
+                403,
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Response><Errors><Error><Code>\
+                 UnauthorizedOperation</Code><Message>not granted</Message></Error></Errors>\
+                 <RequestID>r-1</RequestID></Response>",
+            )
+        } else {
+            (
+                200,
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><DescribeVpcsResponse \
+                 xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>r-2</requestId>\
+                 <vpcSet><item><vpcId>vpc-0a1b2c3d</vpcId><cidrBlock>10.5.0.0/16</cidrBlock>\
+                 </item></vpcSet></DescribeVpcsResponse>",
+            )
+        };
+        http::Response::builder().status(status).body(body).unwrap()
+    });
+    SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+            "AKIDTEST", "secret", None, None, "test",
+        )))
+        .retry_config(aws_config::retry::RetryConfig::disabled())
+        .http_client(client)
+        .build()
+}
+
+#[tokio::test]
+async fn a_member_whose_regions_cannot_be_listed_keeps_its_other_regions_networks() {
+    use autoproxy::discovery::Scope;
+    use autoproxy::manifest::Manifest;
+    use autoproxy::settings::MemberRegions;
+    use autoproxy_generate::vpcs::VpcReader;
+
+    // Read before in eu-west-1 (10.7.0.0/16), where no proxy is.
+    let mut previous = Manifest::default();
+    previous
+        .networks
+        .insert(MEMBER_A, "10.7.0.0/16".parse().unwrap());
+    let sdk = ec2_without_the_regions_grant();
+    let account = AccountRoute53::new(MEMBER_A, &aws_sdk_route53::Config::from(&sdk), 5.0);
+    let reader = VpcReader::new(&sdk, vec!["us-east-1".into()], MemberRegions::Enabled, None);
+    let learned = reader
+        .learn(&Scope::Full, Some(&previous), &[account])
+        .await;
+    assert_eq!(
+        learned.calls, 2,
+        "DescribeRegions, then DescribeVpcs in us-east-1"
+    );
+    let ranges: Vec<String> = learned.networks.ranges()[MEMBER_A]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        ranges,
+        ["10.5.0.0/16", "10.7.0.0/16"],
+        "{:#?}",
+        learned.warnings
+    );
+    assert_eq!(learned.warnings.len(), 1, "{:#?}", learned.warnings);
+    let warning = &learned.warnings[0];
+    for expected in [
+        "DescribeRegions failed (UnauthorizedOperation",
+        "its VPCs were read in the proxies' regions alone (us-east-1), and the networks last \
+         read of it elsewhere are kept",
+        "lacks the ec2:DescribeRegions grant",
+    ] {
+        assert!(warning.contains(expected), "{expected:?} in {warning}");
+    }
+}
+
 #[tokio::test]
 async fn a_member_whose_vpcs_cannot_be_read_keeps_its_last_networks_and_says_why() {
     use autoproxy::discovery::Scope;
@@ -350,34 +428,49 @@ async fn a_member_whose_vpcs_cannot_be_read_keeps_its_last_networks_and_says_why
 
         // By default the member's enabled regions are listed first: that listing fails too,
         // so the proxies' regions are read alone, and the warning says so.
-        let reader = VpcReader::new(
-            &sdk,
-            vec!["us-east-1".into(), "eu-west-1".into()],
-            MemberRegions::Enabled,
-            None,
-        );
-        let learned = reader
-            .learn(&Scope::Full, Some(&previous), &[account])
-            .await;
-        assert_eq!(
-            learned.calls, 3,
-            "{code}: DescribeRegions, then DescribeVpcs twice"
-        );
-        assert_eq!(learned.networks, previous.networks, "{code}");
-        let listing = format!("account {MEMBER_A}: DescribeRegions failed (");
-        assert!(
-            learned.warnings.iter().any(|w| w.starts_with(&listing)
-                && w.contains(
-                    "its VPCs were read in the proxies' regions alone \
-                               (us-east-1, eu-west-1)"
-                )),
-            "{code}: {:#?}",
-            learned.warnings
-        );
-        let names_grant = learned
-            .warnings
-            .iter()
-            .any(|w| w.contains("lacks the ec2:DescribeRegions grant"));
-        assert_eq!(names_grant, status == 403, "{:#?}", learned.warnings);
+        listing_fails_too(&sdk, account, &previous, status, code).await;
     }
+}
+
+/// [`a_member_whose_vpcs_cannot_be_read_keeps_its_last_networks_and_says_why`] with the
+/// member's regions listed first, as by default: with EC2 answering `status` and `code` to
+/// every call.
+async fn listing_fails_too(
+    sdk: &SdkConfig,
+    account: AccountRoute53,
+    previous: &autoproxy::manifest::Manifest,
+    status: u16,
+    code: &str,
+) {
+    use autoproxy::discovery::Scope;
+    use autoproxy::settings::MemberRegions;
+    use autoproxy_generate::vpcs::VpcReader;
+
+    let reader = VpcReader::new(
+        sdk,
+        vec!["us-east-1".into(), "eu-west-1".into()],
+        MemberRegions::Enabled,
+        None,
+    );
+    let learned = reader.learn(&Scope::Full, Some(previous), &[account]).await;
+    assert_eq!(
+        learned.calls, 3,
+        "{code}: DescribeRegions, then DescribeVpcs twice"
+    );
+    assert_eq!(learned.networks, previous.networks, "{code}");
+    let listing = format!("account {MEMBER_A}: DescribeRegions failed (");
+    assert!(
+        learned.warnings.iter().any(|w| w.starts_with(&listing)
+            && w.contains(
+                "its VPCs were read in the proxies' regions alone \
+                           (us-east-1, eu-west-1)"
+            )),
+        "{code}: {:#?}",
+        learned.warnings
+    );
+    let names_grant = learned
+        .warnings
+        .iter()
+        .any(|w| w.contains("lacks the ec2:DescribeRegions grant"));
+    assert_eq!(names_grant, status == 403, "{:#?}", learned.warnings);
 }
