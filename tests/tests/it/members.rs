@@ -258,7 +258,11 @@ async fn a_unit_of_a_300_account_organization_is_routed_and_every_account_has_a_
     let deps = org.deps(&env).await;
     let second = run(&deps, &json!({}), LATER).await;
     assert_eq!(counts(&second), [96, 3, 1, 0]);
-    assert!(!second.changed && second.rules == 198, "{second:#?}");
+    // Every route stays. (The config itself may change: moto makes an account's default VPC
+    // when its EC2 is first used, and under concurrent first calls one account's DescribeVpcs
+    // of the first run can come back empty, its 172.31.0.0/16 appearing in the second.)
+    assert_eq!(second.rules, 198, "{second:#?}");
+    assert_eq!(routed(&org.object(KEY).await), expected(&onboarded));
     assert_eq!(metric(&second, "AccountsFailing"), 3.0);
     assert_eq!(metric(&second, "LongestFailingMinutes"), 0.0);
     let states = org.states().await;
