@@ -85,6 +85,12 @@ pub(super) fn file_map(f: &Fixture, map: &str) -> Vec<String> {
 pub(super) fn assert_maps_equal_files(f: &Fixture) {
     let maps = MapFiles::stable();
     for map in [maps.routes, maps.suffixes, maps.generation.unwrap()] {
+        // The address service changes the running map, then writes the file: a check made
+        // the moment a route serves can fall between the two. Within a few seconds they agree.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while held_map(f, &map) != file_map(f, &map) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
         assert_eq!(held_map(f, &map), file_map(f, &map), "{map}");
     }
 }
