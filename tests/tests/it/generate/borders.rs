@@ -3,8 +3,13 @@
 //! "Where a back may point"). The members' networks come from `MEMBER_NETWORKS`, or from
 //! their VPCs in moto. No address is ever connected to: the generator only reads them.
 
+use autoproxy::discovery::Scope;
+use autoproxy::manifest::Manifest;
 use autoproxy::names::HostName;
+use autoproxy::settings::MemberRegions;
 use autoproxy_generate::explain;
+use autoproxy_generate::vpcs::VpcReader;
+use aws_sdk_route53::config::SharedHttpClient;
 use aws_sdk_route53::config::{Credentials, SharedCredentialsProvider};
 
 use super::*;
@@ -271,6 +276,26 @@ async fn a_members_vpc_in_a_region_without_proxies_is_its_network_by_default() {
     );
 }
 
+/// An SDK in us-east-1, without retries, whose every call `client` answers.
+fn sdk_answered_by(client: SharedHttpClient) -> SdkConfig {
+    SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+            "AKIDTEST", "secret", None, None, "test",
+        )))
+        .retry_config(aws_config::retry::RetryConfig::disabled())
+        .http_client(client)
+        .build()
+}
+
+/// A manifest that knows `range` as member A's network.
+fn knowing(range: &str) -> Manifest {
+    let mut previous = Manifest::default();
+    previous.networks.insert(MEMBER_A, range.parse().unwrap());
+    previous
+}
+
 /// An SDK whose every call EC2 answers with `status` and `code`, as EC2's query protocol
 /// writes an error: moto grants every call, so a member role without the grant, or EC2
 /// failing, is answered here, through the SDK's own stack (signing, retries, error parsing).
@@ -283,15 +308,7 @@ fn ec2_answering(status: u16, code: &'static str) -> SdkConfig {
         );
         http::Response::builder().status(status).body(body).unwrap()
     });
-    SdkConfig::builder()
-        .behavior_version(aws_config::BehaviorVersion::latest())
-        .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
-            "AKIDTEST", "secret", None, None, "test",
-        )))
-        .retry_config(aws_config::retry::RetryConfig::disabled())
-        .http_client(client)
-        .build()
+    sdk_answered_by(client)
 }
 
 /// An SDK whose EC2 refuses `DescribeRegions` (a member stack from before that grant) and
@@ -317,29 +334,13 @@ fn ec2_without_the_regions_grant() -> SdkConfig {
         };
         http::Response::builder().status(status).body(body).unwrap()
     });
-    SdkConfig::builder()
-        .behavior_version(aws_config::BehaviorVersion::latest())
-        .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
-            "AKIDTEST", "secret", None, None, "test",
-        )))
-        .retry_config(aws_config::retry::RetryConfig::disabled())
-        .http_client(client)
-        .build()
+    sdk_answered_by(client)
 }
 
 #[tokio::test]
 async fn a_member_whose_regions_cannot_be_listed_keeps_its_other_regions_networks() {
-    use autoproxy::discovery::Scope;
-    use autoproxy::manifest::Manifest;
-    use autoproxy::settings::MemberRegions;
-    use autoproxy_generate::vpcs::VpcReader;
-
     // Read before in eu-west-1 (10.7.0.0/16), where no proxy is.
-    let mut previous = Manifest::default();
-    previous
-        .networks
-        .insert(MEMBER_A, "10.7.0.0/16".parse().unwrap());
+    let previous = knowing("10.7.0.0/16");
     let sdk = ec2_without_the_regions_grant();
     let account = AccountRoute53::new(MEMBER_A, &aws_sdk_route53::Config::from(&sdk), 5.0);
     let reader = VpcReader::new(&sdk, vec!["us-east-1".into()], MemberRegions::Enabled, None);
@@ -374,15 +375,7 @@ async fn a_member_whose_regions_cannot_be_listed_keeps_its_other_regions_network
 
 #[tokio::test]
 async fn a_member_whose_vpcs_cannot_be_read_keeps_its_last_networks_and_says_why() {
-    use autoproxy::discovery::Scope;
-    use autoproxy::manifest::Manifest;
-    use autoproxy::settings::MemberRegions;
-    use autoproxy_generate::vpcs::VpcReader;
-
-    let mut previous = Manifest::default();
-    previous
-        .networks
-        .insert(MEMBER_A, "10.1.0.0/16".parse().unwrap());
+    let previous = knowing("10.1.0.0/16");
     for (status, code, expected) in [
         (
             403,
@@ -438,14 +431,10 @@ async fn a_member_whose_vpcs_cannot_be_read_keeps_its_last_networks_and_says_why
 async fn listing_fails_too(
     sdk: &SdkConfig,
     account: AccountRoute53,
-    previous: &autoproxy::manifest::Manifest,
+    previous: &Manifest,
     status: u16,
     code: &str,
 ) {
-    use autoproxy::discovery::Scope;
-    use autoproxy::settings::MemberRegions;
-    use autoproxy_generate::vpcs::VpcReader;
-
     let reader = VpcReader::new(
         sdk,
         vec!["us-east-1".into(), "eu-west-1".into()],
