@@ -67,6 +67,7 @@ mod names;
 mod route53;
 mod rules;
 mod runner;
+mod s3_events;
 
 use clean::*;
 use generators::*;
