@@ -267,8 +267,20 @@ async fn poller(deps: Arc<Deps>, sqs: aws_sdk_sqs::Client, url: String, state: A
             .wait_time_seconds(1)
             .visibility_timeout(5400)
             .send()
-            .await
-            .unwrap();
+            .await;
+        // A mapping's poller retries a failed receive. moto, under concurrent calls, now and
+        // then answers one with a 500 of its own ("Set changed size during iteration").
+        let received = match received {
+            Ok(received) => received,
+            Err(err) => {
+                eprintln!(
+                    "poller: receive failed, again: {}",
+                    autoproxy::aws_error::reason(&err)
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
         let messages = received.messages.unwrap_or_default();
         if messages.is_empty() {
             continue;
