@@ -33,8 +33,9 @@ test: tools
 	@date -u +"test: %T done"
 
 ## clippy and the tests' build at once: clippy's is a check build, which shares nothing with a
-## build, and both spend minutes on one core in the largest crates' front ends (the EC2 SDK's
-## above all), so run side by side they end sooner than one after the other. clippy in its own
+## build, and both have long stretches on one core (the largest crates' front ends; the EC2 SDK
+## is 88 MB of source), so side by side they end sooner: 603 s against 225 s + 455 s one after
+## the other, on a clean clone on 2 cores. clippy in its own
 ## target directory (cargo locks one directory per build), its output shown after the build's.
 LINT_TARGET_DIR = $${CARGO_TARGET_DIR:-target}/lint
 LINT_BESIDE_BUILD = log=$$(mktemp); \
