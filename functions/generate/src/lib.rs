@@ -2,6 +2,7 @@
 
 pub mod batch;
 pub mod deps;
+pub mod ec2;
 pub mod explain;
 pub mod handler;
 pub mod invocation;

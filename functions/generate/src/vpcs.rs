@@ -12,12 +12,13 @@ use std::sync::Arc;
 use autoproxy::discovery::Scope;
 use autoproxy::manifest::Manifest;
 use autoproxy::networks::{IpNet, Networks, VpcRead, refreshed};
-use autoproxy::route53::{AccountRoute53, CallCounter, CountAttempts};
+use autoproxy::route53::{AccountRoute53, CallCounter};
 use autoproxy::settings::MemberRegions;
+
+use crate::ec2::{Ec2, Ec2Failure, VpcBlock};
 use aws_config::SdkConfig;
-use aws_sdk_ec2::config::Region;
-use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
-use aws_sdk_ec2::types::{Vpc, VpcCidrBlockState, VpcCidrBlockStateCode};
+use aws_smithy_types::error::display::DisplayErrorContext;
+use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use futures_util::{StreamExt, stream};
 use tracing::{info, warn};
 
@@ -26,7 +27,9 @@ const ACCOUNTS_IN_FLIGHT: usize = 16;
 /// Regions of one account read at once: its calls share the account's EC2 request rate.
 const REGIONS_IN_FLIGHT: usize = 4;
 /// The most VPCs a `DescribeVpcs` page holds.
-const VPCS_PER_PAGE: i32 = 1000;
+const VPCS_PER_PAGE: u16 = 1000;
+/// Block states of a range a VPC no longer has, or never got.
+const GONE: [&str; 4] = ["disassociated", "disassociating", "failed", "failing"];
 /// EC2's answers for a caller whose policy does not grant the call.
 const NOT_GRANTED: [&str; 3] = [
     "UnauthorizedOperation",
@@ -189,15 +192,10 @@ impl VpcReader {
             }
             return Ok((self.with_proxies_first(regions), None));
         };
-        let answer = self.client(account, home).describe_regions().send().await;
+        let answer = self.client(account, home).regions().await;
         let warning = match answer {
-            Ok(out) => {
-                regions.extend(
-                    out.regions()
-                        .iter()
-                        .filter_map(|r| r.region_name())
-                        .map(str::to_owned),
-                );
+            Ok(listed) => {
+                regions.extend(listed);
                 None
             }
             Err(err) => {
@@ -230,15 +228,9 @@ impl VpcReader {
         self.regions.iter().cloned().chain(others).collect()
     }
 
-    /// An EC2 client for `account` in `region`, through its credentials, counting attempts.
-    fn client(&self, account: &AccountRoute53, region: &str) -> aws_sdk_ec2::Client {
-        let mut config = aws_sdk_ec2::config::Builder::from(&self.sdk)
-            .region(Region::new(region.to_owned()))
-            .interceptor(CountAttempts(self.counter.clone()));
-        if let Some(credentials) = account.credentials() {
-            config.set_credentials_provider(Some(credentials.clone()));
-        }
-        aws_sdk_ec2::Client::from_conf(config.build())
+    /// EC2 for `account` in `region`, through its credentials, counting attempts.
+    fn client(&self, account: &AccountRoute53, region: &str) -> Ec2 {
+        Ec2::new(&self.sdk, region, account.credentials().cloned()).counting(self.counter.clone())
     }
 
     async fn read_region(
@@ -247,60 +239,37 @@ impl VpcReader {
         region: &str,
     ) -> Result<BTreeSet<IpNet>, VpcRead> {
         let client = self.client(account, region);
-        let mut pages = client
-            .describe_vpcs()
-            .max_results(VPCS_PER_PAGE)
-            .into_paginator()
-            .send();
         let mut ranges = BTreeSet::new();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|err| failure(region, &err))?;
-            ranges.extend(page.vpcs().iter().flat_map(vpc_ranges));
+        let mut token = None;
+        loop {
+            let page = client
+                .vpc_page(VPCS_PER_PAGE, token.as_deref())
+                .await
+                .map_err(|err| failure(region, &err))?;
+            ranges.extend(vpc_ranges(&page.blocks));
+            // A token repeated would page forever: the SDK's paginators stop there too.
+            if page.next_token.is_none() || page.next_token == token {
+                return Ok(ranges);
+            }
+            token = page.next_token;
         }
-        Ok(ranges)
     }
 }
 
-/// A VPC's ranges: its IPv4 blocks (the primary among them) and its IPv6 blocks, but those
-/// leaving or that failed to join.
-fn vpc_ranges(vpc: &Vpc) -> Vec<IpNet> {
-    let v4 = vpc
-        .cidr_block_association_set()
+/// The ranges of a page's VPC blocks: each IPv4 block (the primary among them) and IPv6
+/// block, but those leaving or that failed to join.
+fn vpc_ranges(blocks: &[VpcBlock]) -> Vec<IpNet> {
+    blocks
         .iter()
-        .filter(|block| live(block.cidr_block_state()))
-        .filter_map(|block| block.cidr_block());
-    let v6 = vpc
-        .ipv6_cidr_block_association_set()
-        .iter()
-        .filter(|block| live(block.ipv6_cidr_block_state()))
-        .filter_map(|block| block.ipv6_cidr_block());
-    vpc.cidr_block()
-        .into_iter()
-        .chain(v4)
-        .chain(v6)
-        .filter_map(|range| range.parse::<IpNet>().ok())
+        .filter(|block| !block.state.as_deref().is_some_and(|s| GONE.contains(&s)))
+        .filter_map(|block| block.cidr.parse::<IpNet>().ok())
         .map(|range| range.trunc())
         .collect()
 }
 
-fn live(state: Option<&VpcCidrBlockState>) -> bool {
-    !matches!(
-        state.and_then(VpcCidrBlockState::state),
-        Some(
-            VpcCidrBlockStateCode::Disassociated
-                | VpcCidrBlockStateCode::Disassociating
-                | VpcCidrBlockStateCode::Failed
-                | VpcCidrBlockStateCode::Failing
-        )
-    )
-}
-
 /// What a failed call says of the account: its role refused (no answer from EC2, STS said
 /// AccessDenied), the grant missing, or another failure.
-fn failure<E>(region: &str, err: &SdkError<E, aws_sdk_ec2::config::http::HttpResponse>) -> VpcRead
-where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
-{
+fn failure(region: &str, err: &Ec2Failure) -> VpcRead {
     let no_answer = err.raw_response().is_none();
     if no_answer
         && DisplayErrorContext(err)
@@ -320,49 +289,30 @@ where
 
 #[cfg(test)]
 mod tests {
-    use aws_sdk_ec2::types::{VpcCidrBlockAssociation, VpcIpv6CidrBlockAssociation};
-
     use super::*;
 
-    fn state(code: VpcCidrBlockStateCode) -> VpcCidrBlockState {
-        VpcCidrBlockState::builder().state(code).build()
+    fn block(cidr: &str, state: Option<&str>) -> VpcBlock {
+        VpcBlock {
+            cidr: cidr.to_owned(),
+            state: state.map(str::to_owned),
+        }
     }
 
     #[test]
     fn a_vpcs_ranges_are_its_live_blocks_of_both_families() {
-        let vpc = Vpc::builder()
-            .cidr_block("10.1.0.0/16")
-            .cidr_block_association_set(
-                VpcCidrBlockAssociation::builder()
-                    .cidr_block("10.1.0.0/16")
-                    .cidr_block_state(state(VpcCidrBlockStateCode::Associated))
-                    .build(),
-            )
-            .cidr_block_association_set(
-                VpcCidrBlockAssociation::builder()
-                    .cidr_block("100.64.0.0/20")
-                    .cidr_block_state(state(VpcCidrBlockStateCode::Associating))
-                    .build(),
-            )
-            .cidr_block_association_set(
-                VpcCidrBlockAssociation::builder()
-                    .cidr_block("10.7.0.0/16")
-                    .cidr_block_state(state(VpcCidrBlockStateCode::Disassociated))
-                    .build(),
-            )
-            .ipv6_cidr_block_association_set(
-                VpcIpv6CidrBlockAssociation::builder()
-                    .ipv6_cidr_block("2600:1f18:ab:cd00::/56")
-                    .ipv6_cidr_block_state(state(VpcCidrBlockStateCode::Associated))
-                    .build(),
-            )
-            .ipv6_cidr_block_association_set(
-                VpcIpv6CidrBlockAssociation::builder()
-                    .ipv6_cidr_block("not a range")
-                    .build(),
-            )
-            .build();
-        let got: BTreeSet<String> = vpc_ranges(&vpc).iter().map(ToString::to_string).collect();
+        let blocks = [
+            block("10.1.0.0/16", None),
+            block("10.1.0.0/16", Some("associated")),
+            block("100.64.0.0/20", Some("associating")),
+            block("10.7.0.0/16", Some("disassociated")),
+            block("10.8.0.0/16", Some("failing")),
+            block("2600:1f18:ab:cd00::/56", Some("associated")),
+            block("not a range", None),
+        ];
+        let got: BTreeSet<String> = vpc_ranges(&blocks)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         let expected: BTreeSet<String> = ["10.1.0.0/16", "100.64.0.0/20", "2600:1f18:ab:cd00::/56"]
             .into_iter()
             .map(str::to_owned)

@@ -30,6 +30,7 @@ use serde_json::{Value, json};
 mod backlog;
 mod borders;
 mod costs;
+mod ec2;
 mod explain;
 mod generations;
 mod queue;

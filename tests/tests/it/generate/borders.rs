@@ -7,10 +7,12 @@ use autoproxy::discovery::Scope;
 use autoproxy::manifest::Manifest;
 use autoproxy::names::HostName;
 use autoproxy::settings::MemberRegions;
+use autoproxy_generate::ec2::Ec2;
 use autoproxy_generate::explain;
 use autoproxy_generate::vpcs::VpcReader;
 use aws_sdk_route53::config::SharedHttpClient;
 use aws_sdk_route53::config::{Credentials, SharedCredentialsProvider};
+use aws_smithy_xml::decode::XmlDecodeError;
 
 use super::*;
 
@@ -96,17 +98,29 @@ async fn a_members_literal_back_routes_only_into_its_own_network() {
 /// A VPC of `cidr` in `account`, with `more` IPv4 blocks associated: made with the account's
 /// own credentials, so moto keeps it in that account, as AWS does.
 async fn vpc(account: &Account, cidr: &str, more: &[&str]) {
-    let ec2 = aws_sdk_ec2::Client::new(&account.sdk);
-    let made = ec2.create_vpc().cidr_block(cidr).send().await.unwrap();
-    let id = made.vpc().and_then(|vpc| vpc.vpc_id()).unwrap().to_owned();
+    let region = account.sdk.region().map_or("us-east-1", |r| r.as_ref());
+    let ec2 = Ec2::new(&account.sdk, region, None);
+    let id = ec2
+        .call("CreateVpc", &[("CidrBlock", cidr)], vpc_id)
+        .await
+        .unwrap();
     for block in more {
-        ec2.associate_vpc_cidr_block()
-            .vpc_id(&id)
-            .cidr_block(*block)
-            .send()
-            .await
-            .unwrap();
+        ec2.call(
+            "AssociateVpcCidrBlock",
+            &[("VpcId", id.as_str()), ("CidrBlock", block)],
+            |_| Ok(()),
+        )
+        .await
+        .unwrap();
     }
+}
+
+/// The `vpcId` of a `CreateVpcResponse`.
+fn vpc_id(body: &str) -> Result<String, XmlDecodeError> {
+    body.split_once("<vpcId>")
+        .and_then(|(_, rest)| rest.split_once("</vpcId>"))
+        .map(|(id, _)| id.to_owned())
+        .ok_or_else(|| XmlDecodeError::custom(format!("no vpcId in {body}")))
 }
 
 #[tokio::test]
@@ -195,13 +209,8 @@ async fn a_members_vpcs_are_its_networks_without_member_networks() {
 
 /// A VPC of `cidr` in `account`, in `region`.
 async fn vpc_in(account: &Account, region: &str, cidr: &str) {
-    let config = aws_sdk_ec2::config::Builder::from(&account.sdk)
-        .region(aws_sdk_ec2::config::Region::new(region.to_owned()))
-        .build();
-    aws_sdk_ec2::Client::from_conf(config)
-        .create_vpc()
-        .cidr_block(cidr)
-        .send()
+    Ec2::new(&account.sdk, region, None)
+        .call("CreateVpc", &[("CidrBlock", cidr)], vpc_id)
         .await
         .unwrap();
 }
@@ -261,12 +270,10 @@ async fn a_members_vpc_in_a_region_without_proxies_is_its_network_by_default() {
         scheduled.warnings
     );
     // One DescribeRegions per member, then one DescribeVpcs per member and region.
-    let regions = aws_sdk_ec2::Client::new(&estate.b.sdk)
-        .describe_regions()
-        .send()
+    let regions = Ec2::new(&estate.b.sdk, "us-east-1", None)
+        .regions()
         .await
         .unwrap()
-        .regions()
         .len() as u64;
     assert!(regions > 1, "moto lists {regions} region(s)");
     assert_eq!(deps.vpcs.calls(), 2 * (1 + regions));
@@ -277,7 +284,7 @@ async fn a_members_vpc_in_a_region_without_proxies_is_its_network_by_default() {
 }
 
 /// An SDK in us-east-1, without retries, whose every call `client` answers.
-fn sdk_answered_by(client: SharedHttpClient) -> SdkConfig {
+pub(super) fn sdk_answered_by(client: SharedHttpClient) -> SdkConfig {
     SdkConfig::builder()
         .behavior_version(aws_config::BehaviorVersion::latest())
         .region(aws_config::Region::new("us-east-1"))
