@@ -353,7 +353,7 @@ async fn sweep(
         .as_ref()
         .map_or(0, Members::organizations_calls);
     let (accounts, listing_warning) = run_accounts(deps, scope, previous).await?;
-    let learned = deps.vpcs.learn(scope, previous, &accounts).await;
+    let learned = deps.vpcs.learn(scope, previous, &accounts, deadline).await;
     let borders = deps.borders_with(&learned.networks);
     let matching = Matching {
         rules: &deps.settings.routing_rules,

@@ -5,6 +5,8 @@
 //! An event run reads none: it judges with the networks the manifest keeps. A read that fails
 //! keeps the account's last networks and warns ([`autoproxy::networks::refreshed`]); a listing
 //! of regions that fails reads the proxies' regions alone and warns; neither stops the run.
+//! The reads get a quarter of the time left before the run's reads' deadline: an account
+//! whose EC2 is slow or silent keeps its last networks then, and the zones get the rest.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -20,12 +22,16 @@ use aws_config::SdkConfig;
 use aws_smithy_types::error::display::DisplayErrorContext;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use futures_util::{StreamExt, stream};
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 /// Accounts read at once: each is one call per region, and EC2 paces each account apart.
 const ACCOUNTS_IN_FLIGHT: usize = 16;
 /// Regions of one account read at once: its calls share the account's EC2 request rate.
 const REGIONS_IN_FLIGHT: usize = 4;
+/// The VPC reads get the time left before the reads' deadline divided by this: the zone reads
+/// that follow them get the rest.
+pub const VPC_SHARE: u32 = 4;
 /// The most VPCs a `DescribeVpcs` page holds.
 const VPCS_PER_PAGE: u16 = 1000;
 /// Block states of a range a VPC no longer has, or never got.
@@ -86,12 +92,15 @@ impl VpcReader {
         &self.regions
     }
 
-    /// The members' networks for a run: read afresh on a full sweep, else the manifest's.
+    /// The members' networks for a run: read afresh on a full sweep, else the manifest's. With
+    /// a `deadline` (the reads'), an account not read within [`VPC_SHARE`] of the time left
+    /// keeps its last networks.
     pub async fn learn(
         &self,
         scope: &Scope,
         previous: Option<&Manifest>,
         accounts: &[AccountRoute53],
+        deadline: Option<Instant>,
     ) -> Learned {
         let kept = previous.map(|manifest| &manifest.networks);
         if matches!(scope, Scope::Zones(_)) {
@@ -101,12 +110,17 @@ impl VpcReader {
             };
         }
         let before = self.calls();
+        let limit = deadline.map(|deadline| {
+            let now = Instant::now();
+            let share = deadline.saturating_duration_since(now) / VPC_SHARE;
+            (now + share, share.as_secs())
+        });
         // The futures are made before they go into the stream: a stream of closures over
         // borrowed accounts is not `Send` for every lifetime, which the runtime's spawn needs.
         let reading: Vec<_> = accounts
             .iter()
             .filter(|account| self.skip.as_deref() != Some(account.account.as_str()))
-            .map(|account| self.read(account))
+            .map(|account| self.read_by(account, limit))
             .collect();
         let outcomes: Vec<(String, VpcRead, Option<String>)> = stream::iter(reading)
             .buffer_unordered(ACCOUNTS_IN_FLIGHT)
@@ -147,6 +161,27 @@ impl VpcReader {
             networks,
             warnings,
             calls,
+        }
+    }
+
+    /// [`VpcReader::read`], given up at `limit` (an instant, and the seconds it allowed): the
+    /// same instant for every account, so the accounts still waiting for a slot when it comes
+    /// are given up too.
+    async fn read_by(
+        &self,
+        account: &AccountRoute53,
+        limit: Option<(Instant, u64)>,
+    ) -> (String, VpcRead, Option<String>) {
+        let Some((limit, seconds)) = limit else {
+            return self.read(account).await;
+        };
+        match tokio::time::timeout_at(limit, self.read(account)).await {
+            Ok(read) => read,
+            Err(_) => {
+                warn!(account = %account.account, seconds, "VPCs not read in time");
+                let late = VpcRead::NotInTime { seconds };
+                (account.account.clone(), late, None)
+            }
         }
     }
 
@@ -201,7 +236,9 @@ impl VpcReader {
             Err(err) => {
                 let failed = failure(home, &err);
                 let (reason, advice) = match &failed {
-                    VpcRead::RoleRefused | VpcRead::Read(_) => return Err(failed.clone()),
+                    VpcRead::RoleRefused | VpcRead::Read(_) | VpcRead::NotInTime { .. } => {
+                        return Err(failed.clone());
+                    }
                     VpcRead::NotGranted { reason, .. } => (
                         reason,
                         "; the member role lacks the ec2:DescribeRegions grant of \

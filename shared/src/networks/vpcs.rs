@@ -21,6 +21,9 @@ pub enum VpcRead {
     NotGranted { region: String, reason: String },
     /// Anything else (throttled past the retries, a region not enabled, no answer).
     Failed { region: String, reason: String },
+    /// Not every region had answered when the run's time for the VPC reads ran out
+    /// (`seconds`): EC2 slow or silent for this account.
+    NotInTime { seconds: u64 },
 }
 
 /// What a full sweep judges backs with: each account's fresh read or, when its read failed,
@@ -63,6 +66,10 @@ fn warning(account: &str, read: &VpcRead, kept: usize) -> Option<String> {
         )),
         VpcRead::Failed { region, reason } => Some(format!(
             "account {account}: DescribeVpcs in {region} failed ({reason}); {keeping}"
+        )),
+        VpcRead::NotInTime { seconds } => Some(format!(
+            "account {account}: its VPCs were not all read within the {seconds} s this run \
+             gives the VPC reads (EC2 answered it slowly or not at all); {keeping}"
         )),
     }
 }

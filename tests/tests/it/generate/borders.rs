@@ -3,6 +3,8 @@
 //! "Where a back may point"). The members' networks come from `MEMBER_NETWORKS`, or from
 //! their VPCs in moto. No address is ever connected to: the generator only reads them.
 
+use std::collections::BTreeSet;
+
 use autoproxy::discovery::Scope;
 use autoproxy::manifest::Manifest;
 use autoproxy::names::HostName;
@@ -12,6 +14,12 @@ use autoproxy_generate::explain;
 use autoproxy_generate::vpcs::VpcReader;
 use aws_sdk_route53::config::SharedHttpClient;
 use aws_sdk_route53::config::{Credentials, SharedCredentialsProvider};
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpConnector,
+};
+use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::body::SdkBody;
 use aws_smithy_xml::decode::XmlDecodeError;
 
 use super::*;
@@ -352,7 +360,7 @@ async fn a_member_whose_regions_cannot_be_listed_keeps_its_other_regions_network
     let account = AccountRoute53::new(MEMBER_A, &aws_sdk_route53::Config::from(&sdk), 5.0);
     let reader = VpcReader::new(&sdk, vec!["us-east-1".into()], MemberRegions::Enabled, None);
     let learned = reader
-        .learn(&Scope::Full, Some(&previous), &[account])
+        .learn(&Scope::Full, Some(&previous), &[account], None)
         .await;
     assert_eq!(
         learned.calls, 2,
@@ -413,6 +421,7 @@ async fn a_member_whose_vpcs_cannot_be_read_keeps_its_last_networks_and_says_why
                 &Scope::Full,
                 Some(&previous),
                 std::slice::from_ref(&account),
+                None,
             )
             .await;
         // Both regions are asked at once; the first region's answer decides.
@@ -448,7 +457,9 @@ async fn listing_fails_too(
         MemberRegions::Enabled,
         None,
     );
-    let learned = reader.learn(&Scope::Full, Some(previous), &[account]).await;
+    let learned = reader
+        .learn(&Scope::Full, Some(previous), &[account], None)
+        .await;
     assert_eq!(
         learned.calls, 3,
         "{code}: DescribeRegions, then DescribeVpcs twice"
@@ -469,4 +480,92 @@ async fn listing_fails_too(
         .iter()
         .any(|w| w.contains("lacks the ec2:DescribeRegions grant"));
     assert_eq!(names_grant, status == 403, "{:#?}", learned.warnings);
+}
+
+/// An HTTP client under which EC2 never answers the caller whose access key is `.0`, and
+/// answers every other caller's `DescribeVpcs` with one VPC of 10.6.0.0/16 at once.
+#[derive(Debug, Clone)]
+struct SilentFor(&'static str);
+
+impl HttpConnector for SilentFor {
+    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        let silent = request
+            .headers()
+            .get("authorization")
+            .is_some_and(|auth| auth.contains(self.0));
+        HttpConnectorFuture::new(async move {
+            if silent {
+                std::future::pending::<()>().await;
+            }
+            let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><DescribeVpcsResponse \
+                        xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><vpcSet><item>\
+                        <vpcId>vpc-6</vpcId><cidrBlock>10.6.0.0/16</cidrBlock></item></vpcSet>\
+                        </DescribeVpcsResponse>";
+            Ok(HttpResponse::new(
+                200.try_into().unwrap(),
+                SdkBody::from(body),
+            ))
+        })
+    }
+}
+
+impl HttpClient for SilentFor {
+    fn http_connector(
+        &self,
+        _: &HttpConnectorSettings,
+        _: &RuntimeComponents,
+    ) -> SharedHttpConnector {
+        SharedHttpConnector::new(self.clone())
+    }
+}
+
+// The clock is tokio's paused one: it moves on only when every task waits, so the silent
+// member's wait ends exactly at the VPC reads' share of the time, without waiting for it.
+#[tokio::test(start_paused = true)]
+async fn a_member_whose_ec2_is_silent_keeps_its_last_networks_when_the_vpc_reads_time_is_up() {
+    let sdk = sdk_answered_by(SharedHttpClient::new(SilentFor("AKIDSILENT")));
+    let member = |account: &str, key: &str| {
+        let credentials = Credentials::new(key, "secret", None, None, "test");
+        AccountRoute53::new(account, &aws_sdk_route53::Config::from(&sdk), 5.0)
+            .with_credentials(SharedCredentialsProvider::new(credentials))
+    };
+    let accounts = [member(MEMBER_A, "AKIDSILENT"), member(MEMBER_B, "AKIDB")];
+    let reader = VpcReader::new(
+        &sdk,
+        vec!["us-east-1".into()],
+        MemberRegions::Listed(Vec::new()),
+        None,
+    );
+    let start = tokio::time::Instant::now();
+    let deadline = start + Duration::from_secs(600);
+    let previous = knowing("10.1.0.0/16");
+    // Unbounded, the silent member would hold the reads forever: the paused clock reaches
+    // this guard's 900 s at once instead, and the test fails rather than hangs.
+    let reading = reader.learn(&Scope::Full, Some(&previous), &accounts, Some(deadline));
+    let learned = tokio::time::timeout(Duration::from_secs(900), reading)
+        .await
+        .expect("the VPC reads ended within their share of the time");
+    // A quarter of the 600 s left before the reads' deadline; the zones get the rest.
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_secs(150) && took < Duration::from_secs(151),
+        "{took:?}"
+    );
+    let ranges = learned.networks.ranges();
+    assert_eq!(
+        ranges[MEMBER_A],
+        BTreeSet::from(["10.1.0.0/16".parse().unwrap()])
+    );
+    assert_eq!(
+        ranges[MEMBER_B],
+        BTreeSet::from(["10.6.0.0/16".parse().unwrap()])
+    );
+    let expected = "account 111111111111: its VPCs were not all read within the 150 s this \
+                    run gives the VPC reads (EC2 answered it slowly or not at all); its backs \
+                    are judged with the 1 network(s) last read";
+    assert!(
+        learned.warnings.len() == 1 && learned.warnings[0].contains(expected),
+        "{:#?}",
+        learned.warnings
+    );
 }

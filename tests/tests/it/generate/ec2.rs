@@ -192,7 +192,7 @@ async fn a_members_vpcs_are_read_page_after_page_until_no_token_comes() {
         MemberRegions::Listed(Vec::new()),
         None,
     );
-    let learned = reader.learn(&Scope::Full, None, &[account]).await;
+    let learned = reader.learn(&Scope::Full, None, &[account], None).await;
     let ranges: Vec<String> = learned.networks.ranges()[MEMBER_A]
         .iter()
         .map(ToString::to_string)
