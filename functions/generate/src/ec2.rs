@@ -120,6 +120,7 @@ impl Ec2 {
     }
 
     /// Every attempt of every call is counted in `counter`, retries included.
+    #[must_use]
     pub fn counting(mut self, counter: Arc<CallCounter>) -> Self {
         self.counter = Some(counter);
         self
@@ -343,7 +344,7 @@ fn text(scope: &mut ScopedDecoder<'_, '_>) -> Result<String, XmlDecodeError> {
 }
 
 /// `DescribeRegionsResponse`: each `regionInfo` item's `regionName`.
-pub fn parse_regions(body: &str) -> Result<Vec<String>, XmlDecodeError> {
+fn parse_regions(body: &str) -> Result<Vec<String>, XmlDecodeError> {
     let mut document = Document::new(body);
     let mut root = root(&mut document, "DescribeRegionsResponse")?;
     let mut names = Vec::new();
@@ -365,7 +366,7 @@ pub fn parse_regions(body: &str) -> Result<Vec<String>, XmlDecodeError> {
 
 /// `DescribeVpcsResponse`: each VPC's primary `cidrBlock` and its IPv4 and IPv6 association
 /// sets, and the `nextToken`.
-pub fn parse_vpc_page(body: &str) -> Result<VpcPage, XmlDecodeError> {
+fn parse_vpc_page(body: &str) -> Result<VpcPage, XmlDecodeError> {
     let mut document = Document::new(body);
     let mut root = root(&mut document, "DescribeVpcsResponse")?;
     let mut page = VpcPage::default();

@@ -16,14 +16,14 @@ use autoproxy::manifest::Manifest;
 use autoproxy::networks::{IpNet, Networks, VpcRead, refreshed};
 use autoproxy::route53::{AccountRoute53, CallCounter};
 use autoproxy::settings::MemberRegions;
-
-use crate::ec2::{Ec2, Ec2Failure, VpcBlock};
 use aws_config::SdkConfig;
 use aws_smithy_types::error::display::DisplayErrorContext;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use futures_util::{StreamExt, stream};
 use tokio::time::Instant;
 use tracing::{info, warn};
+
+use crate::ec2::{Ec2, Ec2Failure, VpcBlock};
 
 /// Accounts read at once: each is one call per region, and EC2 paces each account apart.
 const ACCOUNTS_IN_FLIGHT: usize = 16;

@@ -27,7 +27,9 @@ use super::latency::{self, Latency, Percentiles};
 const ROUNDS: usize = 4;
 
 /// The configs measured side by side: the floor, each step adding one piece of the published
-/// config to the one before, and the published config with HAProxy's own TCP log format.
+/// config to the one before, and two asides on the published config: HAProxy's own TCP log
+/// format for its `log-format`, and its log lines kept in an in-memory ring instead of
+/// written to stdout (what the write per connection costs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Step {
     Floor,
@@ -36,17 +38,25 @@ pub(super) enum Step {
     Rejects,
     Published,
     TcpLog,
+    Ring,
 }
 
 impl Step {
-    pub(super) const ALL: [Step; 6] = [
+    pub(super) const ALL: [Step; 7] = [
         Step::Floor,
         Step::Routing,
         Step::Share,
         Step::Rejects,
         Step::Published,
         Step::TcpLog,
+        Step::Ring,
     ];
+
+    /// A variant of the published config, measured against it rather than a step of the
+    /// ladder.
+    pub(super) fn is_aside(self) -> bool {
+        matches!(self, Step::TcpLog | Step::Ring)
+    }
 
     pub(super) fn label(self) -> &'static str {
         match self {
@@ -58,6 +68,9 @@ impl Step {
             }
             Step::Published => "+ the log line (`log-format`): the published config",
             Step::TcpLog => "aside: the published config with `option tcplog` for its `log-format`",
+            Step::Ring => {
+                "aside: the published config logging to an in-memory ring (`log ring@`), not stdout"
+            }
         }
     }
 
@@ -71,8 +84,32 @@ impl Step {
             Step::Rejects => Some(no_log(full)),
             Step::Published => Some(full.to_owned()),
             Step::TcpLog => Some(log_line(full, "    option tcplog")),
+            Step::Ring => Some(logging_to_a_ring(full)),
         }
     }
+}
+
+/// `template` whose global `log` target is an in-memory ring of 1 MB: each line is copied
+/// there, with no write to a file descriptor. Nothing reads it here (HAProxy's CLI could, with
+/// `show events`).
+fn logging_to_a_ring(template: &str) -> String {
+    let target = "    log {{ options.log }}";
+    assert_eq!(
+        template.lines().filter(|line| *line == target).count(),
+        1,
+        "the default template has one global log line"
+    );
+    let lines: Vec<&str> = template
+        .lines()
+        .map(|line| {
+            if line == target {
+                "    log ring@lines format raw local0"
+            } else {
+                line
+            }
+        })
+        .collect();
+    lines.join("\n") + "\n\nring lines\n    format raw\n    size 1048576\n"
 }
 
 /// `template` with its frontend's `log-format` line replaced by `with`.
@@ -328,6 +365,7 @@ mod tests {
             (Step::Rejects, [false, true, true]),
             (Step::Published, [true, true, true]),
             (Step::TcpLog, [false, true, true]),
+            (Step::Ring, [true, true, true]),
         ];
         for (step, has) in expected {
             let template = step.template().expect("a template");
@@ -344,6 +382,9 @@ mod tests {
                 .unwrap()
                 .contains("    option tcplog\n")
         );
+        let ring = Step::Ring.template().unwrap();
+        assert!(ring.contains("    log ring@lines format raw local0\n"));
+        assert!(ring.ends_with("\nring lines\n    format raw\n    size 1048576\n"));
         assert!(Step::Floor.template().is_none());
     }
 }

@@ -64,7 +64,9 @@ fn cpu_table(floors: &[Floor]) -> String {
             let now = floor.cpu_of(step).micros;
             let against = match step {
                 Step::Floor => None,
-                Step::TcpLog => Some((floor.cpu_of(Step::Published).micros, "the published")),
+                Step::TcpLog | Step::Ring => {
+                    Some((floor.cpu_of(Step::Published).micros, "the published"))
+                }
                 _ => before.map(|b| (floor.cpu_of(b).micros, "")),
             };
             match against {
@@ -84,7 +86,7 @@ fn cpu_table(floors: &[Floor]) -> String {
             write!(out, " {} / {} |", us(first_byte.p50), us(first_byte.p99)).unwrap();
         }
         out.push('\n');
-        if step != Step::TcpLog {
+        if !step.is_aside() {
             before = Some(step);
         }
     }
@@ -211,6 +213,15 @@ What each piece buys, for what it costs a connection (the table's steps):
   ended: the NLB writes no access log for a TCP listener, so it is the only record of who
   reached which cluster. The aside shows what HAProxy's own `tcplog` line costs instead: the
   difference is the fields this project adds.
+* **Where the line goes.** The ring aside keeps each line in an in-memory ring instead of
+  writing it to stdout (the journal, as deployed): its difference from the published config
+  is what the write per connection costs. Where that difference is within the run's noise,
+  the line's cost is building it, not writing it, and the journal stays the target: a ring
+  would need a reader on every instance to keep the record.
+
+Under load, what a config spends per connection weighs more than idle: at one connection rate
+near the proxy's capacity, the config that spends more per connection is busier and its
+connections wait longer for the worker, so the loaded columns' ratio can exceed the CPU ratio.
 ",
     )
 }
@@ -278,13 +289,14 @@ shortened, and sees it end when idle for them.
 }
 
 const HOW: &str = "
-How it is measured: six HAProxies on loopback at once, on the same routes (half exact API
+How it is measured: seven HAProxies on loopback at once, on the same routes (half exact API
 routes, half suffix routes, rendered by the real renderer), every route's host in the address
 map at one backend that answers once it has read the ClientHello: the floor (a hand-written
 config: `tcp-request inspect-delay`, `reject unless { req.ssl_hello_type 1 }`, one static
 server, no log), the default template with its log line, reject rules and route share taken
-off, each step putting one back, and the published config with `option tcplog` for its
-`log-format`. Logs go to stdout as deployed (here HAProxy's log file). The published config
+off, each step putting one back, and two asides on the published config: `option tcplog` for
+its `log-format`, and its lines kept in a 1 MB in-memory ring (`log ring@`) instead of written
+to stdout. Logs go to stdout as deployed (here HAProxy's log file). The published config
 checks no server's health (one server for every route), so no health check is measured. CPU per connection as in
 [Data plane](#data-plane): two clients, one connection after another, each a ClientHello with the
 route's SNI read to the end; 4 rounds over the first exact and the last suffix route, every
