@@ -11,7 +11,7 @@ use autoproxy::names::HostName;
 use autoproxy::settings::MemberRegions;
 use autoproxy_generate::ec2::Ec2;
 use autoproxy_generate::explain;
-use autoproxy_generate::vpcs::VpcReader;
+use autoproxy_generate::vpcs::{Learned, VpcReader};
 use aws_sdk_route53::config::SharedHttpClient;
 use aws_sdk_route53::config::{Credentials, SharedCredentialsProvider};
 use aws_smithy_runtime_api::client::http::{
@@ -304,6 +304,14 @@ pub(super) fn sdk_answered_by(client: SharedHttpClient) -> SdkConfig {
         .build()
 }
 
+/// The networks `learned` gives `account`, as text, in order.
+pub(super) fn ranges_of(learned: &Learned, account: &str) -> Vec<String> {
+    learned.networks.ranges()[account]
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
 /// A manifest that knows `range` as member A's network.
 fn knowing(range: &str) -> Manifest {
     let mut previous = Manifest::default();
@@ -366,12 +374,8 @@ async fn a_member_whose_regions_cannot_be_listed_keeps_its_other_regions_network
         learned.calls, 2,
         "DescribeRegions, then DescribeVpcs in us-east-1"
     );
-    let ranges: Vec<String> = learned.networks.ranges()[MEMBER_A]
-        .iter()
-        .map(ToString::to_string)
-        .collect();
     assert_eq!(
-        ranges,
+        ranges_of(&learned, MEMBER_A),
         ["10.5.0.0/16", "10.7.0.0/16"],
         "{:#?}",
         learned.warnings

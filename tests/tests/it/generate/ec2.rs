@@ -15,7 +15,7 @@ use autoproxy_generate::vpcs::VpcReader;
 use aws_config::retry::RetryConfig;
 use aws_sdk_route53::error::{ProvideErrorMetadata, SdkError};
 
-use super::borders::sdk_answered_by;
+use super::borders::{ranges_of, sdk_answered_by};
 use super::*;
 
 /// What a request carried: its URI, its headers by name, its form.
@@ -193,12 +193,8 @@ async fn a_members_vpcs_are_read_page_after_page_until_no_token_comes() {
         None,
     );
     let learned = reader.learn(&Scope::Full, None, &[account], None).await;
-    let ranges: Vec<String> = learned.networks.ranges()[MEMBER_A]
-        .iter()
-        .map(ToString::to_string)
-        .collect();
     assert_eq!(
-        ranges,
+        ranges_of(&learned, MEMBER_A),
         ["10.5.0.0/16", "10.6.0.0/16", "2600:1f18:ab:cd00::/56"],
         "the disassociated 10.99.0.0/16 is no network"
     );
