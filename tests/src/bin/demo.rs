@@ -2,6 +2,8 @@
 //! functions (`cargo lambda watch` + `cargo lambda invoke`) against moto, the fleet is a real
 //! HAProxy on loopback, backends are `openssl s_server`, names resolve through dnsmasq.
 //! Everything started is stopped at the end or on Ctrl-C; files go to `.demo/` (gitignored).
+//! The instances run the workspace's debug agent, stripped, or the build
+//! `AUTOPROXY_AGENT_BINARY` names (`make demo-release`: the release agent the stack ships).
 #![allow(clippy::print_stdout)]
 
 use std::path::Path;
@@ -57,16 +59,22 @@ async fn run() -> Result<(), PipelineError> {
         say(&format!("built {function} ({})", secs(started.elapsed())));
     }
 
-    let dir = root.join("target").join("demo");
-    match std::fs::create_dir_all(&dir)
-        .map_err(|e| e.to_string())
-        .and_then(|()| autoproxy_tests::use_stripped_agent(&dir))
-    {
-        Ok(agent) => say(&format!(
-            "agent: autoproxy-agent (debug build, stripped as the stack's release is) at {}",
-            agent.display()
+    match std::env::var_os("AUTOPROXY_AGENT_BINARY") {
+        // `make demo-release`: the agent the stack ships, as the benchmarks run it.
+        Some(agent) if Path::new(&agent).is_file() => say(&format!(
+            "agent: autoproxy-agent at {} (AUTOPROXY_AGENT_BINARY)",
+            Path::new(&agent).display()
         )),
-        Err(err) => say(&format!("agent: the debug build as it is ({err})")),
+        Some(agent) => {
+            return Err(PipelineError::Step {
+                what: "AUTOPROXY_AGENT_BINARY".to_owned(),
+                detail: format!(
+                    "expected the path of an autoproxy-agent build, got {} (no such file)",
+                    Path::new(&agent).display()
+                ),
+            });
+        }
+        None => use_debug_agent(&root),
     }
 
     let pipeline = Pipeline::start(Runner::LambdaRuntime, Some(root.join(".demo")), &say).await?;
@@ -158,6 +166,21 @@ async fn add_cluster(pipeline: &mut Pipeline) -> Result<Duration, PipelineError>
     ));
     say(&breakdown(&rollout, served, total));
     Ok(total)
+}
+
+/// The workspace's debug agent, stripped, for the apply document to download and run.
+fn use_debug_agent(root: &Path) {
+    let dir = root.join("target").join("demo");
+    match std::fs::create_dir_all(&dir)
+        .map_err(|e| e.to_string())
+        .and_then(|()| autoproxy_tests::use_stripped_agent(&dir))
+    {
+        Ok(agent) => say(&format!(
+            "agent: autoproxy-agent (debug build, stripped as the stack's release is) at {}",
+            agent.display()
+        )),
+        Err(err) => say(&format!("agent: the debug build as it is ({err})")),
+    }
 }
 
 /// Step 3: a zone deleted, followed until HAProxy no longer routes it; the time it took.
