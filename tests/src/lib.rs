@@ -102,19 +102,44 @@ static AGENT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 /// (see [`strip_agent`]): what the apply document runs on an instance. `cargo test` builds only
 /// the test binaries, so the harness asks cargo for it (a no-op when it is up to date).
 /// `AUTOPROXY_AGENT_BINARY` names another build instead (the benchmark's: the release binary
-/// the stack ships).
+/// the stack ships; see [`agent_from_env`]).
 pub fn agent_binary() -> PathBuf {
     AGENT
-        .get_or_init(|| match std::env::var_os("AUTOPROXY_AGENT_BINARY") {
-            Some(path) => PathBuf::from(path),
-            None => {
-                let built = build_agent();
-                let stripped = built.with_file_name("autoproxy-agent.stripped");
-                strip_agent(&built, &stripped).unwrap_or_else(|err| panic!("{err}"));
-                stripped
-            }
+        .get_or_init(|| {
+            agent_from_env()
+                .unwrap_or_else(|err| panic!("{err}"))
+                .unwrap_or_else(stripped_build)
         })
         .clone()
+}
+
+/// The workspace's debug agent, built and stripped beside itself.
+fn stripped_build() -> PathBuf {
+    let built = build_agent();
+    let stripped = built.with_file_name("autoproxy-agent.stripped");
+    strip_agent(&built, &stripped).unwrap_or_else(|err| panic!("{err}"));
+    stripped
+}
+
+/// The variable that names an agent build to run instead of the workspace's debug one.
+pub const AGENT_BINARY_VAR: &str = "AUTOPROXY_AGENT_BINARY";
+
+/// The agent build [`AGENT_BINARY_VAR`] names: `None` when it is not set, an error when it
+/// names no file (said at once, not as a failed download in the first apply).
+pub fn agent_from_env() -> Result<Option<PathBuf>, String> {
+    agent_named(std::env::var_os(AGENT_BINARY_VAR).as_deref())
+}
+
+fn agent_named(value: Option<&std::ffi::OsStr>) -> Result<Option<PathBuf>, String> {
+    match value.map(Path::new) {
+        None => Ok(None),
+        Some(path) if path.is_file() => Ok(Some(path.to_path_buf())),
+        Some(path) => Err(format!(
+            "{AGENT_BINARY_VAR}: expected the path of an autoproxy-agent build, got {} (not a \
+             file)",
+            path.display()
+        )),
+    }
 }
 
 /// The agent without its symbols and debug info (`strip`), at `to` (written beside it, then
@@ -172,4 +197,28 @@ fn build_agent() -> PathBuf {
     let binary = target.join("debug").join("autoproxy-agent");
     assert!(binary.exists(), "no {} after the build", binary.display());
     binary
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_agent_build_is_named_by_an_existing_file_or_refused() {
+        assert_eq!(agent_named(None), Ok(None));
+        let file = tempfile::NamedTempFile::new().unwrap();
+        assert_eq!(
+            agent_named(Some(file.path().as_os_str())),
+            Ok(Some(file.path().to_path_buf()))
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("autoproxy-agent");
+        let refused = agent_named(Some(missing.as_os_str())).unwrap_err();
+        assert!(
+            refused.contains("AUTOPROXY_AGENT_BINARY")
+                && refused.contains(&missing.display().to_string()),
+            "{refused}"
+        );
+        assert!(agent_named(Some(dir.path().as_os_str())).is_err());
+    }
 }

@@ -59,21 +59,17 @@ async fn run() -> Result<(), PipelineError> {
         say(&format!("built {function} ({})", secs(started.elapsed())));
     }
 
-    match std::env::var_os("AUTOPROXY_AGENT_BINARY") {
+    let chosen = autoproxy_tests::agent_from_env().map_err(|detail| PipelineError::Step {
+        what: "agent".to_owned(),
+        detail,
+    })?;
+    match chosen {
         // `make demo-release`: the agent the stack ships, as the benchmarks run it.
-        Some(agent) if Path::new(&agent).is_file() => say(&format!(
-            "agent: autoproxy-agent at {} (AUTOPROXY_AGENT_BINARY)",
-            Path::new(&agent).display()
+        Some(agent) => say(&format!(
+            "agent: autoproxy-agent at {} ({})",
+            agent.display(),
+            autoproxy_tests::AGENT_BINARY_VAR
         )),
-        Some(agent) => {
-            return Err(PipelineError::Step {
-                what: "AUTOPROXY_AGENT_BINARY".to_owned(),
-                detail: format!(
-                    "expected the path of an autoproxy-agent build, got {} (no such file)",
-                    Path::new(&agent).display()
-                ),
-            });
-        }
         None => use_debug_agent(&root),
     }
 
